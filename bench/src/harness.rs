@@ -1,0 +1,21 @@
+//! Measurement plumbing shared by every workload.
+//!
+//! Each concern is its own small module, re-exported here:
+//!
+//! - [`LatencyRecorder`] / [`LatencySummary`] (`latency`): per-operation latency histograms.
+//! - [`Table`] (`table`): the aligned `name value unit` result table printed to stdout.
+//! - [`write_json`] (`json`): the machine-readable report behind `--json PATH`.
+//! - [`WorkDir`] (`workdir`): the directory a run writes into, temporary unless kept.
+//! - [`run_on_shards`] / [`ShardConfig`] (`shards`): one pinned glommio executor per shard.
+
+mod json;
+mod latency;
+mod shards;
+mod table;
+mod workdir;
+
+pub use json::write_json;
+pub use latency::{LatencyRecorder, LatencySummary};
+pub use shards::{ShardConfig, run_on_shards, run_on_shards_with};
+pub use table::Table;
+pub use workdir::WorkDir;

@@ -1,0 +1,24 @@
+//! Writing a report as pretty-printed JSON.
+
+use std::{
+    fs::File,
+    io::{BufWriter, Write},
+    path::Path,
+};
+
+use anyhow::Context;
+use serde::Serialize;
+
+/// Writes `value` to `path` as pretty-printed JSON followed by a newline, replacing any
+/// existing file.
+pub fn write_json(path: impl AsRef<Path>, value: &impl Serialize) -> anyhow::Result<()> {
+    let path = path.as_ref();
+    let write = || -> anyhow::Result<()> {
+        let mut out = BufWriter::new(File::create(path)?);
+        serde_json::to_writer_pretty(&mut out, value)?;
+        out.write_all(b"\n")?;
+        out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+        Ok(())
+    };
+    write().with_context(|| format!("writing JSON report to {}", path.display()))
+}

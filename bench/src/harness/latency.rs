@@ -1,0 +1,84 @@
+//! Latency recording: an HDR histogram in microseconds and its percentile summary.
+
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+/// Significant decimal digits kept by the histogram: 3 means values are exact to 0.1%.
+const SIGNIFICANT_DIGITS: u8 = 3;
+
+/// Records operation latencies in microseconds.
+///
+/// Wraps an auto-resizing `hdrhistogram::Histogram<u64>` with 3 significant digits, so any
+/// duration can be recorded; durations under 1 us count as 0 and anything beyond
+/// `u64::MAX` us saturates. Recorders from several shards combine with [`merge`](Self::merge).
+#[derive(Debug, Clone)]
+pub struct LatencyRecorder {
+    histogram: Histogram<u64>,
+}
+
+/// Percentiles of the recorded latencies, in microseconds. All zero when nothing was recorded.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct LatencySummary {
+    /// Median.
+    pub p50: u64,
+    /// 99th percentile.
+    pub p99: u64,
+    /// 99.9th percentile.
+    pub p999: u64,
+    /// Largest recorded value.
+    pub max: u64,
+    /// Number of recorded values.
+    pub count: u64,
+}
+
+impl LatencyRecorder {
+    /// An empty recorder.
+    pub fn new() -> Self {
+        let histogram =
+            Histogram::new(SIGNIFICANT_DIGITS).expect("3 significant digits is within 0..=5");
+        Self { histogram }
+    }
+
+    /// Records one operation that took `latency`.
+    pub fn record(&mut self, latency: Duration) {
+        let micros = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
+        self.histogram.saturating_record(micros);
+    }
+
+    /// Adds every value recorded by `other`.
+    pub fn merge(&mut self, other: &Self) {
+        self.histogram
+            .add(&other.histogram)
+            .expect("auto-resizing histograms with equal precision always add");
+    }
+
+    /// Number of recorded values.
+    pub fn len(&self) -> u64 {
+        self.histogram.len()
+    }
+
+    /// Whether nothing was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.histogram.is_empty()
+    }
+
+    /// The percentiles recorded so far.
+    pub fn summary(&self) -> LatencySummary {
+        let h = &self.histogram;
+        LatencySummary {
+            p50: h.value_at_quantile(0.50),
+            p99: h.value_at_quantile(0.99),
+            p999: h.value_at_quantile(0.999),
+            max: h.max(),
+            count: h.len(),
+        }
+    }
+}
+
+impl Default for LatencyRecorder {
+    fn default() -> Self {
+        Self::new()
+    }
+}

@@ -1,0 +1,17 @@
+//! Library half of `sluice-bench`, sluice's load and latency harness.
+//!
+//! The binary (`src/main.rs`) only parses the command line and prints; everything it runs
+//! lives here so integration tests can drive it too:
+//!
+//! - [`harness`]: measurement plumbing shared by every workload (latency histograms, the
+//!   result table, JSON output, work directories, and running a closure on pinned glommio
+//!   shards).
+//! - [`baseline`]: the physical reference, a raw `io_uring` O_DIRECT sequential write that
+//!   tells how close the log gets to the disk.
+//! - [`fsync`]: the `--fsync` policy argument shared by the log and the baseline.
+//! - [`workloads`]: one module per `sluice-bench <workload>` subcommand.
+
+pub mod baseline;
+pub mod fsync;
+pub mod harness;
+pub mod workloads;

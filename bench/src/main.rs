@@ -1,0 +1,34 @@
+//! `sluice-bench <workload> [options]`: parses the command line, runs the workload from the
+//! `sluice_bench` library, prints its table and writes `--json` if asked.
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use sluice_bench::{harness::write_json, workloads::log};
+
+/// sluice's load and latency harness.
+#[derive(Debug, Parser)]
+#[command(name = "sluice-bench", version)]
+struct Cli {
+    #[command(subcommand)]
+    workload: Workload,
+}
+
+#[derive(Debug, Subcommand)]
+enum Workload {
+    /// Append and read throughput and append latency of the partition log, against a raw
+    /// O_DIRECT write baseline
+    Log(log::LogArgs),
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().workload {
+        Workload::Log(args) => {
+            let report = log::run(&args)?;
+            report.table().print();
+            if let Some(path) = &args.common.json {
+                write_json(path, &report)?;
+            }
+        }
+    }
+    Ok(())
+}

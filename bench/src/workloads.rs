@@ -1,0 +1,39 @@
+//! The workloads, one module per `sluice-bench <workload>` subcommand, and the options they
+//! all share.
+//!
+//! A workload module owns its clap arguments, a `run` function returning a serializable
+//! report, and the report's [`Table`](crate::harness::Table). Printing and `--json` output
+//! are left to the binary.
+
+pub mod log;
+
+use std::{io, path::PathBuf};
+
+use clap::Args;
+
+use crate::harness::WorkDir;
+
+/// Options every workload takes.
+#[derive(Debug, Clone, Default, Args)]
+pub struct CommonArgs {
+    /// Directory to write data into (created if missing, never deleted) [default: a fresh
+    /// directory under /tmp, deleted at the end unless --keep]
+    #[arg(long, value_name = "PATH")]
+    pub dir: Option<PathBuf>,
+    /// Also write the report as JSON to this file
+    #[arg(long, value_name = "PATH")]
+    pub json: Option<PathBuf>,
+    /// Keep the data written (the temporary directory, and files a workload would delete)
+    #[arg(long)]
+    pub keep: bool,
+}
+
+impl CommonArgs {
+    /// The directory `--dir` names, or a fresh `/tmp/sluice-bench-<workload>-...` directory.
+    pub fn work_dir(&self, workload: &str) -> io::Result<WorkDir> {
+        match &self.dir {
+            Some(dir) => WorkDir::at(dir),
+            None => WorkDir::fresh(&format!("sluice-bench-{workload}"), self.keep),
+        }
+    }
+}

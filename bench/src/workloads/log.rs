@@ -1,0 +1,183 @@
+//! `sluice-bench log`: append and read throughput and append latency of the partition log,
+//! set against the [`baseline`](crate::baseline) write speed of the same disk.
+//!
+//! For now only the baseline runs; the log measurements are wired in against the
+//! `sluice-io` log API and stay zero until then.
+
+use std::{fs, path::Path};
+
+use anyhow::Context;
+use clap::{Args, builder::RangedU64ValueParser};
+use serde::Serialize;
+
+use crate::{
+    baseline::{self, BaselineResult},
+    fsync::FsyncArg,
+    harness::{LatencySummary, Table},
+};
+
+use super::CommonArgs;
+
+/// Options of `sluice-bench log`.
+#[derive(Debug, Clone, Args)]
+pub struct LogArgs {
+    /// Number of shards, each with its own executor pinned to a core
+    #[arg(long, default_value_t = 1, value_name = "N",
+          value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
+    pub shards: usize,
+    /// Records to append in total
+    #[arg(long, default_value_t = 2_000_000, value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub records: u64,
+    /// Payload bytes per record
+    #[arg(long, default_value_t = 100, value_name = "N",
+          value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
+    pub record_bytes: usize,
+    /// Records per append call
+    #[arg(long, default_value_t = 1000, value_name = "N",
+          value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
+    pub batch_records: usize,
+    /// When appends are synced: `always`, `interval:MS` or `never`
+    #[arg(long, default_value = "interval:5", value_name = "POLICY")]
+    pub fsync: FsyncArg,
+    #[command(flatten)]
+    pub common: CommonArgs,
+}
+
+impl LogArgs {
+    /// Payload bytes appended in total.
+    pub fn total_bytes(&self) -> u64 {
+        self.records.saturating_mul(self.record_bytes as u64)
+    }
+
+    /// Number of append calls (the last one possibly short).
+    pub fn append_count(&self) -> u64 {
+        self.records.div_ceil(self.batch_records as u64)
+    }
+}
+
+/// Result of `sluice-bench log`; this is the `--json` schema. Rates are per second over all
+/// shards, latencies in microseconds.
+#[derive(Debug, Clone, Serialize)]
+pub struct LogReport {
+    /// Always `"log"`.
+    pub workload: &'static str,
+    /// `--shards`.
+    pub shards: usize,
+    /// `--records`, over all shards.
+    pub records: u64,
+    /// `--record-bytes`.
+    pub record_bytes: usize,
+    /// `--fsync`, as given on the command line (e.g. `"interval:5"`).
+    pub fsync: FsyncArg,
+    /// Record payload bytes appended per second.
+    pub append_bytes_per_sec: f64,
+    /// Records appended per second.
+    pub append_records_per_sec: f64,
+    /// Records read back per second.
+    pub read_records_per_sec: f64,
+    /// Latency of one append call (one batch), from call to durable acknowledgement.
+    pub append_latency_us: LatencySummary,
+    /// [`baseline_write`](crate::baseline::baseline_write) of the same payload volume with
+    /// the same fsync cadence, from a single writer.
+    pub baseline_write_bytes_per_sec: f64,
+}
+
+/// Runs the log workload in `args.common.dir` (or a fresh temporary directory).
+pub fn run(args: &LogArgs) -> anyhow::Result<LogReport> {
+    let work_dir = args.common.work_dir("log")?;
+    if args.common.keep {
+        eprintln!("keeping data in {}", work_dir.path().display());
+    }
+
+    let baseline = run_baseline(args, work_dir.path())?;
+
+    // wired in by the log workload: append/read throughput and append latency.
+    let append_bytes_per_sec = 0.0;
+    let append_records_per_sec = 0.0;
+    let read_records_per_sec = 0.0;
+    let append_latency_us = LatencySummary::default();
+
+    Ok(LogReport {
+        workload: "log",
+        shards: args.shards,
+        records: args.records,
+        record_bytes: args.record_bytes,
+        fsync: args.fsync,
+        append_bytes_per_sec,
+        append_records_per_sec,
+        read_records_per_sec,
+        append_latency_us,
+        baseline_write_bytes_per_sec: baseline.bytes_per_sec,
+    })
+}
+
+/// Writes the workload's payload volume with [`baseline::baseline_write`] into
+/// `dir/baseline/`, deleting the file afterwards unless `--keep`.
+fn run_baseline(args: &LogArgs, dir: &Path) -> anyhow::Result<BaselineResult> {
+    let dir = dir.join("baseline");
+    let result = baseline::baseline_write(
+        &dir,
+        args.total_bytes(),
+        baseline::DEFAULT_CHUNK_BYTES,
+        args.fsync,
+        args.append_count(),
+    )
+    .context("baseline write")?;
+    if !args.common.keep {
+        fs::remove_file(dir.join(baseline::BASELINE_FILE_NAME))
+            .context("removing the baseline file")?;
+    }
+    Ok(result)
+}
+
+impl LogReport {
+    /// The human-readable form of the report.
+    pub fn table(&self) -> Table {
+        let shard_s = if self.shards == 1 { "" } else { "s" };
+        let mut table = Table::titled(format!(
+            "log: {} shard{shard_s}, {} records x {} B, fsync {}",
+            self.shards, self.records, self.record_bytes, self.fsync
+        ));
+        table.row(
+            "append throughput",
+            format!("{:.1}", self.append_bytes_per_sec / 1e6),
+            "MB/s",
+        );
+        table.row(
+            "append throughput",
+            format!("{:.0}", self.append_records_per_sec),
+            "records/s",
+        );
+        table.row(
+            "read throughput",
+            format!("{:.0}", self.read_records_per_sec),
+            "records/s",
+        );
+        let lat = &self.append_latency_us;
+        for (name, value) in [
+            ("append latency p50", lat.p50),
+            ("append latency p99", lat.p99),
+            ("append latency p99.9", lat.p999),
+            ("append latency max", lat.max),
+        ] {
+            table.row(name, value, "us");
+        }
+        table.row(
+            "baseline write",
+            format!("{:.1}", self.baseline_write_bytes_per_sec / 1e6),
+            "MB/s",
+        );
+        if self.baseline_write_bytes_per_sec > 0.0 {
+            table.row(
+                "append / baseline",
+                format!(
+                    "{:.1}",
+                    100.0 * self.append_bytes_per_sec / self.baseline_write_bytes_per_sec
+                ),
+                "%",
+            );
+        }
+        table
+    }
+}

@@ -1,0 +1,29 @@
+//! # sluice-io: the durable partition log
+//!
+//! This crate is sluice's storage layer. It knows nothing of shards or dataflow; it
+//! gives one executor (one shard) a partition log with Kafka's semantics:
+//!
+//! - [`record`]: the batch format (a 64-byte header and an rkyv body read in place).
+//! - [`storage`]: the I/O seam, with the io_uring (glommio DMA, `O_DIRECT`) backend and
+//!   a fault-injecting wrapper for tests.
+//! - [`segment`]: one segment file, its appender and its sparse indexes.
+//! - [`log`]: a partition: segments, roll, group commit, recovery, retention.
+//! - [`compaction`]: keep the latest record per key in closed segments.
+//!
+//! Everything here is `!Send` by design: a log lives on the executor that opened it.
+
+pub mod config;
+pub mod error;
+pub mod log;
+pub mod record;
+pub mod segment;
+pub mod storage;
+pub mod types;
+
+pub use error::{LogError, Result};
+pub use types::{EventTime, FilePos, Offset, PartitionId, ProducerId, Timestamp};
+pub use config::{CleanupPolicy, FsyncPolicy, LogConfig, RecoveryMode};
+pub use log::{AppendInfo, Log, RecoveryReport, RetentionReport, Truncation};
+pub use record::{BatchMeta, BatchView, Header, Record, RecordView};
+pub use segment::ReadBatches;
+pub use storage::{FaultPlan, FaultyStorage, Storage, UringStorage};

@@ -1,0 +1,674 @@
+//! A partition log: an ordered set of segments, the last of which is active.
+//!
+//! Contract: a `Log` lives on the executor that opened it (it is `!Send`), and that
+//! executor alone touches its files. No `RefCell` borrow is held across an `.await`:
+//! every method takes what it needs from the state in a synchronous section, awaits
+//! I/O, and writes the outcome back in another.
+//!
+//! Durability: an append is acknowledged only as durable as the policy says. Under
+//! `Always`, appends that arrive while an fdatasync is in flight wait for the next one,
+//! which covers them all (group commit). A failed write or fsync fails the appends that
+//! waited on it and puts the log in a failed state that refuses appends until it is
+//! reopened; what was durable stays readable.
+
+use std::cell::RefCell;
+use std::future::poll_fn;
+use std::path::{Path, PathBuf};
+use std::rc::{Rc, Weak};
+use std::task::{Poll, Waker};
+use std::time::Instant;
+
+use crate::config::{FsyncPolicy, LogConfig, RecoveryMode};
+use crate::error::{LogError, Result};
+use crate::record::{BatchEncoder, BatchMeta, EncodeError, Record};
+use crate::segment::appender::Appender;
+use crate::segment::{
+    ReadBatches, Segment, SegmentIndex, SegmentPaths, read_batches, read_small_file, scan, write_small_file,
+};
+use crate::storage::{Storage, StorageFile, UringStorage};
+use crate::types::{FilePos, Offset, Timestamp};
+
+/// Where an append landed.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct AppendInfo {
+    /// The offset of the batch's first record.
+    pub base_offset: Offset,
+    /// The offset of the batch's last record.
+    pub last_offset: Offset,
+}
+
+/// What opening a log found and did.
+#[derive(Clone, Debug, Default)]
+pub struct RecoveryReport {
+    /// Segments found.
+    pub segments: usize,
+    /// Where the log was cut because the bytes there were torn or corrupt, and why.
+    pub truncated: Option<Truncation>,
+    /// Segments whose indexes were missing or damaged and were rebuilt.
+    pub rebuilt_indexes: Vec<PathBuf>,
+    /// Closed segments with damage that was left in place (reads of it fail with
+    /// [`LogError::Corrupt`]); only in [`RecoveryMode::Tail`].
+    pub damaged_segments: Vec<(PathBuf, FilePos, String)>,
+    /// Leftover files of an interrupted compaction that were removed.
+    pub removed_files: Vec<PathBuf>,
+}
+
+/// A cut made by recovery.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Truncation {
+    /// The segment cut.
+    pub path: PathBuf,
+    /// Where the first bad batch started: everything from here on was removed.
+    pub pos: FilePos,
+    /// Why the batch there was bad.
+    pub reason: String,
+    /// The log end offset after the cut.
+    pub log_end: Offset,
+    /// Later segments deleted by the cut (only in [`RecoveryMode::Full`]).
+    pub segments_removed: usize,
+}
+
+/// What a retention pass removed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RetentionReport {
+    /// Segments deleted.
+    pub segments_deleted: usize,
+    /// Bytes deleted.
+    pub bytes_deleted: u64,
+    /// The log start offset after the pass.
+    pub log_start: Offset,
+}
+
+/// A partition log. Cheap to clone (a handle); lives on one executor.
+#[derive(Debug)]
+pub struct Log<S: Storage = UringStorage> {
+    pub(crate) inner: Rc<Inner<S>>,
+}
+
+impl<S: Storage> Clone for Log<S> {
+    fn clone(&self) -> Self {
+        Log { inner: self.inner.clone() }
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct Inner<S: Storage> {
+    pub(crate) storage: S,
+    pub(crate) dir: PathBuf,
+    pub(crate) config: LogConfig,
+    pub(crate) state: RefCell<State<S::File>>,
+    /// Held while the active segment is rolled or a compaction swaps segments.
+    pub(crate) roll_lock: glommio::sync::Semaphore,
+}
+
+#[derive(Debug)]
+pub(crate) struct State<F: StorageFile> {
+    pub(crate) closed: Vec<Segment<F>>,
+    pub(crate) active: Segment<F>,
+    pub(crate) appender: Appender<F>,
+    pub(crate) next_offset: Offset,
+    pub(crate) start_offset: Offset,
+    durable_offset: Offset,
+    sync_running: bool,
+    rolling: bool,
+    failed: Option<String>,
+    is_closed: bool,
+    encoder: BatchEncoder,
+    waiters: Vec<Waker>,
+}
+
+impl<F: StorageFile> State<F> {
+    fn wake_all(&mut self) {
+        for w in self.waiters.drain(..) {
+            w.wake();
+        }
+    }
+
+    /// The segments in offset order, active last.
+    pub(crate) fn segments(&self) -> impl Iterator<Item = &Segment<F>> {
+        self.closed.iter().chain(std::iter::once(&self.active))
+    }
+}
+
+impl<S: Storage> Log<S> {
+    /// Opens (or creates) the log in `dir`, recovering what a crash left behind.
+    pub async fn open(storage: S, dir: impl Into<PathBuf>, config: LogConfig) -> Result<(Log<S>, RecoveryReport)> {
+        config.validate()?;
+        let dir = dir.into();
+        storage.create_dir_all(&dir).map_err(|e| LogError::io("create directory", &dir, e))?;
+        let mut report = RecoveryReport::default();
+        let mut bases = Vec::new();
+        for path in storage.list_dir(&dir).map_err(|e| LogError::io("list directory", &dir, e))? {
+            if path.extension().is_some_and(|e| e == "cleaned") {
+                storage.remove(&path).await.map_err(|e| LogError::io("remove", &path, e))?;
+                report.removed_files.push(path);
+            } else if let Some(base) = SegmentPaths::parse_base(&path) {
+                bases.push(base);
+            }
+        }
+        bases.sort();
+        report.segments = bases.len();
+        if bases.is_empty() {
+            bases.push(Offset(0));
+        }
+        let interval = config.index_interval_bytes;
+        let mut closed: Vec<Segment<S::File>> = Vec::new();
+        let last = bases.len() - 1;
+        let mut cut_at: Option<(usize, Rc<S::File>)> = None;
+        for (i, &base) in bases.iter().enumerate().take(last) {
+            let paths = SegmentPaths::new(&dir, base);
+            let file = Rc::new(storage.open(&paths.log, false).await.map_err(|e| LogError::io("open", &paths.log, e))?);
+            let size = file.size().await.map_err(|e| LogError::io("stat", &paths.log, e))?;
+            let loaded = if config.recovery == RecoveryMode::Full {
+                None
+            } else {
+                load_index(&storage, &paths, base, size).await?
+            };
+            let index = match loaded {
+                Some(index) => index,
+                None => {
+                    let outcome = scan(&*file, base, interval, size).await?;
+                    if let Some((pos, reason)) = outcome.damage {
+                        if config.recovery == RecoveryMode::Full {
+                            file.truncate(pos).await.map_err(|e| LogError::io("truncate", &paths.log, e))?;
+                            report.truncated = Some(Truncation {
+                                path: paths.log.clone(),
+                                pos: FilePos(pos),
+                                reason,
+                                log_end: outcome.index.facts().next_offset,
+                                segments_removed: last - i,
+                            });
+                            cut_at = Some((i, file));
+                            break;
+                        }
+                        report.damaged_segments.push((paths.log.clone(), FilePos(pos), reason));
+                    } else if config.recovery == RecoveryMode::Tail {
+                        write_index(&storage, &paths, &outcome.index).await?;
+                        report.rebuilt_indexes.push(paths.log.clone());
+                    }
+                    outcome.index
+                }
+            };
+            closed.push(Segment { base, file, paths, index, opened: Instant::now() });
+        }
+        // The active segment: the last one, or the one a full recovery cut.
+        let was_cut = cut_at.is_some();
+        let (active_base, file) = match cut_at {
+            Some((i, file)) => {
+                for &base in &bases[i + 1..] {
+                    remove_segment_files(&storage, &SegmentPaths::new(&dir, base)).await?;
+                }
+                // A closed segment's index files no longer describe it once it is active.
+                remove_index_files(&storage, &SegmentPaths::new(&dir, bases[i])).await?;
+                (bases[i], file)
+            }
+            None => {
+                let paths = SegmentPaths::new(&dir, bases[last]);
+                (bases[last], Rc::new(open_segment_file(&storage, &paths, &config).await?))
+            }
+        };
+        let paths = SegmentPaths::new(&dir, active_base);
+        let file_len = file.size().await.map_err(|e| LogError::io("stat", &paths.log, e))?;
+        let outcome = scan(&*file, active_base, interval, file_len).await?;
+        let facts = outcome.index.facts();
+        if let Some((pos, reason)) = outcome.damage {
+            file.truncate(pos).await.map_err(|e| LogError::io("truncate", &paths.log, e))?;
+            if config.preallocate {
+                file.allocate(config.segment_bytes_max).await.map_err(|e| LogError::io("fallocate", &paths.log, e))?;
+            }
+            report.truncated.get_or_insert(Truncation {
+                path: paths.log.clone(),
+                pos: FilePos(pos),
+                reason,
+                log_end: facts.next_offset,
+                segments_removed: 0,
+            });
+        }
+        // What recovery found on the device is now made durable before it is served.
+        file.sync().await.map_err(|e| LogError::SyncFailed { path: paths.log.clone(), source: e })?;
+        if was_cut || report.truncated.is_some() {
+            storage.sync_dir(&dir).await.map_err(|e| LogError::io("fsync directory", &dir, e))?;
+        }
+        let align = file.alignment();
+        let tail_start = facts.size - facts.size % align;
+        let tail = if tail_start < facts.size {
+            file.read_at(tail_start, (facts.size - tail_start) as usize)
+                .await
+                .map_err(|e| LogError::io("read", &paths.log, e))?
+                .to_vec()
+        } else {
+            Vec::new()
+        };
+        let appender = Appender::new(file.clone(), facts.size, &tail, config.write_buffer_bytes, config.write_behind_buffers);
+        let start_offset = closed.first().map_or(active_base, |s| s.base);
+        let next_offset = facts.next_offset;
+        let state = State {
+            closed,
+            active: Segment { base: active_base, file, paths, index: outcome.index, opened: Instant::now() },
+            appender,
+            next_offset,
+            start_offset,
+            durable_offset: next_offset,
+            sync_running: false,
+            rolling: false,
+            failed: None,
+            is_closed: false,
+            encoder: BatchEncoder::new(),
+            waiters: Vec::new(),
+        };
+        let inner = Rc::new(Inner { storage, dir, config, state: RefCell::new(state), roll_lock: glommio::sync::Semaphore::new(1) });
+        if let FsyncPolicy::Interval(every) = inner.config.fsync {
+            spawn_interval_flusher(Rc::downgrade(&inner), every);
+        }
+        Ok((Log { inner }, report))
+    }
+
+    /// The partition directory.
+    #[must_use]
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// The configuration.
+    #[must_use]
+    pub fn config(&self) -> &LogConfig {
+        &self.inner.config
+    }
+
+    /// The first offset still held.
+    #[must_use]
+    pub fn start_offset(&self) -> Offset {
+        self.inner.state.borrow().start_offset
+    }
+
+    /// The offset the next append gets (Kafka's log end offset).
+    #[must_use]
+    pub fn end_offset(&self) -> Offset {
+        self.inner.state.borrow().next_offset
+    }
+
+    /// Every offset below this is durable.
+    #[must_use]
+    pub fn durable_offset(&self) -> Offset {
+        self.inner.state.borrow().durable_offset
+    }
+
+    /// Segments, the active one included.
+    #[must_use]
+    pub fn segment_count(&self) -> usize {
+        self.inner.state.borrow().closed.len() + 1
+    }
+
+    /// Bytes of batches held, over all segments.
+    #[must_use]
+    pub fn size_bytes(&self) -> u64 {
+        self.inner.state.borrow().segments().map(|s| s.facts().size).sum()
+    }
+
+    /// The base offsets of the segments, oldest first.
+    #[must_use]
+    pub fn segment_bases(&self) -> Vec<Offset> {
+        self.inner.state.borrow().segments().map(|s| s.base).collect()
+    }
+
+    /// Appends `records` as one batch.
+    pub async fn append(&self, records: &[Record<'_>]) -> Result<AppendInfo> {
+        self.append_with(records, &BatchMeta::default()).await
+    }
+
+    /// Appends `records` as one batch stamped with `meta` (producer, attributes). Resolves
+    /// once the batch is as durable as the fsync policy says.
+    pub async fn append_with(&self, records: &[Record<'_>], meta: &BatchMeta) -> Result<AppendInfo> {
+        if records.is_empty() {
+            return Err(LogError::EmptyBatch);
+        }
+        let room = self.inner.state.borrow().appender.room();
+        room.await;
+        let info = loop {
+            let stored_len = {
+                let st = &mut *self.inner.state.borrow_mut();
+                self.check_writable(st)?;
+                let (bytes, header) = st.encoder.encode(records, meta, st.next_offset).map_err(|e| match e {
+                    EncodeError::Empty => LogError::EmptyBatch,
+                    EncodeError::TooLarge(bytes) => LogError::BatchTooLarge { bytes, limit: self.inner.config.max_batch_bytes },
+                })?;
+                if bytes.len() > self.inner.config.max_batch_bytes {
+                    return Err(LogError::BatchTooLarge { bytes: bytes.len(), limit: self.inner.config.max_batch_bytes });
+                }
+                if !st.rolling && !self.should_roll(&st.active, bytes.len()) {
+                    let pos = st.appender.end();
+                    st.appender.append(bytes);
+                    st.active.index.add_batch(pos, &header);
+                    st.next_offset = header.next_offset();
+                    break AppendInfo { base_offset: header.base_offset, last_offset: header.last_offset() };
+                }
+                bytes.len()
+            };
+            let _permit = self.inner.roll_lock.acquire_permit(1).await.map_err(|_| self.closed_error())?;
+            let must_roll = {
+                let st = self.inner.state.borrow();
+                self.should_roll(&st.active, stored_len)
+            };
+            if must_roll {
+                self.roll_locked().await?;
+            }
+        };
+        if self.inner.config.fsync == FsyncPolicy::Always {
+            self.sync_to(info.last_offset.plus(1)).await?;
+        }
+        Ok(info)
+    }
+
+    fn closed_error(&self) -> LogError {
+        LogError::Closed { path: self.inner.dir.clone() }
+    }
+
+    fn check_writable(&self, st: &State<S::File>) -> Result<()> {
+        if st.is_closed {
+            return Err(self.closed_error());
+        }
+        if let Some(reason) = &st.failed {
+            return Err(LogError::Failed { path: self.inner.dir.clone(), reason: reason.clone() });
+        }
+        if let Some(e) = st.appender.error() {
+            return Err(LogError::Failed { path: self.inner.dir.clone(), reason: format!("write failed: {e}") });
+        }
+        Ok(())
+    }
+
+    fn should_roll(&self, active: &Segment<S::File>, incoming: usize) -> bool {
+        let size = active.facts().size;
+        size > 0
+            && (size + incoming as u64 > self.inner.config.segment_bytes_max
+                || self.inner.config.segment_ms.is_some_and(|ms| active.opened.elapsed().as_millis() >= u128::from(ms)))
+    }
+
+    /// Closes the active segment and starts a new one, whether or not it is full.
+    pub async fn roll(&self) -> Result<()> {
+        let _permit = self.inner.roll_lock.acquire_permit(1).await.map_err(|_| self.closed_error())?;
+        if self.inner.state.borrow().active.facts().size == 0 {
+            return Ok(());
+        }
+        self.roll_locked().await
+    }
+
+    /// Rolls; the caller holds the roll lock.
+    async fn roll_locked(&self) -> Result<()> {
+        self.inner.state.borrow_mut().rolling = true;
+        let result = self.roll_inner().await;
+        let mut st = self.inner.state.borrow_mut();
+        st.rolling = false;
+        if let Err(e) = &result {
+            st.failed.get_or_insert_with(|| format!("roll failed: {e}"));
+        }
+        st.wake_all();
+        result
+    }
+
+    async fn roll_inner(&self) -> Result<()> {
+        let inner = &self.inner;
+        let (ticket, handle, file, facts, paths, index) = {
+            let st = &mut *inner.state.borrow_mut();
+            self.check_writable(st)?;
+            let ticket = st.appender.start_flush();
+            (ticket, st.appender.handle(), st.active.file.clone(), st.active.facts(), st.active.paths.clone(), st.active.index.clone())
+        };
+        handle.wait(ticket).await.map_err(|e| LogError::io("write", &paths.log, e))?;
+        file.truncate(facts.size).await.map_err(|e| LogError::io("truncate", &paths.log, e))?;
+        file.sync().await.map_err(|e| LogError::SyncFailed { path: paths.log.clone(), source: e })?;
+        write_index(&inner.storage, &paths, &index).await?;
+        let new_paths = SegmentPaths::new(&inner.dir, facts.next_offset);
+        let new_file = Rc::new(open_segment_file(&inner.storage, &new_paths, &inner.config).await?);
+        inner.storage.sync_dir(&inner.dir).await.map_err(|e| LogError::io("fsync directory", &inner.dir, e))?;
+        let st = &mut *inner.state.borrow_mut();
+        debug_assert_eq!(st.next_offset, facts.next_offset, "no append lands while rolling");
+        let appender = Appender::new(new_file.clone(), 0, &[], inner.config.write_buffer_bytes, inner.config.write_behind_buffers);
+        let new = Segment {
+            base: facts.next_offset,
+            file: new_file,
+            paths: new_paths,
+            index: SegmentIndex::new(facts.next_offset, inner.config.index_interval_bytes),
+            opened: Instant::now(),
+        };
+        let old = std::mem::replace(&mut st.active, new);
+        st.closed.push(old);
+        st.appender = appender;
+        st.durable_offset = st.durable_offset.max(facts.next_offset);
+        Ok(())
+    }
+
+    /// Makes every append so far durable.
+    pub async fn flush(&self) -> Result<()> {
+        let target = self.inner.state.borrow().next_offset;
+        self.sync_to(target).await
+    }
+
+    /// Waits until every offset below `target` is durable, leading a sync if none is in
+    /// flight (group commit: one fdatasync covers every append made before it started).
+    pub async fn sync_to(&self, target: Offset) -> Result<()> {
+        loop {
+            let lead = poll_fn(|cx| {
+                let mut st = self.inner.state.borrow_mut();
+                if st.durable_offset >= target {
+                    return Poll::Ready(Ok(false));
+                }
+                if let Some(reason) = &st.failed {
+                    return Poll::Ready(Err(LogError::Failed { path: self.inner.dir.clone(), reason: reason.clone() }));
+                }
+                if st.sync_running {
+                    st.waiters.push(cx.waker().clone());
+                    return Poll::Pending;
+                }
+                st.sync_running = true;
+                Poll::Ready(Ok(true))
+            })
+            .await?;
+            if !lead {
+                return Ok(());
+            }
+            let result = self.sync_now().await;
+            let mut st = self.inner.state.borrow_mut();
+            st.sync_running = false;
+            match &result {
+                Ok(upto) => st.durable_offset = st.durable_offset.max(*upto),
+                Err(e) => {
+                    st.failed.get_or_insert_with(|| e.to_string());
+                }
+            }
+            st.wake_all();
+            drop(st);
+            result?;
+        }
+    }
+
+    async fn sync_now(&self) -> Result<Offset> {
+        let (ticket, handle, file, upto, path) = {
+            let st = &mut *self.inner.state.borrow_mut();
+            (st.appender.start_flush(), st.appender.handle(), st.active.file.clone(), st.next_offset, st.active.paths.log.clone())
+        };
+        handle.wait(ticket).await.map_err(|e| LogError::io("write", &path, e))?;
+        file.sync().await.map_err(|e| LogError::SyncFailed { path, source: e })?;
+        Ok(upto)
+    }
+
+    /// Reads whole batches starting with the one that holds `offset`, up to about
+    /// `max_bytes` (at least one batch, however large). Reading at the end offset
+    /// returns no batches; outside `[start, end]` is [`LogError::OffsetOutOfRange`].
+    pub async fn read(&self, offset: Offset, max_bytes: usize) -> Result<ReadBatches> {
+        let mut at = offset;
+        loop {
+            let (file, path, start_pos, end_pos, next_base, flush) = {
+                let st = &mut *self.inner.state.borrow_mut();
+                if at < st.start_offset || at > st.next_offset {
+                    return Err(LogError::OffsetOutOfRange { requested: at, start: st.start_offset, end: st.next_offset });
+                }
+                if at == st.next_offset {
+                    return Ok(ReadBatches::empty(at));
+                }
+                let i = st.closed.partition_point(|s| s.base <= at);
+                let (seg, next_base, flush) = if i == st.closed.len() && st.active.base <= at {
+                    let ticket = st.appender.start_flush();
+                    (&st.active, None, Some((st.appender.handle(), ticket)))
+                } else {
+                    let seg = &st.closed[i.saturating_sub(1)];
+                    let next = st.closed.get(i).map_or(st.active.base, |s| s.base);
+                    (seg, Some(next), None)
+                };
+                (seg.file.clone(), seg.paths.log.clone(), seg.index.lookup_offset(at), seg.facts().size, next_base, flush)
+            };
+            if let Some((handle, ticket)) = flush {
+                handle.wait(ticket).await.map_err(|e| LogError::io("write", &path, e))?;
+            }
+            let lookahead = self.inner.config.index_interval_bytes as usize + 4096;
+            let batches = read_batches(&*file, &path, at, start_pos, end_pos, max_bytes, lookahead).await?;
+            if !batches.is_empty() {
+                return Ok(batches);
+            }
+            match next_base {
+                Some(next) => at = at.max(next),
+                None => return Ok(ReadBatches::empty(at)),
+            }
+        }
+    }
+
+    /// The first offset whose record has an event time at or after `time`, or `None`
+    /// if every record is older (Kafka's ListOffsets by timestamp).
+    pub async fn offset_for_time(&self, time: Timestamp) -> Result<Option<Offset>> {
+        let candidates: Vec<_> = {
+            let st = self.inner.state.borrow();
+            st.segments()
+                .filter(|s| s.facts().max_time >= time)
+                .map(|s| (s.file.clone(), s.paths.log.clone(), s.base, s.index.lookup_time(time), s.facts().size, s.base == st.active.base))
+                .collect()
+        };
+        for (file, path, base, start_pos, end_pos, is_active) in candidates {
+            if is_active {
+                let (handle, ticket) = {
+                    let st = &mut *self.inner.state.borrow_mut();
+                    (st.appender.handle(), st.appender.start_flush())
+                };
+                handle.wait(ticket).await.map_err(|e| LogError::io("write", &path, e))?;
+            }
+            let mut pos = start_pos;
+            while pos < end_pos {
+                let batches = read_batches(&*file, &path, base, pos, end_pos, 1 << 20, 0).await?;
+                if batches.is_empty() {
+                    break;
+                }
+                for batch in batches.batches() {
+                    let batch = batch?;
+                    if batch.header().max_event_time >= time {
+                        if let Some(r) = batch.records().find(|r| r.event_time() >= time) {
+                            return Ok(Some(r.offset()));
+                        }
+                    }
+                }
+                pos = batches.end_pos();
+            }
+        }
+        Ok(None)
+    }
+
+    /// Deletes closed segments past the retention time (their newest record older than
+    /// `now - retention_ms`) or beyond the retention size, oldest first, and moves the log
+    /// start offset. The active segment is never deleted.
+    pub async fn apply_retention(&self, now: Timestamp) -> Result<RetentionReport> {
+        let removed: Vec<SegmentPaths> = {
+            let st = &mut *self.inner.state.borrow_mut();
+            let config = &self.inner.config;
+            let mut total: u64 = st.segments().map(|s| s.facts().size).sum();
+            let mut n = 0;
+            for seg in &st.closed {
+                let size = seg.facts().size;
+                let by_time = config.retention_ms.is_some_and(|ms| seg.facts().max_time.0 < now.0.saturating_sub(ms as i64));
+                let by_size = config.retention_bytes.is_some_and(|max| total - size >= max);
+                if !(by_time || by_size) {
+                    break;
+                }
+                total -= size;
+                n += 1;
+            }
+            let gone: Vec<_> = st.closed.drain(..n).collect();
+            st.start_offset = st.closed.first().map_or(st.active.base, |s| s.base);
+            gone.into_iter().map(|s| s.paths).collect()
+        };
+        let mut report = RetentionReport { segments_deleted: removed.len(), bytes_deleted: 0, log_start: self.start_offset() };
+        for paths in &removed {
+            report.bytes_deleted += std::fs::metadata(&paths.log).map(|m| m.len()).unwrap_or(0);
+            remove_segment_files(&self.inner.storage, paths).await?;
+        }
+        if !removed.is_empty() {
+            let dir = &self.inner.dir;
+            self.inner.storage.sync_dir(dir).await.map_err(|e| LogError::io("fsync directory", dir, e))?;
+        }
+        Ok(report)
+    }
+
+    /// Flushes and syncs everything, then refuses further appends. Reads still work.
+    pub async fn close(&self) -> Result<()> {
+        self.flush().await?;
+        self.inner.state.borrow_mut().is_closed = true;
+        Ok(())
+    }
+}
+
+async fn load_index<S: Storage>(storage: &S, paths: &SegmentPaths, base: Offset, size: u64) -> Result<Option<SegmentIndex>> {
+    let (Some(offsets), Some(times)) =
+        (read_small_file(storage, &paths.index).await?, read_small_file(storage, &paths.time_index).await?)
+    else {
+        return Ok(None);
+    };
+    Ok(SegmentIndex::decode(base, size, &offsets, &times).ok())
+}
+
+pub(crate) async fn write_index<S: Storage>(storage: &S, paths: &SegmentPaths, index: &SegmentIndex) -> Result<()> {
+    write_small_file(storage, &paths.index, &index.encode_offsets()).await?;
+    write_small_file(storage, &paths.time_index, &index.encode_times()).await
+}
+
+async fn open_segment_file<S: Storage>(storage: &S, paths: &SegmentPaths, config: &LogConfig) -> Result<S::File> {
+    let file = storage.open(&paths.log, true).await.map_err(|e| LogError::io("create", &paths.log, e))?;
+    if config.preallocate {
+        file.allocate(config.segment_bytes_max).await.map_err(|e| LogError::io("fallocate", &paths.log, e))?;
+    }
+    Ok(file)
+}
+
+pub(crate) async fn remove_segment_files<S: Storage>(storage: &S, paths: &SegmentPaths) -> Result<()> {
+    remove_files(storage, &[&paths.log, &paths.index, &paths.time_index]).await
+}
+
+async fn remove_index_files<S: Storage>(storage: &S, paths: &SegmentPaths) -> Result<()> {
+    remove_files(storage, &[&paths.index, &paths.time_index]).await
+}
+
+async fn remove_files<S: Storage>(storage: &S, files: &[&PathBuf]) -> Result<()> {
+    for &p in files {
+        match storage.remove(p).await {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(LogError::io("remove", p, e)),
+        }
+    }
+    Ok(())
+}
+
+fn spawn_interval_flusher<S: Storage>(inner: Weak<Inner<S>>, every: std::time::Duration) {
+    glommio::spawn_local(async move {
+        loop {
+            glommio::timer::sleep(every).await;
+            let Some(inner) = inner.upgrade() else { return };
+            let (target, stop) = {
+                let st = inner.state.borrow();
+                (st.next_offset, st.is_closed || st.failed.is_some())
+            };
+            if stop {
+                return;
+            }
+            let log = Log { inner };
+            // A failure is recorded in the log's state and reported to the next append.
+            let _ = log.sync_to(target).await;
+        }
+    })
+    .detach();
+}

@@ -1,0 +1,350 @@
+//! The record batch: the unit of append, storage, replication of offsets and CRC checks.
+//!
+//! A stored batch is a 64-byte [`BatchHeader`] followed by an rkyv-archived body and
+//! zero padding to a multiple of [`BATCH_ALIGN`]. Writers encode with [`BatchEncoder`];
+//! readers check a batch with [`check_batch`] and then read its records in place through
+//! [`BatchView`], without deserializing.
+
+mod body;
+mod header;
+
+pub use body::{ArchivedBody, ArchivedRecord, Header, Record, RecordView, WireBody, WireRecord};
+pub use header::{
+    Attributes, BATCH_ALIGN, BatchHeader, HEADER_BYTES, HeaderError, MAGIC, VERSION, batch_crc,
+    stored_len,
+};
+
+use rkyv::rancor;
+use rkyv::util::AlignedVec;
+
+use crate::types::{EventTime, Offset, ProducerId, Timestamp};
+
+/// The largest body a batch may have, whatever the configuration says: the length field
+/// is 32 bits and a reader must be able to bound a read before it trusts a header.
+pub const MAX_BODY_BYTES: usize = 1 << 30;
+
+/// Producer and transaction facts stamped on a batch.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct BatchMeta {
+    /// Attribute bits (transactional, control).
+    pub attributes: Attributes,
+    /// The idempotent producer, or `ProducerId::NONE`.
+    pub producer_id: ProducerId,
+    /// The producer's epoch.
+    pub producer_epoch: i16,
+    /// Sequence number of the batch's first record, or -1.
+    pub base_sequence: i32,
+}
+
+impl Default for BatchMeta {
+    fn default() -> Self {
+        BatchMeta {
+            attributes: Attributes::default(),
+            producer_id: ProducerId::NONE,
+            producer_epoch: -1,
+            base_sequence: -1,
+        }
+    }
+}
+
+/// Why a batch could not be encoded.
+#[derive(Debug, PartialEq, Eq)]
+pub enum EncodeError {
+    /// No records.
+    Empty,
+    /// More bytes than a batch may hold.
+    TooLarge(usize),
+}
+
+/// Encodes batches into a reusable aligned buffer.
+#[derive(Debug, Default)]
+pub struct BatchEncoder {
+    buf: AlignedVec,
+}
+
+impl BatchEncoder {
+    /// A new encoder with an empty buffer.
+    #[must_use]
+    pub fn new() -> BatchEncoder {
+        BatchEncoder::default()
+    }
+
+    /// Encodes `records` as one batch whose first record gets `base_offset`, and returns
+    /// the stored bytes (header, body, padding) and the header. The records' offsets are
+    /// `base_offset`, `base_offset + 1`, ... in order.
+    pub fn encode(
+        &mut self,
+        records: &[Record<'_>],
+        meta: &BatchMeta,
+        base_offset: Offset,
+    ) -> Result<(&[u8], BatchHeader), EncodeError> {
+        let offsets: Vec<u32> = (0..records.len() as u32).collect();
+        self.encode_with_deltas(records, &offsets, meta, base_offset)
+    }
+
+    /// As [`encode`](Self::encode), but with explicit offset deltas (strictly increasing),
+    /// as compaction needs to keep offsets with gaps.
+    pub fn encode_with_deltas(
+        &mut self,
+        records: &[Record<'_>],
+        offset_deltas: &[u32],
+        meta: &BatchMeta,
+        base_offset: Offset,
+    ) -> Result<(&[u8], BatchHeader), EncodeError> {
+        self.encode_span(records, offset_deltas, None, meta, base_offset)
+    }
+
+    /// The general form: `last_offset_delta` may exceed the last record's delta when
+    /// compaction removed the batch's tail records.
+    pub(crate) fn encode_span(
+        &mut self,
+        records: &[Record<'_>],
+        offset_deltas: &[u32],
+        last_offset_delta: Option<u32>,
+        meta: &BatchMeta,
+        base_offset: Offset,
+    ) -> Result<(&[u8], BatchHeader), EncodeError> {
+        debug_assert_eq!(records.len(), offset_deltas.len());
+        debug_assert!(offset_deltas.windows(2).all(|w| w[0] < w[1]));
+        let Some(&last_delta) = offset_deltas.last() else {
+            return Err(EncodeError::Empty);
+        };
+        let mut first = Timestamp(i64::MAX);
+        let mut max = EventTime::MIN;
+        let wire: Vec<WireRecord<'_>> = records
+            .iter()
+            .zip(offset_deltas)
+            .map(|(r, &d)| {
+                first = first.min(r.event_time);
+                max = max.max(r.event_time);
+                WireRecord {
+                    offset_delta: d,
+                    event_time: r.event_time.0,
+                    key: r.key,
+                    value: r.value,
+                    headers: r.headers,
+                }
+            })
+            .collect();
+        let mut buf = std::mem::take(&mut self.buf);
+        buf.clear();
+        buf.extend_from_slice(&[0u8; HEADER_BYTES]);
+        let body = WireBody { records: &wire };
+        let mut buf = match rkyv::api::high::to_bytes_in::<_, rancor::Error>(&body, buf) {
+            Ok(buf) => buf,
+            Err(e) => unreachable!("serializing into a Vec cannot fail: {e}"),
+        };
+        let body_len = buf.len() - HEADER_BYTES;
+        if body_len > MAX_BODY_BYTES {
+            self.buf = buf;
+            return Err(EncodeError::TooLarge(body_len));
+        }
+        let mut header = BatchHeader {
+            attributes: meta.attributes,
+            body_len: body_len as u32,
+            crc: 0,
+            base_offset,
+            record_count: records.len() as u32,
+            last_offset_delta: last_offset_delta.unwrap_or(last_delta),
+            first_event_time: first,
+            max_event_time: max,
+            producer_id: meta.producer_id,
+            producer_epoch: meta.producer_epoch,
+            base_sequence: meta.base_sequence,
+        };
+        header.encode(&mut buf[..HEADER_BYTES]);
+        header.crc = batch_crc(&buf[..HEADER_BYTES], &buf[HEADER_BYTES..]);
+        buf[12..16].copy_from_slice(&header.crc.to_le_bytes());
+        let stored = stored_len(body_len);
+        buf.resize(stored, 0);
+        self.buf = buf;
+        Ok((&self.buf[..stored], header))
+    }
+}
+
+/// Why a stored batch was rejected.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BatchError {
+    /// The header did not decode.
+    Header(HeaderError),
+    /// The buffer ends before the batch does.
+    Truncated {
+        /// Bytes the batch needs.
+        needed: usize,
+        /// Bytes available.
+        available: usize,
+    },
+    /// The CRC does not match.
+    Crc {
+        /// CRC in the header.
+        stored: u32,
+        /// CRC of the bytes.
+        computed: u32,
+    },
+    /// The body passed the CRC but is not a valid archive (a writer bug).
+    Body(String),
+}
+
+impl std::fmt::Display for BatchError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BatchError::Header(h) => write!(f, "{h}"),
+            BatchError::Truncated { needed, available } => {
+                write!(f, "batch needs {needed} bytes but only {available} remain")
+            }
+            BatchError::Crc { stored, computed } => {
+                write!(f, "CRC mismatch: stored {stored:#010x}, computed {computed:#010x}")
+            }
+            BatchError::Body(e) => write!(f, "invalid batch body: {e}"),
+        }
+    }
+}
+
+/// Checks the batch at the start of `bytes`: header, length, CRC. Returns the header;
+/// the batch occupies `header.stored_len()` bytes.
+pub fn check_batch(bytes: &[u8]) -> Result<BatchHeader, BatchError> {
+    let header = BatchHeader::decode(bytes, MAX_BODY_BYTES).map_err(BatchError::Header)?;
+    let end = HEADER_BYTES + header.body_len as usize;
+    if bytes.len() < end {
+        return Err(BatchError::Truncated { needed: end, available: bytes.len() });
+    }
+    let computed = batch_crc(&bytes[..HEADER_BYTES], &bytes[HEADER_BYTES..end]);
+    if computed != header.crc {
+        return Err(BatchError::Crc { stored: header.crc, computed });
+    }
+    Ok(header)
+}
+
+/// A checked batch, read in place.
+#[derive(Clone, Copy)]
+pub struct BatchView<'a> {
+    header: BatchHeader,
+    body: &'a ArchivedBody,
+}
+
+impl<'a> BatchView<'a> {
+    /// Checks the batch at the start of `bytes` (header, CRC, archive structure) and
+    /// returns a view of it. `bytes` must start at a 16-byte aligned address.
+    pub fn new(bytes: &'a [u8]) -> Result<BatchView<'a>, BatchError> {
+        let header = check_batch(bytes)?;
+        Self::after_check(header, bytes)
+    }
+
+    /// Builds the view of a batch whose header and CRC were already checked.
+    pub fn after_check(header: BatchHeader, bytes: &'a [u8]) -> Result<BatchView<'a>, BatchError> {
+        let body = &bytes[HEADER_BYTES..HEADER_BYTES + header.body_len as usize];
+        let body = rkyv::access::<ArchivedBody, rancor::Error>(body)
+            .map_err(|e| BatchError::Body(e.to_string()))?;
+        if body.records.len() != header.record_count as usize {
+            return Err(BatchError::Body(format!(
+                "header says {} records, body holds {}",
+                header.record_count,
+                body.records.len()
+            )));
+        }
+        Ok(BatchView { header, body })
+    }
+
+    /// The batch header.
+    #[must_use]
+    pub fn header(&self) -> &BatchHeader {
+        &self.header
+    }
+
+    /// Records in the batch.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.body.records.len()
+    }
+
+    /// True if compaction removed every record (such batches are not stored).
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The records, in offset order, read in place.
+    pub fn records(self) -> impl ExactSizeIterator<Item = RecordView<'a>> + use<'a> {
+        let base = self.header.base_offset;
+        self.body.records.get().iter().map(move |r| RecordView::new(base, r))
+    }
+}
+
+impl std::fmt::Debug for BatchView<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BatchView").field("header", &self.header).finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Vec<Record<'static>> {
+        static HEADERS: [Header<'static>; 1] = [Header { key: "h", value: b"v" }];
+        vec![
+            Record::keyed(b"k1", b"hello", Timestamp(10)),
+            Record::unkeyed(b"", Timestamp(5)),
+            Record { key: Some(b"k3"), value: b"world", event_time: Timestamp(30), headers: &HEADERS },
+        ]
+    }
+
+    #[test]
+    fn round_trip_in_place() {
+        let mut enc = BatchEncoder::new();
+        let recs = sample();
+        let (bytes, header) = enc.encode(&recs, &BatchMeta::default(), Offset(100)).unwrap();
+        assert_eq!(bytes.len() % BATCH_ALIGN, 0);
+        assert_eq!(header.base_offset, Offset(100));
+        assert_eq!(header.last_offset(), Offset(102));
+        assert_eq!(header.first_event_time, Timestamp(5));
+        assert_eq!(header.max_event_time, Timestamp(30));
+        let copy: AlignedVec = {
+            let mut v = AlignedVec::new();
+            v.extend_from_slice(bytes);
+            v
+        };
+        let view = BatchView::new(&copy).unwrap();
+        let got: Vec<_> = view.records().collect();
+        assert_eq!(got.len(), 3);
+        for (i, (r, want)) in got.iter().zip(&recs).enumerate() {
+            assert_eq!(r.offset(), Offset(100 + i as u64));
+            assert_eq!(r.key(), want.key);
+            assert_eq!(r.value(), want.value);
+            assert_eq!(r.event_time(), want.event_time);
+            assert_eq!(r.headers().collect::<Vec<_>>(), want.headers.to_vec());
+        }
+    }
+
+    #[test]
+    fn every_flipped_bit_is_caught() {
+        let mut enc = BatchEncoder::new();
+        let (bytes, header) = enc.encode(&sample(), &BatchMeta::default(), Offset(7)).unwrap();
+        let used = HEADER_BYTES + header.body_len as usize;
+        for byte in 0..used {
+            for bit in 0..8 {
+                let mut v = AlignedVec::<16>::new();
+                v.extend_from_slice(bytes);
+                v[byte] ^= 1 << bit;
+                assert!(BatchView::new(&v).is_err(), "flip at byte {byte} bit {bit} not caught");
+            }
+        }
+    }
+
+    #[test]
+    fn truncated_and_zero_are_typed() {
+        let mut enc = BatchEncoder::new();
+        let (bytes, _) = enc.encode(&sample(), &BatchMeta::default(), Offset(0)).unwrap();
+        let mut v = AlignedVec::<16>::new();
+        v.extend_from_slice(&bytes[..bytes.len() - 20]);
+        assert!(matches!(check_batch(&v), Err(BatchError::Truncated { .. })));
+        assert_eq!(check_batch(&[0u8; 64]), Err(BatchError::Header(HeaderError::Zero)));
+        assert!(matches!(check_batch(&[1u8; 10]), Err(BatchError::Header(HeaderError::Short))));
+    }
+
+    #[test]
+    fn empty_batch_is_refused() {
+        let mut enc = BatchEncoder::new();
+        assert_eq!(enc.encode(&[], &BatchMeta::default(), Offset(0)).unwrap_err(), EncodeError::Empty);
+    }
+}

@@ -1,0 +1,232 @@
+//! The write-behind appender of the active segment.
+//!
+//! Appended bytes are copied into an aligned DMA buffer; a full buffer is submitted to
+//! io_uring at once and the next one is filled while it is in flight (up to
+//! `write_behind` buffers in flight). A flush submits the partly filled buffer padded
+//! with zeros to the direct-I/O alignment and carries its last, partial block over to a
+//! fresh buffer, so the next write rewrites that block with more data in it.
+//!
+//! Invariant: two writes that cover the same block are never in flight together; a
+//! buffer that starts inside a block an earlier partial write covered waits for that
+//! write to complete before it is submitted (io_uring does not order writes).
+
+use std::cell::RefCell;
+use std::collections::BTreeSet;
+use std::future::poll_fn;
+use std::io;
+use std::rc::Rc;
+use std::task::{Poll, Waker};
+
+use crate::storage::{DmaBuffer, StorageFile};
+
+/// Completion state shared with the in-flight write tasks.
+#[derive(Debug, Default)]
+struct Tracker {
+    /// Every write with a sequence number below this has completed.
+    done_below: u64,
+    /// Completed writes at or above `done_below` (completions arrive out of order).
+    done_ahead: BTreeSet<u64>,
+    /// Writes submitted and not completed.
+    inflight: usize,
+    /// The first write error, if any; the appender is unusable after one.
+    error: Option<(Option<i32>, io::ErrorKind, String)>,
+    waiters: Vec<Waker>,
+}
+
+impl Tracker {
+    fn complete(&mut self, seq: u64, result: io::Result<()>) {
+        if let Err(e) = result {
+            if self.error.is_none() {
+                self.error = Some((e.raw_os_error(), e.kind(), e.to_string()));
+            }
+        }
+        self.inflight -= 1;
+        self.done_ahead.insert(seq);
+        while self.done_ahead.remove(&self.done_below) {
+            self.done_below += 1;
+        }
+        for w in self.waiters.drain(..) {
+            w.wake();
+        }
+    }
+
+    fn error(&self) -> Option<io::Error> {
+        self.error.as_ref().map(|(raw, kind, msg)| match raw {
+            Some(code) => io::Error::from_raw_os_error(*code),
+            None => io::Error::new(*kind, msg.clone()),
+        })
+    }
+}
+
+/// A point in the write stream to wait for: every write submitted before it completed.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct FlushTicket {
+    seq: u64,
+}
+
+/// The active segment's writer.
+#[derive(Debug)]
+pub(crate) struct Appender<F: StorageFile> {
+    file: Rc<F>,
+    align: usize,
+    buf_bytes: usize,
+    write_behind: usize,
+    cur: Option<DmaBuffer>,
+    cur_pos: u64,
+    cur_len: usize,
+    cur_wait_below: u64,
+    submitted_end: u64,
+    next_seq: u64,
+    tracker: Rc<RefCell<Tracker>>,
+}
+
+impl<F: StorageFile> Appender<F> {
+    /// An appender that continues the file at `end`. `tail` holds the file's bytes from
+    /// the aligned block start before `end` up to `end` (empty when `end` is aligned).
+    pub(crate) fn new(file: Rc<F>, end: u64, tail: &[u8], buf_bytes: usize, write_behind: usize) -> Self {
+        let align = file.alignment() as usize;
+        let buf_bytes = buf_bytes.max(align).next_multiple_of(align);
+        let cur_pos = end - end % align as u64;
+        assert_eq!(tail.len() as u64, end - cur_pos, "the tail is the partial block before end");
+        let mut cur = file.alloc_buffer(buf_bytes);
+        cur.as_bytes_mut()[..tail.len()].copy_from_slice(tail);
+        Appender {
+            file,
+            align,
+            buf_bytes,
+            write_behind: write_behind.max(1),
+            cur: Some(cur),
+            cur_pos,
+            cur_len: tail.len(),
+            cur_wait_below: 0,
+            submitted_end: end,
+            next_seq: 0,
+            tracker: Rc::default(),
+        }
+    }
+
+    /// The logical end of the data appended so far.
+    pub(crate) fn end(&self) -> u64 {
+        self.cur_pos + self.cur_len as u64
+    }
+
+    /// The first write error, if any.
+    pub(crate) fn error(&self) -> Option<io::Error> {
+        self.tracker.borrow().error()
+    }
+
+    /// Copies `data` into the write-behind buffers, submitting each buffer that fills.
+    pub(crate) fn append(&mut self, mut data: &[u8]) {
+        while !data.is_empty() {
+            let room = self.buf_bytes - self.cur_len;
+            let n = room.min(data.len());
+            let cur = self.cur.as_mut().expect("the appender always holds a buffer");
+            cur.as_bytes_mut()[self.cur_len..self.cur_len + n].copy_from_slice(&data[..n]);
+            self.cur_len += n;
+            data = &data[n..];
+            if self.cur_len == self.buf_bytes {
+                self.submit(false);
+            }
+        }
+    }
+
+    /// Submits everything appended so far (the last block padded) and returns the ticket
+    /// to wait on. Cheap when nothing new was appended.
+    pub(crate) fn start_flush(&mut self) -> FlushTicket {
+        if self.end() > self.submitted_end {
+            self.submit(true);
+        }
+        FlushTicket { seq: self.next_seq }
+    }
+
+    /// A handle to wait on tickets without borrowing the appender.
+    pub(crate) fn handle(&self) -> TrackerHandle {
+        TrackerHandle(self.tracker.clone())
+    }
+
+    /// Waits until fewer than `write_behind` writes are in flight.
+    pub(crate) fn room(&self) -> impl Future<Output = ()> + use<F> {
+        let tracker = self.tracker.clone();
+        let limit = self.write_behind;
+        poll_fn(move |cx| {
+            let mut t = tracker.borrow_mut();
+            if t.inflight < limit || t.error.is_some() {
+                Poll::Ready(())
+            } else {
+                t.waiters.push(cx.waker().clone());
+                Poll::Pending
+            }
+        })
+    }
+
+    fn submit(&mut self, partial: bool) {
+        let mut buf = self.cur.take().expect("the appender always holds a buffer");
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let pos = self.cur_pos;
+        let wait_below = self.cur_wait_below;
+        let len = self.cur_len;
+        let mut next = self.file.alloc_buffer(self.buf_bytes);
+        if partial {
+            let padded = len.next_multiple_of(self.align);
+            buf.as_bytes_mut()[len..padded].fill(0);
+            buf.trim_to_size(padded);
+            let tail_start = len - len % self.align;
+            next.as_bytes_mut()[..len - tail_start].copy_from_slice(&buf.as_bytes()[tail_start..len]);
+            self.cur_pos += tail_start as u64;
+            self.cur_len = len - tail_start;
+            // The next write rewrites the partial block: it must not overtake this one.
+            self.cur_wait_below = if self.cur_len > 0 { seq + 1 } else { 0 };
+        } else {
+            self.cur_pos += len as u64;
+            self.cur_len = 0;
+            self.cur_wait_below = 0;
+        }
+        self.cur = Some(next);
+        self.submitted_end = pos + len as u64;
+        self.tracker.borrow_mut().inflight += 1;
+        let file = self.file.clone();
+        let tracker = self.tracker.clone();
+        glommio::spawn_local(async move {
+            if wait_below > 0 {
+                wait_done(&tracker, wait_below).await;
+            }
+            let want = buf.len();
+            let result = match file.write_at(buf, pos).await {
+                Ok(n) if n == want => Ok(()),
+                Ok(n) => Err(io::Error::new(io::ErrorKind::WriteZero, format!("short write: {n} of {want} bytes"))),
+                Err(e) => Err(e),
+            };
+            tracker.borrow_mut().complete(seq, result);
+        })
+        .detach();
+    }
+}
+
+/// A clonable handle on an appender's write tracker.
+#[derive(Clone, Debug)]
+pub(crate) struct TrackerHandle(Rc<RefCell<Tracker>>);
+
+impl TrackerHandle {
+    /// Waits until every write before `ticket` completed; fails if any write failed.
+    pub(crate) async fn wait(&self, ticket: FlushTicket) -> io::Result<()> {
+        wait_done(&self.0, ticket.seq).await;
+        match self.0.borrow().error() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+async fn wait_done(tracker: &Rc<RefCell<Tracker>>, below: u64) {
+    poll_fn(|cx| {
+        let mut t = tracker.borrow_mut();
+        if t.done_below >= below || t.error.is_some() {
+            Poll::Ready(())
+        } else {
+            t.waiters.push(cx.waker().clone());
+            Poll::Pending
+        }
+    })
+    .await;
+}

@@ -1,0 +1,184 @@
+//! A fault-injecting backend for tests: it wraps the real io_uring backend and, on
+//! command, tears a write at a chosen byte, fails an fsync, or reports a full disk.
+//! Faults are injected around real disk I/O, so what survives a fault is what the disk
+//! really holds.
+
+use std::cell::RefCell;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use super::uring::{UringFile, UringStorage};
+use super::{DmaBuffer, ReadResult, Storage, StorageFile};
+
+/// What to inject. Shared by every file the storage opens; change it at any time.
+#[derive(Debug, Default)]
+pub struct FaultPlan {
+    /// Tear the write that crosses this many bytes written (counted over all files since
+    /// the plan was made): bytes before it reach the disk, bytes after it are replaced by
+    /// `tear_fill`, and from then on the storage behaves as crashed (every write and sync
+    /// fails), as if the process died mid-write.
+    pub tear_at_byte: Option<u64>,
+    /// The byte written past a tear point (0 for a clean cut, anything else for garbage).
+    pub tear_fill: u8,
+    /// Fail this many of the next syncs (EIO).
+    pub fail_syncs: u32,
+    /// Writes that would take the total past this many bytes fail with ENOSPC.
+    pub space_bytes: Option<u64>,
+    /// Bytes written so far through this plan.
+    pub bytes_written: u64,
+    /// Syncs that succeeded.
+    pub syncs: u64,
+    /// Set once a tear happened.
+    pub crashed: bool,
+}
+
+/// The real backend with faults injected per a shared [`FaultPlan`].
+#[derive(Clone, Debug, Default)]
+pub struct FaultyStorage {
+    inner: UringStorage,
+    plan: Rc<RefCell<FaultPlan>>,
+}
+
+impl FaultyStorage {
+    /// A faulty storage with no faults planned yet.
+    #[must_use]
+    pub fn new() -> FaultyStorage {
+        FaultyStorage::default()
+    }
+
+    /// The plan, to change what is injected.
+    #[must_use]
+    pub fn plan(&self) -> &Rc<RefCell<FaultPlan>> {
+        &self.plan
+    }
+
+    fn check_crashed(&self) -> io::Result<()> {
+        if self.plan.borrow().crashed {
+            return Err(io::Error::other("simulated crash: storage is gone"));
+        }
+        Ok(())
+    }
+}
+
+impl Storage for FaultyStorage {
+    type File = FaultyFile;
+
+    async fn open(&self, path: &Path, create: bool) -> io::Result<FaultyFile> {
+        self.check_crashed()?;
+        let inner = self.inner.open(path, create).await?;
+        Ok(FaultyFile { inner, storage: self.clone() })
+    }
+
+    async fn remove(&self, path: &Path) -> io::Result<()> {
+        self.check_crashed()?;
+        self.inner.remove(path).await
+    }
+
+    async fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.check_crashed()?;
+        self.inner.rename(from, to).await
+    }
+
+    async fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        self.check_crashed()?;
+        self.inner.sync_dir(dir).await
+    }
+
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        self.check_crashed()?;
+        self.inner.create_dir_all(dir)
+    }
+
+    fn list_dir(&self, dir: &Path) -> io::Result<Vec<PathBuf>> {
+        self.inner.list_dir(dir)
+    }
+}
+
+/// A real file whose writes and syncs pass through the fault plan.
+#[derive(Debug)]
+pub struct FaultyFile {
+    inner: UringFile,
+    storage: FaultyStorage,
+}
+
+impl StorageFile for FaultyFile {
+    fn alignment(&self) -> u64 {
+        self.inner.alignment()
+    }
+
+    fn alloc_buffer(&self, len: usize) -> DmaBuffer {
+        self.inner.alloc_buffer(len)
+    }
+
+    async fn write_at(&self, mut buf: DmaBuffer, pos: u64) -> io::Result<usize> {
+        self.storage.check_crashed()?;
+        let len = buf.len() as u64;
+        let torn = {
+            let mut plan = self.storage.plan.borrow_mut();
+            if let Some(space) = plan.space_bytes {
+                if plan.bytes_written + len > space {
+                    return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+                }
+            }
+            let start = plan.bytes_written;
+            plan.bytes_written += len;
+            match plan.tear_at_byte {
+                Some(at) if at < start + len => {
+                    plan.crashed = true;
+                    let keep = at.saturating_sub(start) as usize;
+                    let fill = plan.tear_fill;
+                    buf.as_bytes_mut()[keep..].fill(fill);
+                    true
+                }
+                _ => false,
+            }
+        };
+        let written = self.inner.write_at(buf, pos).await?;
+        if torn {
+            return Err(io::Error::other("simulated crash during write"));
+        }
+        Ok(written)
+    }
+
+    async fn read_at(&self, pos: u64, len: usize) -> io::Result<ReadResult> {
+        self.inner.read_at(pos, len).await
+    }
+
+    async fn sync(&self) -> io::Result<()> {
+        self.storage.check_crashed()?;
+        {
+            let mut plan = self.storage.plan.borrow_mut();
+            if plan.fail_syncs > 0 {
+                plan.fail_syncs -= 1;
+                return Err(io::Error::from_raw_os_error(libc::EIO));
+            }
+        }
+        self.inner.sync().await?;
+        self.storage.plan.borrow_mut().syncs += 1;
+        Ok(())
+    }
+
+    async fn allocate(&self, len: u64) -> io::Result<()> {
+        self.storage.check_crashed()?;
+        if let Some(space) = self.storage.plan.borrow().space_bytes {
+            if len > space {
+                return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+            }
+        }
+        self.inner.allocate(len).await
+    }
+
+    async fn truncate(&self, len: u64) -> io::Result<()> {
+        self.storage.check_crashed()?;
+        self.inner.truncate(len).await
+    }
+
+    async fn size(&self) -> io::Result<u64> {
+        self.inner.size().await
+    }
+
+    fn path(&self) -> &Path {
+        self.inner.path()
+    }
+}

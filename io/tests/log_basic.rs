@@ -1,0 +1,127 @@
+//! Basic behaviour of the partition log on the real disk: append, read in place, roll,
+//! reopen, seek by time, retention.
+
+mod common;
+
+use sluice_io::{FsyncPolicy, Log, LogConfig, LogError, Offset, Record, Timestamp, UringStorage};
+
+fn value(i: u64) -> Vec<u8> {
+    format!("value-{i:06}").into_bytes()
+}
+
+async fn append_n(log: &Log, from: u64, n: u64, per_batch: u64) {
+    let mut i = from;
+    while i < from + n {
+        let vals: Vec<Vec<u8>> = (i..(i + per_batch).min(from + n)).map(value).collect();
+        let keys: Vec<Vec<u8>> = (i..(i + per_batch).min(from + n)).map(|k| format!("k{}", k % 7).into_bytes()).collect();
+        let recs: Vec<Record<'_>> = vals
+            .iter()
+            .zip(&keys)
+            .enumerate()
+            .map(|(j, (v, k))| Record::keyed(k, v, Timestamp(1000 + (i + j as u64) as i64 * 10)))
+            .collect();
+        let info = log.append(&recs).await.unwrap();
+        assert_eq!(info.base_offset, Offset(i));
+        i += recs.len() as u64;
+    }
+}
+
+async fn read_all(log: &Log, from: Offset) -> Vec<(u64, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut at = from;
+    loop {
+        let batches = log.read(at, 64 << 10).await.unwrap();
+        if batches.is_empty() {
+            return out;
+        }
+        for r in batches.records() {
+            let r = r.unwrap();
+            out.push((r.offset().0, r.value().to_vec()));
+        }
+        at = batches.next_offset();
+    }
+}
+
+#[test]
+fn append_read_roll_reopen() {
+    let dir = common::temp_dir("basic");
+    common::run(move || async move {
+        let config = LogConfig { segment_bytes_max: 64 << 10, fsync: FsyncPolicy::Always, ..LogConfig::default() };
+        let (log, report) = Log::open(UringStorage, &dir, config.clone()).await.unwrap();
+        assert_eq!(report.segments, 0);
+        append_n(&log, 0, 3000, 50).await;
+        assert!(log.segment_count() > 3, "rolled by size: {}", log.segment_count());
+        let all = read_all(&log, Offset(0)).await;
+        assert_eq!(all.len(), 3000);
+        for (i, (off, v)) in all.iter().enumerate() {
+            assert_eq!(*off, i as u64);
+            assert_eq!(v, &value(i as u64));
+        }
+        // Reads from the middle start at the asked offset.
+        let mid = read_all(&log, Offset(1234)).await;
+        assert_eq!(mid.first().unwrap().0, 1234);
+        assert_eq!(mid.len(), 3000 - 1234);
+        // Seek by time: record i has time 1000 + 10 i.
+        assert_eq!(log.offset_for_time(Timestamp(1000 + 10 * 777)).await.unwrap(), Some(Offset(777)));
+        assert_eq!(log.offset_for_time(Timestamp(1000 + 10 * 777 - 5)).await.unwrap(), Some(Offset(777)));
+        assert_eq!(log.offset_for_time(Timestamp(0)).await.unwrap(), Some(Offset(0)));
+        assert_eq!(log.offset_for_time(Timestamp(10_000_000)).await.unwrap(), None);
+        assert!(matches!(log.read(Offset(3001), 100).await, Err(LogError::OffsetOutOfRange { .. })));
+        let segments = log.segment_count();
+        log.close().await.unwrap();
+        drop(log);
+
+        let (log, report) = Log::open(UringStorage, &dir, config.clone()).await.unwrap();
+        assert_eq!(report.segments, segments);
+        assert!(report.truncated.is_none(), "{report:?}");
+        assert!(report.rebuilt_indexes.is_empty(), "{report:?}");
+        assert_eq!(log.end_offset(), Offset(3000));
+        append_n(&log, 3000, 500, 100).await;
+        assert_eq!(read_all(&log, Offset(2900)).await.len(), 600);
+
+        // Indexes deleted: rebuilt on open, same answers.
+        log.close().await.unwrap();
+        drop(log);
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "index") {
+                std::fs::remove_file(p).unwrap();
+            }
+        }
+        let (log, report) = Log::open(UringStorage, &dir, config).await.unwrap();
+        assert_eq!(report.rebuilt_indexes.len(), segments - 1);
+        assert_eq!(read_all(&log, Offset(0)).await.len(), 3500);
+        assert_eq!(log.offset_for_time(Timestamp(1000 + 10 * 3333)).await.unwrap(), Some(Offset(3333)));
+    });
+}
+
+#[test]
+fn retention_by_size_and_time() {
+    let dir = common::temp_dir("retention");
+    common::run(move || async move {
+        let config = LogConfig {
+            segment_bytes_max: 16 << 10,
+            retention_bytes: Some(64 << 10),
+            retention_ms: Some(1_000_000),
+            fsync: FsyncPolicy::Never,
+            ..LogConfig::default()
+        };
+        let (log, _) = Log::open(UringStorage, &dir, config).await.unwrap();
+        append_n(&log, 0, 4000, 40).await;
+        let before = log.size_bytes();
+        let report = log.apply_retention(Timestamp(0)).await.unwrap();
+        assert!(report.segments_deleted > 0);
+        assert!(log.size_bytes() >= 64 << 10 || log.segment_count() == 1);
+        assert!(log.size_bytes() < before);
+        let start = log.start_offset();
+        assert_eq!(report.log_start, start);
+        assert!(matches!(log.read(Offset(0), 100).await, Err(LogError::OffsetOutOfRange { .. })));
+        let rest = read_all(&log, start).await;
+        assert_eq!(rest.len() as u64, 4000 - start.0);
+        // By time: everything closed is older than now - 1000 s when now is far ahead.
+        let report = log.apply_retention(Timestamp(10_000_000_000)).await.unwrap();
+        assert!(report.segments_deleted > 0);
+        assert_eq!(log.segment_count(), 1);
+        assert_eq!(log.start_offset(), log.segment_bases()[0]);
+    });
+}
