@@ -12,6 +12,7 @@
 //!
 //! Everything here is `!Send` by design: a log lives on the executor that opened it.
 
+pub mod compaction;
 pub mod config;
 pub mod error;
 pub mod log;
@@ -27,3 +28,4 @@ pub use log::{AppendInfo, Log, RecoveryReport, RetentionReport, Truncation};
 pub use record::{BatchMeta, BatchView, Header, Record, RecordView};
 pub use segment::ReadBatches;
 pub use storage::{FaultPlan, FaultyStorage, Storage, UringStorage};
+pub use compaction::CompactionReport;

@@ -125,3 +125,47 @@ fn retention_by_size_and_time() {
         assert_eq!(log.start_offset(), log.segment_bases()[0]);
     });
 }
+
+#[test]
+fn compaction_keeps_latest_per_key_and_offsets() {
+    let dir = common::temp_dir("compact");
+    common::run(move || async move {
+        let config = LogConfig {
+            segment_bytes_max: 8 << 10,
+            cleanup: sluice_io::CleanupPolicy::Compact,
+            delete_retention_ms: 1000,
+            fsync: FsyncPolicy::Never,
+            ..LogConfig::default()
+        };
+        let (log, _) = Log::open(UringStorage, &dir, config.clone()).await.unwrap();
+        // 600 records over 7 keys; then a tombstone for key k3.
+        append_n(&log, 0, 600, 20).await;
+        log.append(&[Record::keyed(b"k3", b"", Timestamp(50_000))]).await.unwrap();
+        append_n(&log, 601, 200, 20).await;
+        log.roll().await.unwrap();
+        let before = read_all(&log, Offset(0)).await;
+        let report = log.compact(Timestamp(0)).await.unwrap();
+        assert!(report.segments_rewritten > 0, "{report:?}");
+        assert!(report.bytes_after < report.bytes_before);
+        let after = read_all(&log, Offset(0)).await;
+        // Expected: for each key, the last record in the closed segments; offsets kept.
+        let keys: Vec<Vec<u8>> = (0..801u64).map(|i| if i == 600 { b"k3".to_vec() } else { format!("k{}", i % 7).into_bytes() }).collect();
+        let mut last = std::collections::HashMap::new();
+        for (i, k) in keys.iter().enumerate() {
+            last.insert(k.clone(), i as u64);
+        }
+        let expect: Vec<_> = before.iter().filter(|(off, _)| last[&keys[*off as usize]] == *off).cloned().collect();
+        assert_eq!(after, expect);
+        // The tombstone is young (now = 0): still there. Later, it is dropped.
+        assert!(after.iter().any(|(o, v)| *o == 600 && v.is_empty()) || last[&b"k3".to_vec()] != 600);
+        // Reopen: the compacted segments and their indexes are valid.
+        drop(log);
+        let (log, report) = Log::open(UringStorage, &dir, config).await.unwrap();
+        assert!(report.truncated.is_none() && report.rebuilt_indexes.is_empty(), "{report:?}");
+        assert_eq!(read_all(&log, Offset(0)).await, after);
+        // Reading from an offset in a gap starts at the next kept record.
+        let gap = (1..800u64).find(|o| !after.iter().any(|(x, _)| x == o)).unwrap();
+        let from_gap = read_all(&log, Offset(gap)).await;
+        assert!(from_gap.first().unwrap().0 > gap);
+    });
+}

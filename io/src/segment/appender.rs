@@ -144,6 +144,11 @@ impl<F: StorageFile> Appender<F> {
         TrackerHandle(self.tracker.clone())
     }
 
+    /// How many more writes may be submitted before the write-behind limit.
+    pub(crate) fn room_now(&self) -> usize {
+        self.write_behind.saturating_sub(self.tracker.borrow().inflight)
+    }
+
     /// Waits until fewer than `write_behind` writes are in flight.
     pub(crate) fn room(&self) -> impl Future<Output = ()> + use<F> {
         let tracker = self.tracker.clone();

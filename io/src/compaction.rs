@@ -1,0 +1,234 @@
+//! Log compaction: keep the latest record per key in closed segments (Kafka's
+//! `cleanup.policy=compact`), and drop tombstones (a key with an empty value) once they
+//! are older than `delete_retention_ms`.
+//!
+//! Offsets are preserved: a rewritten batch keeps its base offset and last offset delta,
+//! and each record keeps its offset delta, so readers see gaps, never renumbering. The
+//! active segment is neither compacted nor counted (as in Kafka, a key superseded only
+//! by the active segment is kept until that segment closes).
+//!
+//! Crash safety: a segment is rewritten into `.cleaned` files, synced, and then renamed
+//! over the original (the log file first, its indexes after; an index that still
+//! describes the old file is detected by its recorded size and rebuilt). Leftover
+//! `.cleaned` files are deleted on open.
+
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use crate::config::CleanupPolicy;
+use crate::error::{LogError, Result};
+use crate::log::{Log, write_index};
+use crate::record::{BatchEncoder, BatchMeta, Header, Record};
+use crate::segment::appender::Appender;
+use crate::segment::{ReadBatches, SegmentFacts, SegmentIndex, SegmentPaths, read_batches};
+use crate::storage::{Storage, StorageFile};
+use crate::types::{Offset, Timestamp};
+
+/// What a compaction pass did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CompactionReport {
+    /// Closed segments rewritten.
+    pub segments_rewritten: usize,
+    /// Records removed because a later record has the same key.
+    pub records_superseded: u64,
+    /// Tombstones removed because they outlived `delete_retention_ms`.
+    pub tombstones_removed: u64,
+    /// Bytes of the rewritten segments before the pass.
+    pub bytes_before: u64,
+    /// Bytes of the rewritten segments after the pass.
+    pub bytes_after: u64,
+}
+
+const READ_CHUNK_BYTES: usize = 1 << 20;
+
+struct ClosedRef<F> {
+    base: Offset,
+    file: Rc<F>,
+    paths: SegmentPaths,
+    facts: SegmentFacts,
+}
+
+/// Reads every batch of a closed segment, chunk by chunk, handing each chunk to `f`.
+async fn for_each_chunk<F: StorageFile>(seg: &ClosedRef<F>, mut f: impl FnMut(&ReadBatches) -> Result<()>) -> Result<()> {
+    let mut pos = 0;
+    while pos < seg.facts.size {
+        let batches = read_batches(&*seg.file, &seg.paths.log, seg.base, pos, seg.facts.size, READ_CHUNK_BYTES, 0).await?;
+        if batches.is_empty() {
+            break;
+        }
+        f(&batches)?;
+        pos = batches.end_pos();
+    }
+    Ok(())
+}
+
+impl<S: Storage> Log<S> {
+    /// Compacts the closed segments. `now` decides which tombstones have outlived
+    /// `delete_retention_ms` (compared with their segment's newest event time).
+    pub async fn compact(&self, now: Timestamp) -> Result<CompactionReport> {
+        let config = &self.inner.config;
+        if config.cleanup != CleanupPolicy::Compact {
+            return Err(LogError::InvalidConfig(format!("{} is not a compacted log", self.dir().display())));
+        }
+        let closed: Vec<ClosedRef<S::File>> = {
+            let st = self.inner.state.borrow();
+            st.closed
+                .iter()
+                .map(|s| ClosedRef { base: s.base, file: s.file.clone(), paths: s.paths.clone(), facts: s.facts() })
+                .collect()
+        };
+        // Pass 1: the latest offset of every key.
+        let mut latest: HashMap<Vec<u8>, Offset> = HashMap::new();
+        for seg in &closed {
+            for_each_chunk(seg, |batches| {
+                for r in batches.records() {
+                    let r = r?;
+                    if let Some(k) = r.key() {
+                        match latest.get_mut(k) {
+                            Some(o) => *o = r.offset(),
+                            None => {
+                                latest.insert(k.to_vec(), r.offset());
+                            }
+                        }
+                    }
+                }
+                Ok(())
+            })
+            .await?;
+        }
+        // Pass 2: rewrite each segment that loses records.
+        let mut report = CompactionReport::default();
+        let tombstone_horizon = now.0.saturating_sub(config.delete_retention_ms as i64);
+        for seg in &closed {
+            let expired = seg.facts.max_time.0 < tombstone_horizon;
+            let keep = |key: Option<&[u8]>, value: &[u8], offset: Offset| match key {
+                None => (true, false),
+                Some(k) if latest.get(k) != Some(&offset) => (false, false),
+                Some(_) if value.is_empty() && expired => (false, true),
+                Some(_) => (true, false),
+            };
+            let mut superseded = 0u64;
+            let mut tombstones = 0u64;
+            for_each_chunk(seg, |batches| {
+                for r in batches.records() {
+                    let r = r?;
+                    match keep(r.key(), r.value(), r.offset()) {
+                        (true, _) => {}
+                        (false, true) => tombstones += 1,
+                        (false, false) => superseded += 1,
+                    }
+                }
+                Ok(())
+            })
+            .await?;
+            if superseded + tombstones == 0 {
+                continue;
+            }
+            let cleaned = seg.paths.cleaned();
+            let index = self.write_cleaned(seg, &cleaned, keep).await?;
+            if self.swap_in(seg, &cleaned, index).await? {
+                report.segments_rewritten += 1;
+                report.records_superseded += superseded;
+                report.tombstones_removed += tombstones;
+                report.bytes_before += seg.facts.size;
+                report.bytes_after += self.inner.state.borrow().closed.iter().find(|s| s.base == seg.base).map_or(0, |s| s.facts().size);
+            }
+        }
+        Ok(report)
+    }
+
+    /// Writes the records `keep` retains into the `.cleaned` files, durably.
+    async fn write_cleaned(
+        &self,
+        seg: &ClosedRef<S::File>,
+        cleaned: &SegmentPaths,
+        keep: impl Fn(Option<&[u8]>, &[u8], Offset) -> (bool, bool),
+    ) -> Result<SegmentIndex> {
+        let storage = &self.inner.storage;
+        let config = &self.inner.config;
+        let io = |op| move |e| LogError::io(op, &cleaned.log, e);
+        let file = Rc::new(storage.open(&cleaned.log, true).await.map_err(io("create"))?);
+        file.truncate(0).await.map_err(io("truncate"))?;
+        let mut appender = Appender::new(file.clone(), 0, &[], config.write_buffer_bytes, config.write_behind_buffers);
+        let mut index = SegmentIndex::new(seg.base, config.index_interval_bytes);
+        let mut encoder = BatchEncoder::new();
+        let mut pos = 0;
+        while pos < seg.facts.size {
+            let batches = read_batches(&*seg.file, &seg.paths.log, seg.base, pos, seg.facts.size, READ_CHUNK_BYTES, 0).await?;
+            if batches.is_empty() {
+                break;
+            }
+            for batch in batches.batches() {
+                let batch = batch?;
+                let h = *batch.header();
+                let kept: Vec<_> = batch.records().filter(|r| keep(r.key(), r.value(), r.offset()).0).collect();
+                if kept.is_empty() {
+                    continue;
+                }
+                let headers: Vec<Vec<Header<'_>>> = kept.iter().map(|r| r.headers().collect()).collect();
+                let records: Vec<Record<'_>> = kept
+                    .iter()
+                    .zip(&headers)
+                    .map(|(r, hs)| Record { key: r.key(), value: r.value(), event_time: r.event_time(), headers: hs })
+                    .collect();
+                let deltas: Vec<u32> = kept.iter().map(|r| (r.offset().0 - h.base_offset.0) as u32).collect();
+                let meta = BatchMeta {
+                    attributes: h.attributes,
+                    producer_id: h.producer_id,
+                    producer_epoch: h.producer_epoch,
+                    base_sequence: h.base_sequence,
+                };
+                let (bytes, header) = encoder
+                    .encode_span(&records, &deltas, Some(h.last_offset_delta), &meta, h.base_offset)
+                    .map_err(|e| LogError::InvalidConfig(format!("re-encoding a compacted batch: {e:?}")))?;
+                index.add_batch(appender.end(), &header);
+                appender.append(bytes);
+                if appender.room_now() == 0 {
+                    appender.room().await;
+                }
+            }
+            pos = batches.end_pos();
+        }
+        let ticket = appender.start_flush();
+        appender.handle().wait(ticket).await.map_err(io("write"))?;
+        file.truncate(index.facts().size).await.map_err(io("truncate"))?;
+        file.sync().await.map_err(|e| LogError::SyncFailed { path: cleaned.log.clone(), source: e })?;
+        write_index(storage, cleaned, &index).await?;
+        Ok(index)
+    }
+
+    /// Renames the cleaned files over the segment's and swaps it in, unless retention
+    /// deleted the segment meanwhile. Returns whether it was swapped.
+    async fn swap_in(&self, seg: &ClosedRef<S::File>, cleaned: &SegmentPaths, index: SegmentIndex) -> Result<bool> {
+        let storage = &self.inner.storage;
+        let _permit = self
+            .inner
+            .roll_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|_| LogError::Closed { path: self.dir().to_path_buf() })?;
+        let present = self.inner.state.borrow().closed.iter().any(|s| s.base == seg.base && Rc::ptr_eq(&s.file, &seg.file));
+        if !present {
+            for p in [&cleaned.log, &cleaned.index, &cleaned.time_index] {
+                storage.remove(p).await.map_err(|e| LogError::io("remove", p, e))?;
+            }
+            return Ok(false);
+        }
+        let rename = |from: &std::path::Path, to: &std::path::Path| {
+            let (from, to) = (from.to_path_buf(), to.to_path_buf());
+            async move { storage.rename(&from, &to).await.map_err(|e| LogError::io("rename", &from, e)) }
+        };
+        rename(&cleaned.log, &seg.paths.log).await?;
+        rename(&cleaned.index, &seg.paths.index).await?;
+        rename(&cleaned.time_index, &seg.paths.time_index).await?;
+        let dir = self.dir().to_path_buf();
+        storage.sync_dir(&dir).await.map_err(|e| LogError::io("fsync directory", &dir, e))?;
+        let file = Rc::new(storage.open(&seg.paths.log, false).await.map_err(|e| LogError::io("open", &seg.paths.log, e))?);
+        let mut st = self.inner.state.borrow_mut();
+        if let Some(s) = st.closed.iter_mut().find(|s| s.base == seg.base) {
+            s.file = file;
+            s.index = index;
+        }
+        Ok(true)
+    }
+}
