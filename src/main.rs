@@ -91,7 +91,8 @@ async fn open(dir: &Path, config: LogConfig, must_exist: bool) -> Result<Log> {
     if must_exist && !dir.is_dir() {
         bail!("no such partition: {}", dir.display());
     }
-    let (log, report) = Log::open(UringStorage, dir, config).await.with_context(|| format!("opening {}", dir.display()))?;
+    let (log, report) =
+        Log::open(UringStorage, dir, config).await.with_context(|| format!("opening {}", dir.display()))?;
     if let Some(t) = &report.truncated {
         eprintln!("recovery cut {} at {}: {}", t.path.display(), t.pos, t.reason);
     }
@@ -160,7 +161,9 @@ fn consume(args: ConsumeArgs) -> Result<()> {
                 let ms: i64 = s[5..].parse().with_context(|| format!("bad time in --from {s}"))?;
                 log.offset_for_time(Timestamp(ms)).await?.unwrap_or(log.end_offset())
             }
-            s => Offset(s.parse().with_context(|| format!("--from {s}: expected earliest, latest, an offset or time:MS"))?),
+            s => Offset(
+                s.parse().with_context(|| format!("--from {s}: expected earliest, latest, an offset or time:MS"))?,
+            ),
         };
         let mut left = args.max.unwrap_or(u64::MAX);
         let mut out = std::io::stdout().lock();

@@ -28,7 +28,10 @@ fn produce_then_consume_round_trips() {
     let dir = data_dir("roundtrip");
     let d = dir.to_str().unwrap();
     let input: String = (0..250).map(|i| format!("key{}\tvalue {i}\n", i % 3)).collect();
-    let out = sluice(&["log", "produce", "--data-dir", d, "--topic", "orders", "--fsync", "interval:5", "--batch", "40"], &input);
+    let out = sluice(
+        &["log", "produce", "--data-dir", d, "--topic", "orders", "--fsync", "interval:5", "--batch", "40"],
+        &input,
+    );
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "appended offsets 0..=249");
 

@@ -29,7 +29,7 @@ pub const BASELINE_FILE_NAME: &str = "baseline.dat";
 /// Default size of each write: 1 MiB.
 pub const DEFAULT_CHUNK_BYTES: usize = 1 << 20;
 /// Writes kept in flight at once.
-pub const QUEUE_DEPTH: usize = 8;
+pub const QUEUE_DEPTH: usize = 4;
 /// Alignment of buffers, offsets and lengths. O_DIRECT needs the logical block size (512
 /// here); the page size is safe everywhere.
 const ALIGN: usize = 4096;
@@ -75,7 +75,7 @@ pub fn baseline_write(
 ) -> anyhow::Result<BaselineResult> {
     ensure!(total_bytes > 0, "baseline: nothing to write");
     ensure!(
-        chunk_bytes > 0 && chunk_bytes % ALIGN == 0 && u32::try_from(chunk_bytes).is_ok(),
+        chunk_bytes > 0 && chunk_bytes.is_multiple_of(ALIGN) && u32::try_from(chunk_bytes).is_ok(),
         "baseline: chunk size {chunk_bytes} is not a non-zero multiple of {ALIGN} below 4 GiB"
     );
     let total = total_bytes.next_multiple_of(ALIGN as u64);
@@ -138,11 +138,7 @@ pub fn baseline_write(
     drop(writer);
 
     let size = fs::metadata(&path)?.len();
-    ensure!(
-        size == total,
-        "baseline: {} is {size} bytes after writing {total}",
-        path.display()
-    );
+    ensure!(size == total, "baseline: {} is {size} bytes after writing {total}", path.display());
     Ok(BaselineResult {
         bytes: total,
         elapsed,
@@ -157,11 +153,7 @@ fn preallocate(file: &File, len: u64) -> io::Result<()> {
     // SAFETY: plain syscall on a file descriptor `file` keeps open for the whole call; no
     // memory is passed.
     let rc = unsafe { libc::fallocate(file.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, 0, len) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
 }
 
 /// A zero-initialised heap buffer aligned to [`ALIGN`], as O_DIRECT requires.
@@ -224,8 +216,8 @@ struct DirectWriter {
 impl DirectWriter {
     fn new(file: File, depth: usize, chunk_bytes: usize) -> io::Result<Self> {
         // Room for every write plus one fdatasync.
-        let entries = u32::try_from((depth + 1).next_power_of_two())
-            .map_err(|_| io::Error::other("queue depth too large"))?;
+        let entries =
+            u32::try_from((depth + 1).next_power_of_two()).map_err(|_| io::Error::other("queue depth too large"))?;
         let ring = IoUring::new(entries)?;
         let buffers = (0..depth)
             .map(|i| {
@@ -268,7 +260,7 @@ impl DirectWriter {
     fn queue_write(&mut self, offset: u64, len: usize) -> io::Result<()> {
         let idx = self.free.pop().expect("caller checks has_free_buffer");
         let buf = &self.buffers[idx];
-        assert!(len <= buf.layout.size() && len % ALIGN == 0, "bad write length {len}");
+        assert!(len <= buf.layout.size() && len.is_multiple_of(ALIGN), "bad write length {len}");
         let entry = opcode::Write::new(
             types::Fd(self.file.as_raw_fd()),
             buf.as_ptr(),
@@ -353,9 +345,7 @@ impl DirectWriter {
                 if result < 0 {
                     Some(os_error(result, &format!("write of {len} bytes at {offset}")))
                 } else if result as usize != len {
-                    Some(io::Error::other(format!(
-                        "short write at {offset}: {result} of {len} bytes"
-                    )))
+                    Some(io::Error::other(format!("short write at {offset}: {result} of {len} bytes")))
                 } else {
                     None
                 }

@@ -45,11 +45,7 @@ impl FromStr for FsyncArg {
                     return Err(ParseFsyncError::Unknown(s.to_owned()));
                 };
                 // `u64::from_str` also accepts a leading `+`; insist on plain digits.
-                let parsed = ms
-                    .bytes()
-                    .all(|b| b.is_ascii_digit())
-                    .then(|| ms.parse::<u64>().ok())
-                    .flatten();
+                let parsed = ms.bytes().all(|b| b.is_ascii_digit()).then(|| ms.parse::<u64>().ok()).flatten();
                 match parsed {
                     Some(0) => Err(ParseFsyncError::ZeroInterval),
                     Some(ms) => Ok(Self::IntervalMs(ms)),

@@ -6,10 +6,12 @@
 //! - [`Table`] (`table`): the aligned `name value unit` result table printed to stdout.
 //! - [`write_json`] (`json`): the machine-readable report behind `--json PATH`.
 //! - [`WorkDir`] (`workdir`): the directory a run writes into, temporary unless kept.
-//! - [`run_on_shards`] / [`ShardConfig`] (`shards`): one pinned glommio executor per shard.
+//! - [`run_on_shards`] / [`ShardConfig`] (`shards`): one pinned glommio executor per shard,
+//!   with io_uring settings that fit the locked-memory limit (`memlock`).
 
 mod json;
 mod latency;
+mod memlock;
 mod shards;
 mod table;
 mod workdir;

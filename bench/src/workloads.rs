@@ -6,6 +6,7 @@
 //! are left to the binary.
 
 pub mod log;
+pub mod log_shard;
 
 use std::{io, path::PathBuf};
 

@@ -49,10 +49,14 @@ struct ClosedRef<F> {
 }
 
 /// Reads every batch of a closed segment, chunk by chunk, handing each chunk to `f`.
-async fn for_each_chunk<F: StorageFile>(seg: &ClosedRef<F>, mut f: impl FnMut(&ReadBatches) -> Result<()>) -> Result<()> {
+async fn for_each_chunk<F: StorageFile>(
+    seg: &ClosedRef<F>,
+    mut f: impl FnMut(&ReadBatches) -> Result<()>,
+) -> Result<()> {
     let mut pos = 0;
     while pos < seg.facts.size {
-        let batches = read_batches(&*seg.file, &seg.paths.log, seg.base, pos, seg.facts.size, READ_CHUNK_BYTES, 0).await?;
+        let batches =
+            read_batches(&*seg.file, &seg.paths.log, seg.base, pos, seg.facts.size, READ_CHUNK_BYTES, 0).await?;
         if batches.is_empty() {
             break;
         }
@@ -131,7 +135,8 @@ impl<S: Storage> Log<S> {
                 report.records_superseded += superseded;
                 report.tombstones_removed += tombstones;
                 report.bytes_before += seg.facts.size;
-                report.bytes_after += self.inner.state.borrow().closed.iter().find(|s| s.base == seg.base).map_or(0, |s| s.facts().size);
+                report.bytes_after +=
+                    self.inner.state.borrow().closed.iter().find(|s| s.base == seg.base).map_or(0, |s| s.facts().size);
             }
         }
         Ok(report)
@@ -154,7 +159,8 @@ impl<S: Storage> Log<S> {
         let mut encoder = BatchEncoder::new();
         let mut pos = 0;
         while pos < seg.facts.size {
-            let batches = read_batches(&*seg.file, &seg.paths.log, seg.base, pos, seg.facts.size, READ_CHUNK_BYTES, 0).await?;
+            let batches =
+                read_batches(&*seg.file, &seg.paths.log, seg.base, pos, seg.facts.size, READ_CHUNK_BYTES, 0).await?;
             if batches.is_empty() {
                 break;
             }
@@ -207,7 +213,8 @@ impl<S: Storage> Log<S> {
             .acquire_permit(1)
             .await
             .map_err(|_| LogError::Closed { path: self.dir().to_path_buf() })?;
-        let present = self.inner.state.borrow().closed.iter().any(|s| s.base == seg.base && Rc::ptr_eq(&s.file, &seg.file));
+        let present =
+            self.inner.state.borrow().closed.iter().any(|s| s.base == seg.base && Rc::ptr_eq(&s.file, &seg.file));
         if !present {
             for p in [&cleaned.log, &cleaned.index, &cleaned.time_index] {
                 storage.remove(p).await.map_err(|e| LogError::io("remove", p, e))?;
@@ -223,7 +230,8 @@ impl<S: Storage> Log<S> {
         rename(&cleaned.time_index, &seg.paths.time_index).await?;
         let dir = self.dir().to_path_buf();
         storage.sync_dir(&dir).await.map_err(|e| LogError::io("fsync directory", &dir, e))?;
-        let file = Rc::new(storage.open(&seg.paths.log, false).await.map_err(|e| LogError::io("open", &seg.paths.log, e))?);
+        let file =
+            Rc::new(storage.open(&seg.paths.log, false).await.map_err(|e| LogError::io("open", &seg.paths.log, e))?);
         let mut st = self.inner.state.borrow_mut();
         if let Some(s) = st.closed.iter_mut().find(|s| s.base == seg.base) {
             s.file = file;

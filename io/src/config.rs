@@ -39,7 +39,8 @@ impl FromStr for FsyncPolicy {
             "always" => Ok(FsyncPolicy::Always),
             "never" => Ok(FsyncPolicy::Never),
             _ => {
-                let bad = || LogError::InvalidConfig(format!("fsync policy {s:?}: expected always, never or interval:MS"));
+                let bad =
+                    || LogError::InvalidConfig(format!("fsync policy {s:?}: expected always, never or interval:MS"));
                 let ms = s.strip_prefix("interval:").ok_or_else(bad)?;
                 let ms: u64 = ms.parse().map_err(|_| bad())?;
                 if ms == 0 {

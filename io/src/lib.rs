@@ -21,11 +21,11 @@ pub mod segment;
 pub mod storage;
 pub mod types;
 
-pub use error::{LogError, Result};
-pub use types::{EventTime, FilePos, Offset, PartitionId, ProducerId, Timestamp};
+pub use compaction::CompactionReport;
 pub use config::{CleanupPolicy, FsyncPolicy, LogConfig, RecoveryMode};
+pub use error::{LogError, Result};
 pub use log::{AppendInfo, Log, RecoveryReport, RetentionReport, Truncation};
 pub use record::{BatchMeta, BatchView, Header, Record, RecordView};
 pub use segment::ReadBatches;
 pub use storage::{FaultPlan, FaultyStorage, Storage, UringStorage};
-pub use compaction::CompactionReport;
+pub use types::{EventTime, FilePos, Offset, PartitionId, ProducerId, Timestamp};

@@ -239,7 +239,8 @@ impl<S: Storage> Log<S> {
         } else {
             Vec::new()
         };
-        let appender = Appender::new(file.clone(), facts.size, &tail, config.write_buffer_bytes, config.write_behind_buffers);
+        let appender =
+            Appender::new(file.clone(), facts.size, &tail, config.write_buffer_bytes, config.write_behind_buffers);
         let start_offset = closed.first().map_or(active_base, |s| s.base);
         let next_offset = facts.next_offset;
         let state = State {
@@ -256,7 +257,13 @@ impl<S: Storage> Log<S> {
             encoder: BatchEncoder::new(),
             waiters: Vec::new(),
         };
-        let inner = Rc::new(Inner { storage, dir, config, state: RefCell::new(state), roll_lock: glommio::sync::Semaphore::new(1) });
+        let inner = Rc::new(Inner {
+            storage,
+            dir,
+            config,
+            state: RefCell::new(state),
+            roll_lock: glommio::sync::Semaphore::new(1),
+        });
         if let FsyncPolicy::Interval(every) = inner.config.fsync {
             spawn_interval_flusher(Rc::downgrade(&inner), every);
         }
@@ -330,10 +337,15 @@ impl<S: Storage> Log<S> {
                 self.check_writable(st)?;
                 let (bytes, header) = st.encoder.encode(records, meta, st.next_offset).map_err(|e| match e {
                     EncodeError::Empty => LogError::EmptyBatch,
-                    EncodeError::TooLarge(bytes) => LogError::BatchTooLarge { bytes, limit: self.inner.config.max_batch_bytes },
+                    EncodeError::TooLarge(bytes) => {
+                        LogError::BatchTooLarge { bytes, limit: self.inner.config.max_batch_bytes }
+                    }
                 })?;
                 if bytes.len() > self.inner.config.max_batch_bytes {
-                    return Err(LogError::BatchTooLarge { bytes: bytes.len(), limit: self.inner.config.max_batch_bytes });
+                    return Err(LogError::BatchTooLarge {
+                        bytes: bytes.len(),
+                        limit: self.inner.config.max_batch_bytes,
+                    });
                 }
                 if !st.rolling && !self.should_roll(&st.active, bytes.len()) {
                     let pos = st.appender.end();
@@ -411,7 +423,14 @@ impl<S: Storage> Log<S> {
             let st = &mut *inner.state.borrow_mut();
             self.check_writable(st)?;
             let ticket = st.appender.start_flush();
-            (ticket, st.appender.handle(), st.active.file.clone(), st.active.facts(), st.active.paths.clone(), st.active.index.clone())
+            (
+                ticket,
+                st.appender.handle(),
+                st.active.file.clone(),
+                st.active.facts(),
+                st.active.paths.clone(),
+                st.active.index.clone(),
+            )
         };
         handle.wait(ticket).await.map_err(|e| LogError::io("write", &paths.log, e))?;
         file.truncate(facts.size).await.map_err(|e| LogError::io("truncate", &paths.log, e))?;
@@ -422,7 +441,8 @@ impl<S: Storage> Log<S> {
         inner.storage.sync_dir(&inner.dir).await.map_err(|e| LogError::io("fsync directory", &inner.dir, e))?;
         let st = &mut *inner.state.borrow_mut();
         debug_assert_eq!(st.next_offset, facts.next_offset, "no append lands while rolling");
-        let appender = Appender::new(new_file.clone(), 0, &[], inner.config.write_buffer_bytes, inner.config.write_behind_buffers);
+        let appender =
+            Appender::new(new_file.clone(), 0, &[], inner.config.write_buffer_bytes, inner.config.write_behind_buffers);
         let new = Segment {
             base: facts.next_offset,
             file: new_file,
@@ -484,7 +504,13 @@ impl<S: Storage> Log<S> {
     async fn sync_now(&self) -> Result<Offset> {
         let (ticket, handle, file, upto, path) = {
             let st = &mut *self.inner.state.borrow_mut();
-            (st.appender.start_flush(), st.appender.handle(), st.active.file.clone(), st.next_offset, st.active.paths.log.clone())
+            (
+                st.appender.start_flush(),
+                st.appender.handle(),
+                st.active.file.clone(),
+                st.next_offset,
+                st.active.paths.log.clone(),
+            )
         };
         handle.wait(ticket).await.map_err(|e| LogError::io("write", &path, e))?;
         file.sync().await.map_err(|e| LogError::SyncFailed { path, source: e })?;
@@ -500,7 +526,11 @@ impl<S: Storage> Log<S> {
             let (file, path, start_pos, end_pos, next_base, flush) = {
                 let st = &mut *self.inner.state.borrow_mut();
                 if at < st.start_offset || at > st.next_offset {
-                    return Err(LogError::OffsetOutOfRange { requested: at, start: st.start_offset, end: st.next_offset });
+                    return Err(LogError::OffsetOutOfRange {
+                        requested: at,
+                        start: st.start_offset,
+                        end: st.next_offset,
+                    });
                 }
                 if at == st.next_offset {
                     return Ok(ReadBatches::empty(at));
@@ -514,7 +544,14 @@ impl<S: Storage> Log<S> {
                     let next = st.closed.get(i).map_or(st.active.base, |s| s.base);
                     (seg, Some(next), None)
                 };
-                (seg.file.clone(), seg.paths.log.clone(), seg.index.lookup_offset(at), seg.facts().size, next_base, flush)
+                (
+                    seg.file.clone(),
+                    seg.paths.log.clone(),
+                    seg.index.lookup_offset(at),
+                    seg.facts().size,
+                    next_base,
+                    flush,
+                )
             };
             if let Some((handle, ticket)) = flush {
                 handle.wait(ticket).await.map_err(|e| LogError::io("write", &path, e))?;
@@ -538,7 +575,16 @@ impl<S: Storage> Log<S> {
             let st = self.inner.state.borrow();
             st.segments()
                 .filter(|s| s.facts().max_time >= time)
-                .map(|s| (s.file.clone(), s.paths.log.clone(), s.base, s.index.lookup_time(time), s.facts().size, s.base == st.active.base))
+                .map(|s| {
+                    (
+                        s.file.clone(),
+                        s.paths.log.clone(),
+                        s.base,
+                        s.index.lookup_time(time),
+                        s.facts().size,
+                        s.base == st.active.base,
+                    )
+                })
                 .collect()
         };
         for (file, path, base, start_pos, end_pos, is_active) in candidates {
@@ -557,10 +603,10 @@ impl<S: Storage> Log<S> {
                 }
                 for batch in batches.batches() {
                     let batch = batch?;
-                    if batch.header().max_event_time >= time {
-                        if let Some(r) = batch.records().find(|r| r.event_time() >= time) {
-                            return Ok(Some(r.offset()));
-                        }
+                    if batch.header().max_event_time >= time
+                        && let Some(r) = batch.records().find(|r| r.event_time() >= time)
+                    {
+                        return Ok(Some(r.offset()));
                     }
                 }
                 pos = batches.end_pos();
@@ -580,7 +626,8 @@ impl<S: Storage> Log<S> {
             let mut n = 0;
             for seg in &st.closed {
                 let size = seg.facts().size;
-                let by_time = config.retention_ms.is_some_and(|ms| seg.facts().max_time.0 < now.0.saturating_sub(ms as i64));
+                let by_time =
+                    config.retention_ms.is_some_and(|ms| seg.facts().max_time.0 < now.0.saturating_sub(ms as i64));
                 let by_size = config.retention_bytes.is_some_and(|max| total - size >= max);
                 if !(by_time || by_size) {
                     break;
@@ -592,7 +639,8 @@ impl<S: Storage> Log<S> {
             st.start_offset = st.closed.first().map_or(st.active.base, |s| s.base);
             gone.into_iter().map(|s| s.paths).collect()
         };
-        let mut report = RetentionReport { segments_deleted: removed.len(), bytes_deleted: 0, log_start: self.start_offset() };
+        let mut report =
+            RetentionReport { segments_deleted: removed.len(), bytes_deleted: 0, log_start: self.start_offset() };
         for paths in &removed {
             report.bytes_deleted += std::fs::metadata(&paths.log).map(|m| m.len()).unwrap_or(0);
             remove_segment_files(&self.inner.storage, paths).await?;
@@ -612,7 +660,12 @@ impl<S: Storage> Log<S> {
     }
 }
 
-async fn load_index<S: Storage>(storage: &S, paths: &SegmentPaths, base: Offset, size: u64) -> Result<Option<SegmentIndex>> {
+async fn load_index<S: Storage>(
+    storage: &S,
+    paths: &SegmentPaths,
+    base: Offset,
+    size: u64,
+) -> Result<Option<SegmentIndex>> {
     let (Some(offsets), Some(times)) =
         (read_small_file(storage, &paths.index).await?, read_small_file(storage, &paths.time_index).await?)
     else {
@@ -630,6 +683,8 @@ async fn open_segment_file<S: Storage>(storage: &S, paths: &SegmentPaths, config
     let file = storage.open(&paths.log, true).await.map_err(|e| LogError::io("create", &paths.log, e))?;
     if config.preallocate {
         file.allocate(config.segment_bytes_max).await.map_err(|e| LogError::io("fallocate", &paths.log, e))?;
+        // Commit the allocation now, so that the first sync of an append does not pay for it.
+        file.sync().await.map_err(|e| LogError::SyncFailed { path: paths.log.clone(), source: e })?;
     }
     Ok(file)
 }

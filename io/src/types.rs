@@ -40,9 +40,7 @@ impl Timestamp {
     /// The wall clock now, in milliseconds since the epoch.
     #[must_use]
     pub fn now() -> Timestamp {
-        let d = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
+        let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         Timestamp(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
     }
 

@@ -13,7 +13,8 @@ async fn append_n(log: &Log, from: u64, n: u64, per_batch: u64) {
     let mut i = from;
     while i < from + n {
         let vals: Vec<Vec<u8>> = (i..(i + per_batch).min(from + n)).map(value).collect();
-        let keys: Vec<Vec<u8>> = (i..(i + per_batch).min(from + n)).map(|k| format!("k{}", k % 7).into_bytes()).collect();
+        let keys: Vec<Vec<u8>> =
+            (i..(i + per_batch).min(from + n)).map(|k| format!("k{}", k % 7).into_bytes()).collect();
         let recs: Vec<Record<'_>> = vals
             .iter()
             .zip(&keys)
@@ -149,7 +150,8 @@ fn compaction_keeps_latest_per_key_and_offsets() {
         assert!(report.bytes_after < report.bytes_before);
         let after = read_all(&log, Offset(0)).await;
         // Expected: for each key, the last record in the closed segments; offsets kept.
-        let keys: Vec<Vec<u8>> = (0..801u64).map(|i| if i == 600 { b"k3".to_vec() } else { format!("k{}", i % 7).into_bytes() }).collect();
+        let keys: Vec<Vec<u8>> =
+            (0..801u64).map(|i| if i == 600 { b"k3".to_vec() } else { format!("k{}", i % 7).into_bytes() }).collect();
         let mut last = std::collections::HashMap::new();
         for (i, k) in keys.iter().enumerate() {
             last.insert(k.clone(), i as u64);

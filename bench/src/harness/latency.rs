@@ -11,8 +11,8 @@ const SIGNIFICANT_DIGITS: u8 = 3;
 /// Records operation latencies in microseconds.
 ///
 /// Wraps an auto-resizing `hdrhistogram::Histogram<u64>` with 3 significant digits, so any
-/// duration can be recorded; durations under 1 us count as 0 and anything beyond
-/// `u64::MAX` us saturates. Recorders from several shards combine with [`merge`](Self::merge).
+/// duration can be recorded; durations under 1 us count as 0 and values too large to
+/// track saturate. Recorders from several shards combine with [`merge`](Self::merge).
 #[derive(Debug, Clone)]
 pub struct LatencyRecorder {
     histogram: Histogram<u64>,
@@ -36,22 +36,23 @@ pub struct LatencySummary {
 impl LatencyRecorder {
     /// An empty recorder.
     pub fn new() -> Self {
-        let histogram =
-            Histogram::new(SIGNIFICANT_DIGITS).expect("3 significant digits is within 0..=5");
+        let histogram = Histogram::new(SIGNIFICANT_DIGITS).expect("3 significant digits is within 0..=5");
         Self { histogram }
     }
 
     /// Records one operation that took `latency`.
     pub fn record(&mut self, latency: Duration) {
         let micros = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
-        self.histogram.saturating_record(micros);
+        // `record` grows the histogram as needed (`saturating_record` would clamp to the
+        // current range instead); it only fails if growing is impossible.
+        if self.histogram.record(micros).is_err() {
+            self.histogram.saturating_record(micros);
+        }
     }
 
     /// Adds every value recorded by `other`.
     pub fn merge(&mut self, other: &Self) {
-        self.histogram
-            .add(&other.histogram)
-            .expect("auto-resizing histograms with equal precision always add");
+        self.histogram.add(&other.histogram).expect("auto-resizing histograms with equal precision always add");
     }
 
     /// Number of recorded values.

@@ -31,20 +31,13 @@ impl Table {
 
     /// An empty table whose first printed line is `title`.
     pub fn titled(title: impl Into<String>) -> Self {
-        Self {
-            title: Some(title.into()),
-            rows: Vec::new(),
-        }
+        Self { title: Some(title.into()), rows: Vec::new() }
     }
 
     /// Appends a row. `value` is printed with its `Display` impl, so format numbers (e.g.
     /// `format!("{x:.1}")`) before passing them; `unit` may be empty.
     pub fn row(&mut self, name: impl Into<String>, value: impl Display, unit: impl Into<String>) {
-        self.rows.push(Row {
-            name: name.into(),
-            value: value.to_string(),
-            unit: unit.into(),
-        });
+        self.rows.push(Row { name: name.into(), value: value.to_string(), unit: unit.into() });
     }
 
     /// Prints the table to stdout.
@@ -58,13 +51,7 @@ impl Display for Table {
         if let Some(title) = &self.title {
             writeln!(f, "{title}")?;
         }
-        let width = |cell: fn(&Row) -> &str| {
-            self.rows
-                .iter()
-                .map(|r| cell(r).chars().count())
-                .max()
-                .unwrap_or(0)
-        };
+        let width = |cell: fn(&Row) -> &str| self.rows.iter().map(|r| cell(r).chars().count()).max().unwrap_or(0);
         let name_w = width(|r| &r.name);
         let value_w = width(|r| &r.value);
         for Row { name, value, unit } in &self.rows {

@@ -32,18 +32,13 @@ impl WorkDir {
         let pid = process::id();
         // Only makes names from different runs of the same pid unlikely to collide;
         // `create_dir` below is what guarantees a fresh directory.
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
+        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
         loop {
             let n = NEXT.fetch_add(1, Ordering::Relaxed);
             let path = Path::new(TEMP_ROOT).join(format!("{prefix}-{pid}-{nanos:09}-{n}"));
             match fs::create_dir(&path) {
                 Ok(()) => {
-                    return Ok(Self {
-                        path,
-                        remove_on_drop: !keep,
-                    });
+                    return Ok(Self { path, remove_on_drop: !keep });
                 }
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
                 Err(e) => return Err(e),
@@ -55,10 +50,7 @@ impl WorkDir {
     pub fn at(path: impl Into<PathBuf>) -> io::Result<Self> {
         let path = path.into();
         fs::create_dir_all(&path)?;
-        Ok(Self {
-            path,
-            remove_on_drop: false,
-        })
+        Ok(Self { path, remove_on_drop: false })
     }
 
     /// The directory.

@@ -1,8 +1,8 @@
 //! `sluice-bench log`: append and read throughput and append latency of the partition log,
 //! set against the [`baseline`](crate::baseline) write speed of the same disk.
 //!
-//! For now only the baseline runs; the log measurements are wired in against the
-//! `sluice-io` log API and stay zero until then.
+//! Each shard appends its share of the records to its own partition log, then reads them
+//! back in place ([`log_shard`](super::log_shard)); the baseline writes the same bytes raw.
 
 use std::{fs, path::Path};
 
@@ -13,7 +13,8 @@ use serde::Serialize;
 use crate::{
     baseline::{self, BaselineResult},
     fsync::FsyncArg,
-    harness::{LatencySummary, Table},
+    harness::{LatencyRecorder, LatencySummary, Table, run_on_shards},
+    workloads::log_shard::{ShardPlan, run_shard},
 };
 
 use super::CommonArgs;
@@ -37,6 +38,10 @@ pub struct LogArgs {
     #[arg(long, default_value_t = 1000, value_name = "N",
           value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
     pub batch_records: usize,
+    /// Append calls in flight per shard (appends waiting together share an fsync)
+    #[arg(long, default_value_t = 4, value_name = "N",
+          value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
+    pub inflight: usize,
     /// When appends are synced: `always`, `interval:MS` or `never`
     #[arg(long, default_value = "interval:5", value_name = "POLICY")]
     pub fsync: FsyncArg,
@@ -92,11 +97,32 @@ pub fn run(args: &LogArgs) -> anyhow::Result<LogReport> {
 
     let baseline = run_baseline(args, work_dir.path())?;
 
-    // wired in by the log workload: append/read throughput and append latency.
-    let append_bytes_per_sec = 0.0;
-    let append_records_per_sec = 0.0;
-    let read_records_per_sec = 0.0;
-    let append_latency_us = LatencySummary::default();
+    let fsync: sluice_io::FsyncPolicy = args.fsync.to_string().parse().context("fsync policy")?;
+    let per_shard = args.records.div_ceil(args.shards as u64);
+    let plans: Vec<ShardPlan> = (0..args.shards)
+        .map(|shard| ShardPlan {
+            dir: work_dir.path().join(format!("shard-{shard}")),
+            records: per_shard.min(args.records - per_shard * shard as u64),
+            record_bytes: args.record_bytes,
+            batch_records: args.batch_records,
+            fsync,
+            inflight: args.inflight,
+        })
+        .collect();
+    let outcomes = run_on_shards(args.shards, move |shard| run_shard(plans[shard].clone()))?;
+    let appended: u64 = outcomes.iter().map(|o| o.appended).sum();
+    let read: u64 = outcomes.iter().map(|o| o.read).sum();
+    // Shards run at once: the slowest one bounds the run.
+    let append_secs = outcomes.iter().map(|o| o.append_time.as_secs_f64()).fold(0.0, f64::max);
+    let read_secs = outcomes.iter().map(|o| o.read_time.as_secs_f64()).fold(0.0, f64::max);
+    let mut latency = LatencyRecorder::new();
+    for o in &outcomes {
+        latency.merge(&o.latency);
+    }
+    let append_records_per_sec = appended as f64 / append_secs;
+    let append_bytes_per_sec = append_records_per_sec * args.record_bytes as f64;
+    let read_records_per_sec = read as f64 / read_secs;
+    let append_latency_us = latency.summary();
 
     Ok(LogReport {
         workload: "log",
@@ -125,8 +151,7 @@ fn run_baseline(args: &LogArgs, dir: &Path) -> anyhow::Result<BaselineResult> {
     )
     .context("baseline write")?;
     if !args.common.keep {
-        fs::remove_file(dir.join(baseline::BASELINE_FILE_NAME))
-            .context("removing the baseline file")?;
+        fs::remove_file(dir.join(baseline::BASELINE_FILE_NAME)).context("removing the baseline file")?;
     }
     Ok(result)
 }
@@ -139,21 +164,9 @@ impl LogReport {
             "log: {} shard{shard_s}, {} records x {} B, fsync {}",
             self.shards, self.records, self.record_bytes, self.fsync
         ));
-        table.row(
-            "append throughput",
-            format!("{:.1}", self.append_bytes_per_sec / 1e6),
-            "MB/s",
-        );
-        table.row(
-            "append throughput",
-            format!("{:.0}", self.append_records_per_sec),
-            "records/s",
-        );
-        table.row(
-            "read throughput",
-            format!("{:.0}", self.read_records_per_sec),
-            "records/s",
-        );
+        table.row("append throughput", format!("{:.1}", self.append_bytes_per_sec / 1e6), "MB/s");
+        table.row("append throughput", format!("{:.0}", self.append_records_per_sec), "records/s");
+        table.row("read throughput", format!("{:.0}", self.read_records_per_sec), "records/s");
         let lat = &self.append_latency_us;
         for (name, value) in [
             ("append latency p50", lat.p50),
@@ -163,18 +176,11 @@ impl LogReport {
         ] {
             table.row(name, value, "us");
         }
-        table.row(
-            "baseline write",
-            format!("{:.1}", self.baseline_write_bytes_per_sec / 1e6),
-            "MB/s",
-        );
+        table.row("baseline write", format!("{:.1}", self.baseline_write_bytes_per_sec / 1e6), "MB/s");
         if self.baseline_write_bytes_per_sec > 0.0 {
             table.row(
                 "append / baseline",
-                format!(
-                    "{:.1}",
-                    100.0 * self.append_bytes_per_sec / self.baseline_write_bytes_per_sec
-                ),
+                format!("{:.1}", 100.0 * self.append_bytes_per_sec / self.baseline_write_bytes_per_sec),
                 "%",
             );
         }

@@ -10,8 +10,7 @@ mod header;
 
 pub use body::{ArchivedBody, ArchivedRecord, Header, Record, RecordView, WireBody, WireRecord};
 pub use header::{
-    Attributes, BATCH_ALIGN, BatchHeader, HEADER_BYTES, HeaderError, MAGIC, VERSION, batch_crc,
-    stored_len,
+    Attributes, BATCH_ALIGN, BatchHeader, HEADER_BYTES, HeaderError, MAGIC, VERSION, batch_crc, stored_len,
 };
 
 use rkyv::rancor;
@@ -233,8 +232,7 @@ impl<'a> BatchView<'a> {
     /// Builds the view of a batch whose header and CRC were already checked.
     pub fn after_check(header: BatchHeader, bytes: &'a [u8]) -> Result<BatchView<'a>, BatchError> {
         let body = &bytes[HEADER_BYTES..HEADER_BYTES + header.body_len as usize];
-        let body = rkyv::access::<ArchivedBody, rancor::Error>(body)
-            .map_err(|e| BatchError::Body(e.to_string()))?;
+        let body = rkyv::access::<ArchivedBody, rancor::Error>(body).map_err(|e| BatchError::Body(e.to_string()))?;
         if body.records.len() != header.record_count as usize {
             return Err(BatchError::Body(format!(
                 "header says {} records, body holds {}",

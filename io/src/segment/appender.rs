@@ -35,10 +35,10 @@ struct Tracker {
 
 impl Tracker {
     fn complete(&mut self, seq: u64, result: io::Result<()>) {
-        if let Err(e) = result {
-            if self.error.is_none() {
-                self.error = Some((e.raw_os_error(), e.kind(), e.to_string()));
-            }
+        if let Err(e) = result
+            && self.error.is_none()
+        {
+            self.error = Some((e.raw_os_error(), e.kind(), e.to_string()));
         }
         self.inflight -= 1;
         self.done_ahead.insert(seq);

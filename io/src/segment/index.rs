@@ -169,10 +169,7 @@ impl SegmentIndex {
             return Err(format!("index is for base offset {}, segment is {base}", head.base));
         }
         if head.facts.size != segment_size {
-            return Err(format!(
-                "index describes {} bytes, segment holds {segment_size}",
-                head.facts.size
-            ));
+            return Err(format!("index describes {} bytes, segment holds {segment_size}", head.facts.size));
         }
         let mut index = SegmentIndex::new(base, head.interval_bytes);
         index.facts = head.facts;
@@ -190,8 +187,9 @@ impl SegmentIndex {
         let end_rel = index.facts.next_offset.0.saturating_sub(base.0);
         let offsets_ok = index.offsets.windows(2).all(|w| w[0].rel_offset < w[1].rel_offset && w[0].pos < w[1].pos)
             && index.offsets.iter().all(|e| u64::from(e.pos) < size && u64::from(e.rel_offset) < end_rel);
-        let times_ok = index.times.windows(2).all(|w| w[0].max_time_before < w[1].max_time_before && w[0].pos < w[1].pos)
-            && index.times.iter().all(|e| u64::from(e.pos) < size);
+        let times_ok =
+            index.times.windows(2).all(|w| w[0].max_time_before < w[1].max_time_before && w[0].pos < w[1].pos)
+                && index.times.iter().all(|e| u64::from(e.pos) < size);
         if !offsets_ok || !times_ok {
             return Err("index entries are out of order or out of range".into());
         }

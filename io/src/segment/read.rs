@@ -26,7 +26,12 @@ pub(crate) struct ScanOutcome {
 }
 
 /// Scans a segment from its start, checking every batch, up to `file_len` bytes.
-pub(crate) async fn scan<F: StorageFile>(file: &F, base: Offset, interval_bytes: u32, file_len: u64) -> Result<ScanOutcome> {
+pub(crate) async fn scan<F: StorageFile>(
+    file: &F,
+    base: Offset,
+    interval_bytes: u32,
+    file_len: u64,
+) -> Result<ScanOutcome> {
     let mut index = SegmentIndex::new(base, interval_bytes);
     let mut pos = 0u64;
     let path = file.path().to_path_buf();
@@ -186,7 +191,8 @@ pub(crate) async fn read_batches<F: StorageFile>(
 ) -> Result<ReadBatches> {
     let mut pos = start_pos;
     let corrupt = |at: u64, reason: String| LogError::Corrupt { path: path.to_path_buf(), pos: FilePos(at), reason };
-    let read = |at: u64, len: usize| async move { file.read_at(at, len).await.map_err(|e| LogError::io("read", path, e)) };
+    let read =
+        |at: u64, len: usize| async move { file.read_at(at, len).await.map_err(|e| LogError::io("read", path, e)) };
     while pos < end_pos {
         let want = ((end_pos - pos) as usize).min(max_bytes.saturating_add(lookahead_bytes).max(HEADER_BYTES));
         let mut buf = read(pos, want).await?;
@@ -229,7 +235,14 @@ pub(crate) async fn read_batches<F: StorageFile>(
             at += len;
         }
         if !batches.is_empty() {
-            return Ok(ReadBatches { buf: Some(buf), batches, from: offset, next, path: path.to_path_buf(), file_pos: pos });
+            return Ok(ReadBatches {
+                buf: Some(buf),
+                batches,
+                from: offset,
+                next,
+                path: path.to_path_buf(),
+                file_pos: pos,
+            });
         }
         pos += at as u64;
     }

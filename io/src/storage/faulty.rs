@@ -116,10 +116,8 @@ impl StorageFile for FaultyFile {
         let len = buf.len() as u64;
         let torn = {
             let mut plan = self.storage.plan.borrow_mut();
-            if let Some(space) = plan.space_bytes {
-                if plan.bytes_written + len > space {
-                    return Err(io::Error::from_raw_os_error(libc::ENOSPC));
-                }
+            if plan.space_bytes.is_some_and(|space| plan.bytes_written + len > space) {
+                return Err(io::Error::from_raw_os_error(libc::ENOSPC));
             }
             let start = plan.bytes_written;
             plan.bytes_written += len;
@@ -161,10 +159,8 @@ impl StorageFile for FaultyFile {
 
     async fn allocate(&self, len: u64) -> io::Result<()> {
         self.storage.check_crashed()?;
-        if let Some(space) = self.storage.plan.borrow().space_bytes {
-            if len > space {
-                return Err(io::Error::from_raw_os_error(libc::ENOSPC));
-            }
+        if self.storage.plan.borrow().space_bytes.is_some_and(|space| len > space) {
+            return Err(io::Error::from_raw_os_error(libc::ENOSPC));
         }
         self.inner.allocate(len).await
     }

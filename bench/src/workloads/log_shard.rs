@@ -1,0 +1,105 @@
+//! What one shard does in `sluice-bench log`: append `records` records to its own
+//! partition log with `inflight` appenders in flight (so group commit has company), then
+//! read them all back in place, checking every batch's CRC on the way.
+
+use std::cell::{Cell, RefCell};
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use sluice_io::{FsyncPolicy, Log, LogConfig, Offset, Record, Timestamp, UringStorage};
+
+use crate::harness::LatencyRecorder;
+
+/// One shard's measurements.
+#[derive(Debug)]
+pub struct ShardOutcome {
+    /// Records appended.
+    pub appended: u64,
+    /// Time from the first append call to the last acknowledgement and a final flush.
+    pub append_time: Duration,
+    /// Records read back.
+    pub read: u64,
+    /// Time to read them all.
+    pub read_time: Duration,
+    /// Latency of each append call, call to acknowledgement.
+    pub latency: LatencyRecorder,
+}
+
+/// The shard's work, given its own directory.
+#[derive(Clone, Debug)]
+pub struct ShardPlan {
+    /// The partition directory.
+    pub dir: PathBuf,
+    /// Records to append.
+    pub records: u64,
+    /// Value bytes per record.
+    pub record_bytes: usize,
+    /// Records per append call.
+    pub batch_records: usize,
+    /// Durability policy.
+    pub fsync: FsyncPolicy,
+    /// Append calls in flight at once.
+    pub inflight: usize,
+}
+
+/// Runs the plan on the current executor.
+pub async fn run_shard(plan: ShardPlan) -> anyhow::Result<ShardOutcome> {
+    let config = LogConfig { fsync: plan.fsync, ..LogConfig::default() };
+    let (log, _) = Log::open(UringStorage, &plan.dir, config).await.context("opening the shard's log")?;
+    let value: Rc<Vec<u8>> = Rc::new((0..plan.record_bytes).map(|i| (i % 251) as u8).collect());
+    let calls = plan.records.div_ceil(plan.batch_records as u64);
+    let next_call = Rc::new(Cell::new(0u64));
+    let latency = Rc::new(RefCell::new(LatencyRecorder::new()));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..plan.inflight.max(1) {
+        let (log, value, next_call, latency) = (log.clone(), value.clone(), next_call.clone(), latency.clone());
+        let plan = plan.clone();
+        tasks.push(glommio::spawn_local(async move {
+            loop {
+                let call = next_call.get();
+                if call >= calls {
+                    return Ok::<_, anyhow::Error>(());
+                }
+                next_call.set(call + 1);
+                let first = call * plan.batch_records as u64;
+                let n = (plan.records - first).min(plan.batch_records as u64);
+                let now = Timestamp::now();
+                let records: Vec<Record<'_>> = (0..n).map(|_| Record::unkeyed(&value, now)).collect();
+                let t = Instant::now();
+                log.append(&records).await.context("append")?;
+                latency.borrow_mut().record(t.elapsed());
+            }
+        }));
+    }
+    for task in tasks {
+        task.await?;
+    }
+    log.flush().await.context("final flush")?;
+    let append_time = start.elapsed();
+    let appended = log.end_offset().0;
+
+    let start = Instant::now();
+    let mut at = Offset(0);
+    let mut read = 0u64;
+    let mut bytes = 0usize;
+    loop {
+        let batches = log.read(at, 4 << 20).await.context("read")?;
+        if batches.is_empty() {
+            break;
+        }
+        for record in batches.records() {
+            bytes += record?.value().len();
+            read += 1;
+        }
+        at = batches.next_offset();
+    }
+    let read_time = start.elapsed();
+    anyhow::ensure!(read == appended, "read back {read} records of {appended}");
+    anyhow::ensure!(bytes == read as usize * plan.record_bytes, "read back the wrong bytes");
+    log.close().await.context("close")?;
+    let latency = Rc::try_unwrap(latency).map_err(|_| anyhow::anyhow!("appenders still running"))?.into_inner();
+    Ok(ShardOutcome { appended, append_time, read, read_time, latency })
+}
