@@ -189,9 +189,7 @@ impl<S: Storage> Log<S> {
                     .map_err(|e| LogError::InvalidConfig(format!("re-encoding a compacted batch: {e:?}")))?;
                 index.add_batch(appender.end(), &header);
                 appender.append(bytes);
-                if appender.room_now() == 0 {
-                    appender.room().await;
-                }
+                appender.handle().wait(appender.room_ticket()).await.map_err(io("write"))?;
             }
             pos = batches.end_pos();
         }

@@ -21,7 +21,7 @@ use std::time::Instant;
 use crate::config::{FsyncPolicy, LogConfig, RecoveryMode};
 use crate::error::{LogError, Result};
 use crate::record::{BatchEncoder, BatchMeta, EncodeError, Record};
-use crate::segment::appender::Appender;
+use crate::segment::appender::{Appender, FlushTicket, TrackerHandle};
 use crate::segment::{
     ReadBatches, Segment, SegmentIndex, SegmentPaths, read_batches, read_small_file, scan, write_small_file,
 };
@@ -226,7 +226,14 @@ impl<S: Storage> Log<S> {
         }
         // What recovery found on the device is now made durable before it is served.
         file.sync().await.map_err(|e| LogError::SyncFailed { path: paths.log.clone(), source: e })?;
-        if was_cut || report.truncated.is_some() {
+        let created = report.segments == 0;
+        if created {
+            // A new log: make the partition directory's own entry durable too.
+            if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+                storage.sync_dir(parent).await.map_err(|e| LogError::io("fsync directory", parent, e))?;
+            }
+        }
+        if was_cut || created || report.truncated.is_some() {
             storage.sync_dir(&dir).await.map_err(|e| LogError::io("fsync directory", &dir, e))?;
         }
         let align = file.alignment();
@@ -329,8 +336,6 @@ impl<S: Storage> Log<S> {
         if records.is_empty() {
             return Err(LogError::EmptyBatch);
         }
-        let room = self.inner.state.borrow().appender.room();
-        room.await;
         let info = loop {
             let stored_len = {
                 let st = &mut *self.inner.state.borrow_mut();
@@ -367,6 +372,14 @@ impl<S: Storage> Log<S> {
         };
         if self.inner.config.fsync == FsyncPolicy::Always {
             self.sync_to(info.last_offset.plus(1)).await?;
+        } else {
+            // Backpressure: wait until at most `write_behind_buffers` writes submitted
+            // before this append are still in flight.
+            let (handle, ticket) = {
+                let st = self.inner.state.borrow();
+                (st.appender.handle(), st.appender.room_ticket())
+            };
+            handle.wait(ticket).await.map_err(|e| LogError::io("write", self.inner.dir.clone(), e))?;
         }
         Ok(info)
     }
@@ -537,8 +550,7 @@ impl<S: Storage> Log<S> {
                 }
                 let i = st.closed.partition_point(|s| s.base <= at);
                 let (seg, next_base, flush) = if i == st.closed.len() && st.active.base <= at {
-                    let ticket = st.appender.start_flush();
-                    (&st.active, None, Some((st.appender.handle(), ticket)))
+                    (&st.active, None, flush_unless_failed(&mut st.appender))
                 } else {
                     let seg = &st.closed[i.saturating_sub(1)];
                     let next = st.closed.get(i).map_or(st.active.base, |s| s.base);
@@ -588,11 +600,8 @@ impl<S: Storage> Log<S> {
                 .collect()
         };
         for (file, path, base, start_pos, end_pos, is_active) in candidates {
-            if is_active {
-                let (handle, ticket) = {
-                    let st = &mut *self.inner.state.borrow_mut();
-                    (st.appender.handle(), st.appender.start_flush())
-                };
+            let flush = if is_active { flush_unless_failed(&mut self.inner.state.borrow_mut().appender) } else { None };
+            if let Some((handle, ticket)) = flush {
                 handle.wait(ticket).await.map_err(|e| LogError::io("write", &path, e))?;
             }
             let mut pos = start_pos;
@@ -658,6 +667,18 @@ impl<S: Storage> Log<S> {
         self.inner.state.borrow_mut().is_closed = true;
         Ok(())
     }
+}
+
+/// Starts a flush of the active segment so a read sees every append, unless a write has
+/// already failed: then no flush can complete, while everything acknowledged is on disk
+/// already and stays readable (what was never written reads as the end of the data or as
+/// damage, never as records).
+fn flush_unless_failed<F: StorageFile>(appender: &mut Appender<F>) -> Option<(TrackerHandle, FlushTicket)> {
+    if appender.error().is_some() {
+        return None;
+    }
+    let ticket = appender.start_flush();
+    Some((appender.handle(), ticket))
 }
 
 async fn load_index<S: Storage>(

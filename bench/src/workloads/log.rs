@@ -95,8 +95,6 @@ pub fn run(args: &LogArgs) -> anyhow::Result<LogReport> {
         eprintln!("keeping data in {}", work_dir.path().display());
     }
 
-    let baseline = run_baseline(args, work_dir.path())?;
-
     let fsync: sluice_io::FsyncPolicy = args.fsync.to_string().parse().context("fsync policy")?;
     let per_shard = args.records.div_ceil(args.shards as u64);
     let plans: Vec<ShardPlan> = (0..args.shards)
@@ -123,6 +121,7 @@ pub fn run(args: &LogArgs) -> anyhow::Result<LogReport> {
     let append_bytes_per_sec = append_records_per_sec * args.record_bytes as f64;
     let read_records_per_sec = read as f64 / read_secs;
     let append_latency_us = latency.summary();
+    let baseline = run_baseline(args, work_dir.path())?;
 
     Ok(LogReport {
         workload: "log",

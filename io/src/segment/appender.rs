@@ -144,24 +144,12 @@ impl<F: StorageFile> Appender<F> {
         TrackerHandle(self.tracker.clone())
     }
 
-    /// How many more writes may be submitted before the write-behind limit.
-    pub(crate) fn room_now(&self) -> usize {
-        self.write_behind.saturating_sub(self.tracker.borrow().inflight)
-    }
-
-    /// Waits until fewer than `write_behind` writes are in flight.
-    pub(crate) fn room(&self) -> impl Future<Output = ()> + use<F> {
-        let tracker = self.tracker.clone();
-        let limit = self.write_behind;
-        poll_fn(move |cx| {
-            let mut t = tracker.borrow_mut();
-            if t.inflight < limit || t.error.is_some() {
-                Poll::Ready(())
-            } else {
-                t.waiters.push(cx.waker().clone());
-                Poll::Pending
-            }
-        })
+    /// The ticket that bounds write-behind for an append that just copied its bytes: it
+    /// is ready once at most `write_behind` of the writes submitted so far are in flight.
+    /// Each append waits on its own ticket, fixed when it appended, so a task that keeps
+    /// appending cannot take every freed slot from the tasks already waiting.
+    pub(crate) fn room_ticket(&self) -> FlushTicket {
+        FlushTicket { seq: self.next_seq.saturating_sub(self.write_behind as u64) }
     }
 
     fn submit(&mut self, partial: bool) {
