@@ -164,6 +164,7 @@ impl<S: Storage> Log<S> {
             } else {
                 load_index(&storage, &paths, base, size).await?
             };
+            let mut damage = None;
             let index = match loaded {
                 Some(index) => index,
                 None => {
@@ -181,7 +182,8 @@ impl<S: Storage> Log<S> {
                             cut_at = Some((i, file));
                             break;
                         }
-                        report.damaged_segments.push((paths.log.clone(), FilePos(pos), reason));
+                        report.damaged_segments.push((paths.log.clone(), FilePos(pos), reason.clone()));
+                        damage = Some((pos, reason));
                     } else if config.recovery == RecoveryMode::Tail {
                         write_index(&storage, &paths, &outcome.index).await?;
                         report.rebuilt_indexes.push(paths.log.clone());
@@ -189,7 +191,7 @@ impl<S: Storage> Log<S> {
                     outcome.index
                 }
             };
-            closed.push(Segment { base, file, paths, index, opened: Instant::now() });
+            closed.push(Segment { base, file, paths, index, opened: Instant::now(), damage });
         }
         // The active segment: the last one, or the one a full recovery cut.
         let was_cut = cut_at.is_some();
@@ -211,11 +213,18 @@ impl<S: Storage> Log<S> {
         let file_len = file.size().await.map_err(|e| LogError::io("stat", &paths.log, e))?;
         let outcome = scan(&*file, active_base, interval, file_len).await?;
         let facts = outcome.index.facts();
-        if let Some((pos, reason)) = outcome.damage {
-            file.truncate(pos).await.map_err(|e| LogError::io("truncate", &paths.log, e))?;
+        // Cut everything past the valid end, not only damage. A scan also ends cleanly at
+        // zeros, and a crash that lost one write but not a later one leaves zeros with older
+        // batches behind them; once appends end exactly where one of those starts, the next
+        // scan would take it (and what follows) for new batches, since offsets may have gaps.
+        if file_len > facts.size {
+            file.truncate(facts.size).await.map_err(|e| LogError::io("truncate", &paths.log, e))?;
             if config.preallocate {
                 file.allocate(config.segment_bytes_max).await.map_err(|e| LogError::io("fallocate", &paths.log, e))?;
             }
+        }
+        if let Some((pos, reason)) = outcome.damage {
+            debug_assert_eq!(pos, facts.size, "the scan stops at the end of the valid batches");
             report.truncated.get_or_insert(Truncation {
                 path: paths.log.clone(),
                 pos: FilePos(pos),
@@ -252,7 +261,14 @@ impl<S: Storage> Log<S> {
         let next_offset = facts.next_offset;
         let state = State {
             closed,
-            active: Segment { base: active_base, file, paths, index: outcome.index, opened: Instant::now() },
+            active: Segment {
+                base: active_base,
+                file,
+                paths,
+                index: outcome.index,
+                opened: Instant::now(),
+                damage: None,
+            },
             appender,
             next_offset,
             start_offset,
@@ -462,6 +478,7 @@ impl<S: Storage> Log<S> {
             paths: new_paths,
             index: SegmentIndex::new(facts.next_offset, inner.config.index_interval_bytes),
             opened: Instant::now(),
+            damage: None,
         };
         let old = std::mem::replace(&mut st.active, new);
         st.closed.push(old);
@@ -536,7 +553,7 @@ impl<S: Storage> Log<S> {
     pub async fn read(&self, offset: Offset, max_bytes: usize) -> Result<ReadBatches> {
         let mut at = offset;
         loop {
-            let (file, path, start_pos, end_pos, next_base, flush) = {
+            let (file, path, start_pos, end_pos, next_base, flush, damage) = {
                 let st = &mut *self.inner.state.borrow_mut();
                 if at < st.start_offset || at > st.next_offset {
                     return Err(LogError::OffsetOutOfRange {
@@ -563,6 +580,7 @@ impl<S: Storage> Log<S> {
                     seg.facts().size,
                     next_base,
                     flush,
+                    seg.damage_error(),
                 )
             };
             if let Some((handle, ticket)) = flush {
@@ -572,6 +590,9 @@ impl<S: Storage> Log<S> {
             let batches = read_batches(&*file, &path, at, start_pos, end_pos, max_bytes, lookahead).await?;
             if !batches.is_empty() {
                 return Ok(batches);
+            }
+            if let Some(e) = damage {
+                return Err(e);
             }
             match next_base {
                 Some(next) => at = at.max(next),
@@ -586,7 +607,8 @@ impl<S: Storage> Log<S> {
         let candidates: Vec<_> = {
             let st = self.inner.state.borrow();
             st.segments()
-                .filter(|s| s.facts().max_time >= time)
+                // A damaged segment's unreadable part may hold the answer: visit it.
+                .filter(|s| s.facts().max_time >= time || s.damage.is_some())
                 .map(|s| {
                     (
                         s.file.clone(),
@@ -595,11 +617,12 @@ impl<S: Storage> Log<S> {
                         s.index.lookup_time(time),
                         s.facts().size,
                         s.base == st.active.base,
+                        s.damage_error(),
                     )
                 })
                 .collect()
         };
-        for (file, path, base, start_pos, end_pos, is_active) in candidates {
+        for (file, path, base, start_pos, end_pos, is_active, damage) in candidates {
             let flush = if is_active { flush_unless_failed(&mut self.inner.state.borrow_mut().appender) } else { None };
             if let Some((handle, ticket)) = flush {
                 handle.wait(ticket).await.map_err(|e| LogError::io("write", &path, e))?;
@@ -619,6 +642,9 @@ impl<S: Storage> Log<S> {
                     }
                 }
                 pos = batches.end_pos();
+            }
+            if let Some(e) = damage {
+                return Err(e);
             }
         }
         Ok(None)

@@ -74,6 +74,21 @@ pub(crate) struct Segment<F: StorageFile> {
     pub(crate) index: SegmentIndex,
     /// When the segment was created or reopened, for rolling by age.
     pub(crate) opened: std::time::Instant,
+    /// Where a recovery scan found this closed segment damaged, and why: its index and
+    /// facts stop there, and a read that needs what lies beyond gets a corruption error
+    /// rather than the next segment's records.
+    pub(crate) damage: Option<(u64, String)>,
+}
+
+impl<F: StorageFile> Segment<F> {
+    /// The error for reading past this segment's damage, if it has any.
+    pub(crate) fn damage_error(&self) -> Option<LogError> {
+        self.damage.as_ref().map(|(pos, reason)| LogError::Corrupt {
+            path: self.paths.log.clone(),
+            pos: crate::types::FilePos(*pos),
+            reason: reason.clone(),
+        })
+    }
 }
 
 impl<F: StorageFile> Segment<F> {
