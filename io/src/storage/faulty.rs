@@ -15,11 +15,13 @@ use super::{DmaBuffer, ReadResult, Storage, StorageFile};
 #[derive(Debug, Default)]
 pub struct FaultPlan {
     /// Tear the write that crosses this many bytes written (counted over all files since
-    /// the plan was made): bytes before it reach the disk, bytes after it are replaced by
-    /// `tear_fill`, and from then on the storage behaves as crashed (every write and sync
+    /// the plan was made): the write's bytes before the tear point reach the disk; past
+    /// it, the disk keeps what it held (a write that did not happen does not destroy
+    /// earlier data), and bytes the file never had written become `tear_fill`. From then on the storage behaves as crashed (every write and sync
     /// fails), as if the process died mid-write.
     pub tear_at_byte: Option<u64>,
-    /// The byte written past a tear point (0 for a clean cut, anything else for garbage).
+    /// What never-written bytes past a tear point become (0 for a clean cut, anything
+    /// else for garbage left by a half-finished write).
     pub tear_fill: u8,
     /// Fail this many of the next syncs (EIO).
     pub fail_syncs: u32,
@@ -31,6 +33,9 @@ pub struct FaultPlan {
     pub syncs: u64,
     /// Set once a tear happened.
     pub crashed: bool,
+    /// How far each file has been written: below it a torn write leaves the old bytes,
+    /// above it the fill.
+    pub written_to: std::collections::HashMap<PathBuf, u64>,
 }
 
 /// The real backend with faults injected per a shared [`FaultPlan`].
@@ -114,7 +119,7 @@ impl StorageFile for FaultyFile {
     async fn write_at(&self, mut buf: DmaBuffer, pos: u64) -> io::Result<usize> {
         self.storage.check_crashed()?;
         let len = buf.len() as u64;
-        let torn = {
+        let tear = {
             let mut plan = self.storage.plan.borrow_mut();
             if plan.space_bytes.is_some_and(|space| plan.bytes_written + len > space) {
                 return Err(io::Error::from_raw_os_error(libc::ENOSPC));
@@ -124,19 +129,28 @@ impl StorageFile for FaultyFile {
             match plan.tear_at_byte {
                 Some(at) if at < start + len => {
                     plan.crashed = true;
-                    let keep = at.saturating_sub(start) as usize;
-                    let fill = plan.tear_fill;
-                    buf.as_bytes_mut()[keep..].fill(fill);
-                    true
+                    let written_to = plan.written_to.get(self.path()).copied().unwrap_or(0);
+                    Some((at.saturating_sub(start) as usize, plan.tear_fill, written_to))
                 }
-                _ => false,
+                _ => None,
             }
         };
-        let written = self.inner.write_at(buf, pos).await?;
-        if torn {
-            return Err(io::Error::other("simulated crash during write"));
+        let Some((keep, fill, written_to)) = tear else {
+            let n = self.inner.write_at(buf, pos).await?;
+            let mut plan = self.storage.plan.borrow_mut();
+            let mark = plan.written_to.entry(self.path().to_path_buf()).or_default();
+            *mark = (*mark).max(pos + n as u64);
+            return Ok(n);
+        };
+        let old = self.inner.read_at(pos, buf.len()).await?;
+        for (i, b) in buf.as_bytes_mut().iter_mut().enumerate().skip(keep) {
+            *b = match old.get(i) {
+                Some(&o) if pos + (i as u64) < written_to => o,
+                _ => fill,
+            };
         }
-        Ok(written)
+        self.inner.write_at(buf, pos).await?;
+        Err(io::Error::other("simulated crash during write"))
     }
 
     async fn read_at(&self, pos: u64, len: usize) -> io::Result<ReadResult> {
