@@ -245,7 +245,7 @@ impl<S: Storage> Log<S> {
         if was_cut || created || report.truncated.is_some() {
             storage.sync_dir(&dir).await.map_err(|e| LogError::io("fsync directory", &dir, e))?;
         }
-        let align = file.alignment();
+        let align = file.alignment().max(crate::segment::appender::FS_BLOCK_BYTES as u64);
         let tail_start = facts.size - facts.size % align;
         let tail = if tail_start < facts.size {
             file.read_at(tail_start, (facts.size - tail_start) as usize)

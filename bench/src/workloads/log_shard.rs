@@ -8,7 +8,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use sluice_io::{FsyncPolicy, Log, LogConfig, Offset, Record, Timestamp, UringStorage};
+use sluice_io::{Log, LogConfig, Offset, Record, Timestamp, UringStorage};
 
 use crate::harness::LatencyRecorder;
 
@@ -25,6 +25,10 @@ pub struct ShardOutcome {
     pub read_time: Duration,
     /// Latency of each append call, call to acknowledgement.
     pub latency: LatencyRecorder,
+    /// Bytes of batches on disk.
+    pub stored_bytes: u64,
+    /// Time to read the segment files raw (no log logic), the physical reference.
+    pub raw_read_time: Duration,
 }
 
 /// The shard's work, given its own directory.
@@ -38,16 +42,15 @@ pub struct ShardPlan {
     pub record_bytes: usize,
     /// Records per append call.
     pub batch_records: usize,
-    /// Durability policy.
-    pub fsync: FsyncPolicy,
+    /// The log's configuration.
+    pub config: LogConfig,
     /// Append calls in flight at once.
     pub inflight: usize,
 }
 
 /// Runs the plan on the current executor.
 pub async fn run_shard(plan: ShardPlan) -> anyhow::Result<ShardOutcome> {
-    let config = LogConfig { fsync: plan.fsync, ..LogConfig::default() };
-    let (log, _) = Log::open(UringStorage, &plan.dir, config).await.context("opening the shard's log")?;
+    let (log, _) = Log::open(UringStorage, &plan.dir, plan.config.clone()).await.context("opening the shard's log")?;
     let value: Rc<Vec<u8>> = Rc::new((0..plan.record_bytes).map(|i| (i % 251) as u8).collect());
     let calls = plan.records.div_ceil(plan.batch_records as u64);
     let next_call = Rc::new(Cell::new(0u64));
@@ -99,7 +102,39 @@ pub async fn run_shard(plan: ShardPlan) -> anyhow::Result<ShardOutcome> {
     let read_time = start.elapsed();
     anyhow::ensure!(read == appended, "read back {read} records of {appended}");
     anyhow::ensure!(bytes == read as usize * plan.record_bytes, "read back the wrong bytes");
+    let stored_bytes = log.size_bytes();
     log.close().await.context("close")?;
+    let raw_read_time = raw_read(&plan.dir, stored_bytes).await?;
     let latency = Rc::try_unwrap(latency).map_err(|_| anyhow::anyhow!("appenders still running"))?.into_inner();
-    Ok(ShardOutcome { appended, append_time, read, read_time, latency })
+    Ok(ShardOutcome { appended, append_time, read, read_time, latency, stored_bytes, raw_read_time })
+}
+
+/// Reads the segment files of `dir` in order, sequentially with `O_DIRECT`, 1 MiB at a
+/// time, until `bytes` have been read (the active segment is preallocated beyond its
+/// data, so its length is no guide).
+async fn raw_read(dir: &std::path::Path, bytes: u64) -> anyhow::Result<Duration> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .collect();
+    files.sort();
+    let start = Instant::now();
+    let mut left = bytes;
+    for path in files {
+        let file =
+            glommio::io::DmaFile::open(&path).await.map_err(|e| anyhow::anyhow!("open {}: {e}", path.display()))?;
+        let len = file.file_size().await.map_err(|e| anyhow::anyhow!("stat: {e}"))?.min(left);
+        left -= len;
+        let mut pos = 0;
+        while pos < len {
+            let buf = file.read_at_aligned(pos, 1 << 20).await.map_err(|e| anyhow::anyhow!("read: {e}"))?;
+            if buf.is_empty() {
+                break;
+            }
+            std::hint::black_box(buf[0]);
+            pos += buf.len() as u64;
+        }
+        file.close().await.map_err(|e| anyhow::anyhow!("close: {e}"))?;
+    }
+    Ok(start.elapsed())
 }

@@ -19,6 +19,9 @@ use std::task::{Poll, Waker};
 
 use crate::storage::{DmaBuffer, StorageFile};
 
+/// The filesystem block size the appender aligns its writes to (ext4's and xfs's usual).
+pub(crate) const FS_BLOCK_BYTES: usize = 4096;
+
 /// Completion state shared with the in-flight write tasks.
 #[derive(Debug, Default)]
 struct Tracker {
@@ -84,7 +87,10 @@ impl<F: StorageFile> Appender<F> {
     /// An appender that continues the file at `end`. `tail` holds the file's bytes from
     /// the aligned block start before `end` up to `end` (empty when `end` is aligned).
     pub(crate) fn new(file: Rc<F>, end: u64, tail: &[u8], buf_bytes: usize, write_behind: usize) -> Self {
-        let align = file.alignment() as usize;
+        // Pad to the filesystem block, not just the device sector: ext4 serializes a
+        // direct write that is not block aligned against every other direct write of the
+        // file, which stalled appends behind each interval sync.
+        let align = (file.alignment() as usize).max(FS_BLOCK_BYTES);
         let buf_bytes = buf_bytes.max(align).next_multiple_of(align);
         let cur_pos = end - end % align as u64;
         assert_eq!(tail.len() as u64, end - cur_pos, "the tail is the partial block before end");
