@@ -304,6 +304,12 @@ fn log_run_reports_the_baseline_and_cleans_up() {
     let report = log::run(&args).unwrap();
     assert_eq!(report.workload, "log");
     assert!(report.baseline_write_bytes_per_sec > 0.0);
+    assert!(report.append_records_per_sec > 0.0 && report.read_records_per_sec > 0.0);
+    assert!(report.baseline_read_bytes_per_sec > 0.0);
+    // Every record is stored with its framing: more bytes on disk than payload.
+    assert!(report.stored_bytes > 10_000 * 100, "{}", report.stored_bytes);
+    // One latency sample per append call.
+    assert_eq!(report.append_latency_us.count, 100);
     assert!(!data.join("baseline").join(BASELINE_FILE_NAME).exists());
     assert!(report.table().to_string().contains("baseline write"));
 
@@ -319,8 +325,36 @@ fn log_run_reports_the_baseline_and_cleans_up() {
         "append_records_per_sec",
         "read_records_per_sec",
         "baseline_write_bytes_per_sec",
+        "baseline_read_bytes_per_sec",
+        "stored_bytes",
     ] {
         assert!(back.get(key).is_some(), "{key}");
     }
     assert!(back["append_latency_us"]["p999"].is_u64());
+}
+
+#[test]
+fn log_run_on_two_shards_splits_the_records() {
+    let dir = temp_dir();
+    let data = dir.path().join("data");
+    let args = log_args(&[
+        "--shards",
+        "2",
+        "--records",
+        "5001",
+        "--batch-records",
+        "50",
+        "--fsync",
+        "interval:2",
+        "--segment-bytes",
+        "65536",
+        "--dir",
+        data.to_str().unwrap(),
+    ])
+    .unwrap();
+    let report = log::run(&args).unwrap();
+    assert_eq!(report.shards, 2);
+    // 2501 + 2500 records in 50-record calls: 51 + 50 append calls.
+    assert_eq!(report.append_latency_us.count, 101);
+    assert!(report.read_records_per_sec > 0.0);
 }
