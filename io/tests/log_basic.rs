@@ -171,3 +171,36 @@ fn compaction_keeps_latest_per_key_and_offsets() {
         assert!(from_gap.first().unwrap().0 > gap);
     });
 }
+
+#[test]
+fn reader_reads_ahead_in_order_and_seeks() {
+    let dir = common::temp_dir("reader");
+    common::run(move || async move {
+        let config = LogConfig { segment_bytes_max: 32 << 10, fsync: FsyncPolicy::Never, ..LogConfig::default() };
+        let (log, _) = Log::open(UringStorage, &dir, config).await.unwrap();
+        append_n(&log, 0, 2000, 30).await;
+        let mut reader = log.reader(Offset(0), 4096);
+        let mut seen = Vec::new();
+        loop {
+            let batches = reader.next().await.unwrap();
+            if batches.is_empty() {
+                break;
+            }
+            for r in batches.records() {
+                let r = r.unwrap();
+                assert_eq!(r.value(), value(r.offset().0));
+                seen.push(r.offset().0);
+            }
+        }
+        assert_eq!(seen, (0..2000).collect::<Vec<_>>());
+        assert_eq!(reader.position(), Offset(2000));
+        // At the end, new appends become visible to the same reader.
+        append_n(&log, 2000, 10, 10).await;
+        let more = reader.next().await.unwrap();
+        assert_eq!(more.records().next().unwrap().unwrap().offset(), Offset(2000));
+        // Seeking cancels the read ahead and restarts at the new place.
+        reader.seek(Offset(777));
+        let b = reader.next().await.unwrap();
+        assert_eq!(b.records().next().unwrap().unwrap().offset(), Offset(777));
+    });
+}

@@ -85,11 +85,11 @@ pub async fn run_shard(plan: ShardPlan) -> anyhow::Result<ShardOutcome> {
     let appended = log.end_offset().0;
 
     let start = Instant::now();
-    let mut at = Offset(0);
+    let mut reader = log.reader(Offset(0), 1 << 20);
     let mut read = 0u64;
     let mut bytes = 0usize;
     loop {
-        let batches = log.read(at, 4 << 20).await.context("read")?;
+        let batches = reader.next().await.context("read")?;
         if batches.is_empty() {
             break;
         }
@@ -97,7 +97,6 @@ pub async fn run_shard(plan: ShardPlan) -> anyhow::Result<ShardOutcome> {
             bytes += record?.value().len();
             read += 1;
         }
-        at = batches.next_offset();
     }
     let read_time = start.elapsed();
     anyhow::ensure!(read == appended, "read back {read} records of {appended}");
