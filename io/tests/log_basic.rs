@@ -204,3 +204,81 @@ fn reader_reads_ahead_in_order_and_seeks() {
         assert_eq!(b.records().next().unwrap().unwrap().offset(), Offset(777));
     });
 }
+
+#[test]
+fn group_commit_shares_fsyncs_among_waiting_appends() {
+    let dir = common::temp_dir("group-commit");
+    common::run(move || async move {
+        let storage = sluice_io::FaultyStorage::new();
+        let plan = storage.plan().clone();
+        let config = LogConfig { fsync: FsyncPolicy::Always, ..LogConfig::default() };
+        let (log, _) = Log::open(storage, &dir, config).await.unwrap();
+        let syncs_before = plan.borrow().syncs;
+        let tasks: Vec<_> = (0..64u64)
+            .map(|i| {
+                let log = log.clone();
+                glommio::spawn_local(async move {
+                    let v = value(i);
+                    log.append(&[Record::unkeyed(&v, Timestamp(i as i64))]).await.unwrap()
+                })
+            })
+            .collect();
+        let mut offsets = Vec::new();
+        for t in tasks {
+            offsets.push(t.await.last_offset.0);
+        }
+        offsets.sort_unstable();
+        assert_eq!(offsets, (0..64).collect::<Vec<_>>());
+        assert_eq!(log.durable_offset(), Offset(64));
+        let syncs = plan.borrow().syncs - syncs_before;
+        // 64 appends arrived together: far fewer fsyncs than appends covered them.
+        assert!((1..32).contains(&syncs), "{syncs} fsyncs for 64 appends");
+    });
+}
+
+#[test]
+fn segments_roll_by_age() {
+    let dir = common::temp_dir("roll-age");
+    common::run(move || async move {
+        let config = LogConfig { segment_ms: Some(30), fsync: FsyncPolicy::Never, ..LogConfig::default() };
+        let (log, _) = Log::open(UringStorage, &dir, config).await.unwrap();
+        append_n(&log, 0, 10, 10).await;
+        assert_eq!(log.segment_count(), 1);
+        glommio::timer::sleep(std::time::Duration::from_millis(40)).await;
+        append_n(&log, 10, 10, 10).await;
+        assert_eq!(log.segment_bases(), vec![Offset(0), Offset(10)]);
+        assert_eq!(read_all(&log, Offset(0)).await.len(), 20);
+    });
+}
+
+#[test]
+fn compaction_drops_old_tombstones_only() {
+    let dir = common::temp_dir("tombstones");
+    common::run(move || async move {
+        let config = LogConfig {
+            cleanup: sluice_io::CleanupPolicy::Compact,
+            delete_retention_ms: 1000,
+            fsync: FsyncPolicy::Never,
+            ..LogConfig::default()
+        };
+        let (log, _) = Log::open(UringStorage, &dir, config).await.unwrap();
+        log.append(&[Record::keyed(b"a", b"1", Timestamp(100)), Record::keyed(b"b", b"1", Timestamp(100))])
+            .await
+            .unwrap();
+        log.append(&[Record::keyed(b"a", b"", Timestamp(200))]).await.unwrap(); // tombstone for a
+        log.roll().await.unwrap();
+        // now - delete_retention (1000) = 0 < the segment's newest time (200): kept.
+        let report = log.compact(Timestamp(1000)).await.unwrap();
+        assert_eq!((report.records_superseded, report.tombstones_removed), (1, 0));
+        let left: Vec<_> = read_all(&log, Offset(0)).await.into_iter().map(|(o, _)| o).collect();
+        assert_eq!(left, vec![1, 2]);
+        // Much later the tombstone goes too; b stays.
+        let report = log.compact(Timestamp(10_000)).await.unwrap();
+        assert_eq!((report.records_superseded, report.tombstones_removed), (0, 1));
+        let left: Vec<_> = read_all(&log, Offset(0)).await.into_iter().map(|(o, _)| o).collect();
+        assert_eq!(left, vec![1]);
+        // Compaction on a delete-policy log is refused with a typed error.
+        let (plain, _) = Log::open(UringStorage, dir.join("plain"), LogConfig::default()).await.unwrap();
+        assert!(matches!(plain.compact(Timestamp(0)).await, Err(LogError::InvalidConfig(_))));
+    });
+}
