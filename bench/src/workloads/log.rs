@@ -42,6 +42,12 @@ pub struct LogArgs {
     #[arg(long, default_value_t = 4, value_name = "N",
           value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
     pub inflight: usize,
+    /// Bytes asked for per read when reading back
+    #[arg(long, default_value_t = 4 << 20, value_name = "BYTES")]
+    pub read_bytes: usize,
+    /// Read back with plain `Log::read` calls instead of a `LogReader` (one read ahead)
+    #[arg(long)]
+    pub no_read_ahead: bool,
     /// Segment size before a roll (`LogConfig::segment_bytes_max`)
     #[arg(long, default_value_t = 256 << 20, value_name = "BYTES")]
     pub segment_bytes: u64,
@@ -95,8 +101,8 @@ pub struct LogReport {
     pub stored_bytes: u64,
     /// Stored bytes read back per second by the log's read path.
     pub read_bytes_per_sec: f64,
-    /// The same segment files read raw, sequentially with `O_DIRECT` in 1 MiB reads, with
-    /// no log logic: the physical reference for reads.
+    /// The same segment files read raw, sequentially with `O_DIRECT` in reads of
+    /// `--read-bytes`, with no log logic: the physical reference for reads.
     pub baseline_read_bytes_per_sec: f64,
     /// Latency of one append call (one batch), from call to durable acknowledgement.
     pub append_latency_us: LatencySummary,
@@ -128,6 +134,8 @@ pub fn run(args: &LogArgs) -> anyhow::Result<LogReport> {
                 ..sluice_io::LogConfig::default()
             },
             inflight: args.inflight,
+            read_bytes: args.read_bytes,
+            read_ahead: !args.no_read_ahead,
         })
         .collect();
     let outcomes = run_on_shards(args.shards, move |shard| run_shard(plans[shard].clone()))?;

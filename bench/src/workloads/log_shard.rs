@@ -46,6 +46,10 @@ pub struct ShardPlan {
     pub config: LogConfig,
     /// Append calls in flight at once.
     pub inflight: usize,
+    /// Bytes asked for per read.
+    pub read_bytes: usize,
+    /// Read through a `LogReader` (one read ahead) rather than plain `Log::read` calls.
+    pub read_ahead: bool,
 }
 
 /// Runs the plan on the current executor.
@@ -85,11 +89,18 @@ pub async fn run_shard(plan: ShardPlan) -> anyhow::Result<ShardOutcome> {
     let appended = log.end_offset().0;
 
     let start = Instant::now();
-    let mut reader = log.reader(Offset(0), 1 << 20);
+    let mut reader = log.reader(Offset(0), plan.read_bytes);
+    let mut at = Offset(0);
     let mut read = 0u64;
     let mut bytes = 0usize;
     loop {
-        let batches = reader.next().await.context("read")?;
+        let batches = if plan.read_ahead {
+            reader.next().await.context("read")?
+        } else {
+            let b = log.read(at, plan.read_bytes).await.context("read")?;
+            at = b.next_offset();
+            b
+        };
         if batches.is_empty() {
             break;
         }
@@ -103,15 +114,15 @@ pub async fn run_shard(plan: ShardPlan) -> anyhow::Result<ShardOutcome> {
     anyhow::ensure!(bytes == read as usize * plan.record_bytes, "read back the wrong bytes");
     let stored_bytes = log.size_bytes();
     log.close().await.context("close")?;
-    let raw_read_time = raw_read(&plan.dir, stored_bytes).await?;
+    let raw_read_time = raw_read(&plan.dir, stored_bytes, plan.read_bytes).await?;
     let latency = Rc::try_unwrap(latency).map_err(|_| anyhow::anyhow!("appenders still running"))?.into_inner();
     Ok(ShardOutcome { appended, append_time, read, read_time, latency, stored_bytes, raw_read_time })
 }
 
-/// Reads the segment files of `dir` in order, sequentially with `O_DIRECT`, 1 MiB at a
-/// time, until `bytes` have been read (the active segment is preallocated beyond its
-/// data, so its length is no guide).
-async fn raw_read(dir: &std::path::Path, bytes: u64) -> anyhow::Result<Duration> {
+/// Reads the segment files of `dir` in order, sequentially with `O_DIRECT`, `chunk`
+/// bytes at a time (as the log's reads ask for), until `bytes` have been read (the
+/// active segment is preallocated beyond its data, so its length is no guide).
+async fn raw_read(dir: &std::path::Path, bytes: u64, chunk: usize) -> anyhow::Result<Duration> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "log"))
@@ -126,7 +137,7 @@ async fn raw_read(dir: &std::path::Path, bytes: u64) -> anyhow::Result<Duration>
         left -= len;
         let mut pos = 0;
         while pos < len {
-            let buf = file.read_at_aligned(pos, 1 << 20).await.map_err(|e| anyhow::anyhow!("read: {e}"))?;
+            let buf = file.read_at_aligned(pos, chunk).await.map_err(|e| anyhow::anyhow!("read: {e}"))?;
             if buf.is_empty() {
                 break;
             }

@@ -47,11 +47,12 @@ impl<'a> Record<'a> {
     }
 }
 
-/// The stored shape of a record.
+/// The stored shape of a record. Field order is layout: the 8-byte time first, so the
+/// archived record (40 bytes before its data) has no padding.
 #[derive(Archive, Serialize, Debug)]
 pub struct WireRecord<'a> {
-    pub(crate) offset_delta: u32,
     pub(crate) event_time: i64,
+    pub(crate) offset_delta: u32,
     #[rkyv(with = Map<InlineAsBox>)]
     pub(crate) key: Option<&'a [u8]>,
     #[rkyv(with = InlineAsBox)]

@@ -341,6 +341,12 @@ mod tests {
     }
 
     #[test]
+    fn archived_record_framing_is_40_bytes() {
+        // The per-record overhead on disk; a field reorder that adds padding shows here.
+        assert_eq!(std::mem::size_of::<ArchivedRecord>(), 40);
+    }
+
+    #[test]
     fn empty_batch_is_refused() {
         let mut enc = BatchEncoder::new();
         assert_eq!(enc.encode(&[], &BatchMeta::default(), Offset(0)).unwrap_err(), EncodeError::Empty);
