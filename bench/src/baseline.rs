@@ -22,7 +22,7 @@ use std::{
 use anyhow::{Context, ensure};
 use io_uring::{IoUring, opcode, types};
 
-use crate::fsync::FsyncArg;
+use sluice_io::FsyncPolicy;
 
 /// Name of the file [`baseline_write`] creates (or truncates) in its directory.
 pub const BASELINE_FILE_NAME: &str = "baseline.dat";
@@ -57,12 +57,12 @@ pub struct BaselineResult {
 /// The file is first preallocated with `fallocate(FALLOC_FL_KEEP_SIZE)`, as the log does.
 /// `fsync` sets the `fdatasync` cadence:
 ///
-/// - [`FsyncArg::Always`]: as if each of `append_count` equal appends were synced: every
+/// - [`FsyncPolicy::Always`]: as if each of `append_count` equal appends were synced: every
 ///   `total_bytes / append_count` bytes (rounded up to 4096) the in-flight writes are drained
 ///   and an fdatasync is waited for before writing on. A write never crosses such a boundary.
-/// - [`FsyncArg::IntervalMs`]: an fdatasync every `ms` of elapsed time, issued alongside the
+/// - [`FsyncPolicy::Interval`]: an fdatasync every `ms` of elapsed time, issued alongside the
 ///   writes (at most one in flight), plus one at the end.
-/// - [`FsyncArg::Never`]: one fdatasync at the end.
+/// - [`FsyncPolicy::Never`]: one fdatasync at the end.
 ///
 /// `chunk_bytes` must be a non-zero multiple of 4096 no larger than `u32::MAX`, and
 /// `append_count` non-zero when `fsync` is `Always`.
@@ -70,7 +70,7 @@ pub fn baseline_write(
     dir: &Path,
     total_bytes: u64,
     chunk_bytes: usize,
-    fsync: FsyncArg,
+    fsync: FsyncPolicy,
     append_count: u64,
 ) -> anyhow::Result<BaselineResult> {
     ensure!(total_bytes > 0, "baseline: nothing to write");
@@ -80,15 +80,15 @@ pub fn baseline_write(
     );
     let total = total_bytes.next_multiple_of(ALIGN as u64);
     let sync_every = match fsync {
-        FsyncArg::Always => {
+        FsyncPolicy::Always => {
             ensure!(append_count > 0, "baseline: fsync=always needs appends");
             Some(total_bytes.div_ceil(append_count).next_multiple_of(ALIGN as u64))
         }
-        FsyncArg::IntervalMs(_) | FsyncArg::Never => None,
+        FsyncPolicy::Interval(_) | FsyncPolicy::Never => None,
     };
     let sync_period = match fsync {
-        FsyncArg::IntervalMs(ms) => Some(Duration::from_millis(ms)),
-        FsyncArg::Always | FsyncArg::Never => None,
+        FsyncPolicy::Interval(every) => Some(every),
+        FsyncPolicy::Always | FsyncPolicy::Never => None,
     };
 
     fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;

@@ -16,7 +16,7 @@ mod shards;
 mod table;
 mod workdir;
 
-pub use json::write_json;
+pub use json::{serialize_display, write_json};
 pub use latency::{LatencyRecorder, LatencySummary};
 pub use shards::{ShardConfig, run_on_shards, run_on_shards_with};
 pub use table::Table;

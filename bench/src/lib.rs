@@ -8,10 +8,8 @@
 //!   shards).
 //! - [`baseline`]: the physical reference, a raw `io_uring` O_DIRECT sequential write that
 //!   tells how close the log gets to the disk.
-//! - [`fsync`]: the `--fsync` policy argument shared by the log and the baseline.
 //! - [`workloads`]: one module per `sluice-bench <workload>` subcommand.
 
 pub mod baseline;
-pub mod fsync;
 pub mod harness;
 pub mod workloads;

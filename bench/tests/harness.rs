@@ -2,15 +2,15 @@
 //! `--fsync` parser, latency summaries, the table, JSON output and the `log` subcommand's
 //! plumbing. Sizes are tiny and nothing asserts on timing.
 
-use std::{fs, rc::Rc};
+use std::{fs, rc::Rc, time::Duration};
 
 use clap::Parser;
 use sluice_bench::{
     baseline::{BASELINE_FILE_NAME, baseline_write},
-    fsync::{FsyncArg, ParseFsyncError},
     harness::{LatencyRecorder, ShardConfig, Table, WorkDir, run_on_shards, write_json},
     workloads::log::{self, LogArgs},
 };
+use sluice_io::FsyncPolicy;
 
 const MIB: u64 = 1 << 20;
 
@@ -21,7 +21,7 @@ fn temp_dir() -> WorkDir {
 // ---- baseline ----------------------------------------------------------------------------
 
 /// Runs the baseline and checks what every mode must satisfy; returns the fdatasync count.
-fn check_baseline(total: u64, chunk: usize, fsync: FsyncArg, appends: u64) -> u64 {
+fn check_baseline(total: u64, chunk: usize, fsync: FsyncPolicy, appends: u64) -> u64 {
     let dir = temp_dir();
     let result = baseline_write(dir.path(), total, chunk, fsync, appends).expect("baseline");
     let expected = total.next_multiple_of(4096);
@@ -36,38 +36,38 @@ fn check_baseline(total: u64, chunk: usize, fsync: FsyncArg, appends: u64) -> u6
 
 #[test]
 fn baseline_never_syncs_once_at_the_end() {
-    assert_eq!(check_baseline(MIB, 256 << 10, FsyncArg::Never, 8), 1);
+    assert_eq!(check_baseline(MIB, 256 << 10, FsyncPolicy::Never, 8), 1);
 }
 
 #[test]
 fn baseline_interval_syncs_at_least_at_the_end() {
-    assert!(check_baseline(MIB, 256 << 10, FsyncArg::IntervalMs(1), 8) >= 1);
+    assert!(check_baseline(MIB, 256 << 10, FsyncPolicy::Interval(Duration::from_millis(1)), 8) >= 1);
 }
 
 #[test]
 fn baseline_always_syncs_once_per_append() {
     // 1 MiB / 8 appends = 128 KiB per append, written as 64 KiB chunks.
-    assert_eq!(check_baseline(MIB, 64 << 10, FsyncArg::Always, 8), 8);
+    assert_eq!(check_baseline(MIB, 64 << 10, FsyncPolicy::Always, 8), 8);
     // Appends bigger than a chunk and smaller than one: 1 MiB / 3 rounds up to 344 KiB.
-    assert_eq!(check_baseline(MIB, 128 << 10, FsyncArg::Always, 3), 3);
-    assert_eq!(check_baseline(MIB, 1 << 20, FsyncArg::Always, 3), 3);
+    assert_eq!(check_baseline(MIB, 128 << 10, FsyncPolicy::Always, 3), 3);
+    assert_eq!(check_baseline(MIB, 1 << 20, FsyncPolicy::Always, 3), 3);
 }
 
 #[test]
 fn baseline_rounds_odd_totals_up_to_a_page() {
     // 100_000 bytes -> 102_400; appends of ceil(100_000 / 3) rounded to 36_864 bytes.
-    assert_eq!(check_baseline(100_000, 64 << 10, FsyncArg::Always, 3), 3);
-    assert_eq!(check_baseline(1, 4096, FsyncArg::Never, 1), 1);
+    assert_eq!(check_baseline(100_000, 64 << 10, FsyncPolicy::Always, 3), 3);
+    assert_eq!(check_baseline(1, 4096, FsyncPolicy::Never, 1), 1);
 }
 
 #[test]
 fn baseline_rejects_bad_parameters() {
     let dir = temp_dir();
     let p = dir.path();
-    assert!(baseline_write(p, MIB, 1000, FsyncArg::Never, 1).is_err());
-    assert!(baseline_write(p, MIB, 0, FsyncArg::Never, 1).is_err());
-    assert!(baseline_write(p, 0, 4096, FsyncArg::Never, 1).is_err());
-    assert!(baseline_write(p, MIB, 4096, FsyncArg::Always, 0).is_err());
+    assert!(baseline_write(p, MIB, 1000, FsyncPolicy::Never, 1).is_err());
+    assert!(baseline_write(p, MIB, 0, FsyncPolicy::Never, 1).is_err());
+    assert!(baseline_write(p, 0, 4096, FsyncPolicy::Never, 1).is_err());
+    assert!(baseline_write(p, MIB, 4096, FsyncPolicy::Always, 0).is_err());
 }
 
 // ---- shards ------------------------------------------------------------------------------
@@ -143,35 +143,20 @@ fn shard_config_fits_memlock() {
 // ---- --fsync -----------------------------------------------------------------------------
 
 #[test]
-fn fsync_arg_parses_and_round_trips() {
-    for (text, arg) in [
-        ("always", FsyncArg::Always),
-        ("never", FsyncArg::Never),
-        ("interval:5", FsyncArg::IntervalMs(5)),
-        ("interval:1000", FsyncArg::IntervalMs(1000)),
-    ] {
-        assert_eq!(text.parse::<FsyncArg>(), Ok(arg));
-        assert_eq!(arg.to_string(), text);
-        assert_eq!(serde_json::to_string(&arg).unwrap(), format!("\"{text}\""));
+fn fsync_flag_is_the_log_policy_and_round_trips_to_json() {
+    for text in ["always", "never", "interval:5", "interval:1000"] {
+        let a = log_args(&["--fsync", text]).unwrap();
+        assert_eq!(a.fsync.to_string(), text);
+        let json = serde_json::to_value(DisplayOnly(a.fsync)).unwrap();
+        assert_eq!(json, serde_json::Value::String(text.to_owned()));
+    }
+    for bad in ["", "sometimes", "interval:0", "interval:+5", "interval:5ms"] {
+        assert!(log_args(&["--fsync", bad]).is_err(), "{bad:?}");
     }
 }
 
-#[test]
-fn fsync_arg_rejects_bad_input() {
-    for bad in ["", "sometimes", "ALWAYS", " always", "interval", "interval5"] {
-        assert_eq!(bad.parse::<FsyncArg>(), Err(ParseFsyncError::Unknown(bad.to_owned())), "{bad:?}");
-    }
-    for bad in ["", "x", "5ms", "+5", "-1", "1.5", "99999999999999999999999"] {
-        assert_eq!(
-            format!("interval:{bad}").parse::<FsyncArg>(),
-            Err(ParseFsyncError::BadInterval(bad.to_owned())),
-            "{bad:?}"
-        );
-    }
-    assert_eq!("interval:0".parse::<FsyncArg>(), Err(ParseFsyncError::ZeroInterval));
-    let msg = "nope".parse::<FsyncArg>().unwrap_err().to_string();
-    assert!(msg.contains("interval:MS"), "{msg}");
-}
+#[derive(serde::Serialize)]
+struct DisplayOnly(#[serde(serialize_with = "sluice_bench::harness::serialize_display")] FsyncPolicy);
 
 // ---- latency, table, JSON ----------------------------------------------------------------
 
@@ -264,12 +249,12 @@ fn log_args_defaults_and_validation() {
     let a = log_args(&[]).unwrap();
     assert_eq!(
         (a.shards, a.records, a.record_bytes, a.batch_records, a.fsync),
-        (1, 2_000_000, 100, 1000, FsyncArg::IntervalMs(5))
+        (1, 2_000_000, 100, 1000, FsyncPolicy::Interval(Duration::from_millis(5)))
     );
     assert_eq!((a.common.dir, a.common.json, a.common.keep), (None, None, false));
 
     let a = log_args(&["--shards", "2", "--fsync", "always", "--keep", "--dir", "/x"]).unwrap();
-    assert_eq!((a.shards, a.fsync, a.common.keep), (2, FsyncArg::Always, true));
+    assert_eq!((a.shards, a.fsync, a.common.keep), (2, FsyncPolicy::Always, true));
     assert_eq!(a.common.dir.as_deref(), Some(std::path::Path::new("/x")));
 
     for bad in [

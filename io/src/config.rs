@@ -42,6 +42,10 @@ impl FromStr for FsyncPolicy {
                 let bad =
                     || LogError::InvalidConfig(format!("fsync policy {s:?}: expected always, never or interval:MS"));
                 let ms = s.strip_prefix("interval:").ok_or_else(bad)?;
+                // `u64::from_str` also takes a leading `+`; insist on plain digits.
+                if !ms.bytes().all(|b| b.is_ascii_digit()) {
+                    return Err(bad());
+                }
                 let ms: u64 = ms.parse().map_err(|_| bad())?;
                 if ms == 0 {
                     return Err(bad());
@@ -171,7 +175,22 @@ mod tests {
         for s in ["always", "never", "interval:5", "interval:1000"] {
             assert_eq!(s.parse::<FsyncPolicy>().unwrap().to_string(), s);
         }
-        for s in ["", "sometimes", "interval:", "interval:0", "interval:-1", "interval:x"] {
+        for s in [
+            "",
+            "sometimes",
+            "ALWAYS",
+            " always",
+            "interval",
+            "interval5",
+            "interval:",
+            "interval:0",
+            "interval:-1",
+            "interval:x",
+            "interval:+5",
+            "interval:5ms",
+            "interval:1.5",
+            "interval:99999999999999999999999",
+        ] {
             assert!(matches!(s.parse::<FsyncPolicy>(), Err(LogError::InvalidConfig(_))), "{s}");
         }
     }

@@ -22,3 +22,8 @@ pub fn write_json(path: impl AsRef<Path>, value: &impl Serialize) -> anyhow::Res
     };
     write().with_context(|| format!("writing JSON report to {}", path.display()))
 }
+
+/// Serializes a field by its `Display` form, e.g. an fsync policy as `"interval:5"`.
+pub fn serialize_display<T: std::fmt::Display, S: serde::Serializer>(value: &T, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(value)
+}

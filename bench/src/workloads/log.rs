@@ -9,10 +9,10 @@ use std::{fs, path::Path};
 use anyhow::Context;
 use clap::{Args, builder::RangedU64ValueParser};
 use serde::Serialize;
+use sluice_io::FsyncPolicy;
 
 use crate::{
     baseline::{self, BaselineResult},
-    fsync::FsyncArg,
     harness::{LatencyRecorder, LatencySummary, Table, run_on_shards},
     workloads::log_shard::{ShardPlan, run_shard},
 };
@@ -60,7 +60,7 @@ pub struct LogArgs {
     pub write_behind: usize,
     /// When appends are synced: `always`, `interval:MS` or `never`
     #[arg(long, default_value = "interval:5", value_name = "POLICY")]
-    pub fsync: FsyncArg,
+    pub fsync: FsyncPolicy,
     #[command(flatten)]
     pub common: CommonArgs,
 }
@@ -90,7 +90,8 @@ pub struct LogReport {
     /// `--record-bytes`.
     pub record_bytes: usize,
     /// `--fsync`, as given on the command line (e.g. `"interval:5"`).
-    pub fsync: FsyncArg,
+    #[serde(serialize_with = "crate::harness::serialize_display")]
+    pub fsync: FsyncPolicy,
     /// Record payload bytes appended per second.
     pub append_bytes_per_sec: f64,
     /// Records appended per second.
@@ -118,7 +119,7 @@ pub fn run(args: &LogArgs) -> anyhow::Result<LogReport> {
         eprintln!("keeping data in {}", work_dir.path().display());
     }
 
-    let fsync: sluice_io::FsyncPolicy = args.fsync.to_string().parse().context("fsync policy")?;
+    let fsync = args.fsync;
     let per_shard = args.records.div_ceil(args.shards as u64);
     let plans: Vec<ShardPlan> = (0..args.shards)
         .map(|shard| ShardPlan {
