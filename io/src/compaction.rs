@@ -18,7 +18,7 @@ use std::rc::Rc;
 use crate::config::CleanupPolicy;
 use crate::error::{LogError, Result};
 use crate::log::{Log, write_index};
-use crate::record::{BatchEncoder, BatchMeta, Header, Record};
+use crate::record::{BatchEncoder, BatchMeta, EncodeError, Header, MAX_BODY_BYTES, Record};
 use crate::segment::appender::Appender;
 use crate::segment::{ReadBatches, SegmentFacts, SegmentIndex, SegmentPaths, read_batches};
 use crate::storage::{Storage, StorageFile};
@@ -51,7 +51,7 @@ struct ClosedRef<F> {
 /// Reads every batch of a closed segment, chunk by chunk, handing each chunk to `f`.
 async fn for_each_chunk<F: StorageFile>(
     seg: &ClosedRef<F>,
-    mut f: impl FnMut(&ReadBatches) -> Result<()>,
+    mut f: impl AsyncFnMut(&ReadBatches) -> Result<()>,
 ) -> Result<()> {
     let mut pos = 0;
     while pos < seg.facts.size {
@@ -60,7 +60,7 @@ async fn for_each_chunk<F: StorageFile>(
         if batches.is_empty() {
             break;
         }
-        f(&batches)?;
+        f(&batches).await?;
         pos = batches.end_pos();
     }
     Ok(())
@@ -84,7 +84,7 @@ impl<S: Storage> Log<S> {
         // Pass 1: the latest offset of every key.
         let mut latest: HashMap<Vec<u8>, Offset> = HashMap::new();
         for seg in &closed {
-            for_each_chunk(seg, |batches| {
+            for_each_chunk(seg, async |batches| {
                 for r in batches.records() {
                     let r = r?;
                     if let Some(k) = r.key() {
@@ -113,7 +113,7 @@ impl<S: Storage> Log<S> {
             };
             let mut superseded = 0u64;
             let mut tombstones = 0u64;
-            for_each_chunk(seg, |batches| {
+            for_each_chunk(seg, async |batches| {
                 for r in batches.records() {
                     let r = r?;
                     match keep(r.key(), r.value(), r.offset()) {
@@ -157,13 +157,7 @@ impl<S: Storage> Log<S> {
         let mut appender = Appender::new(file.clone(), 0, &[], config.write_buffer_bytes, config.write_behind_buffers);
         let mut index = SegmentIndex::new(seg.base, config.index_interval_bytes);
         let mut encoder = BatchEncoder::new();
-        let mut pos = 0;
-        while pos < seg.facts.size {
-            let batches =
-                read_batches(&*seg.file, &seg.paths.log, seg.base, pos, seg.facts.size, READ_CHUNK_BYTES, 0).await?;
-            if batches.is_empty() {
-                break;
-            }
+        for_each_chunk(seg, async |batches| {
             for batch in batches.batches() {
                 let batch = batch?;
                 let h = *batch.header();
@@ -186,13 +180,16 @@ impl<S: Storage> Log<S> {
                 };
                 let (bytes, header) = encoder
                     .encode_span(&records, &deltas, Some(h.last_offset_delta), &meta, h.base_offset)
-                    .map_err(|e| LogError::InvalidConfig(format!("re-encoding a compacted batch: {e:?}")))?;
+                    .map_err(|e| match e {
+                        EncodeError::Empty => LogError::EmptyBatch,
+                        EncodeError::TooLarge(bytes) => LogError::BatchTooLarge { bytes, limit: MAX_BODY_BYTES },
+                    })?;
                 index.add_batch(appender.end(), &header);
                 appender.append(bytes);
-                appender.handle().wait(appender.room_ticket()).await.map_err(io("write"))?;
             }
-            pos = batches.end_pos();
-        }
+            appender.handle().wait(appender.room_ticket()).await.map_err(io("write"))
+        })
+        .await?;
         let ticket = appender.start_flush();
         appender.handle().wait(ticket).await.map_err(io("write"))?;
         file.truncate(index.facts().size).await.map_err(io("truncate"))?;

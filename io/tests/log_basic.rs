@@ -51,7 +51,7 @@ fn append_read_roll_reopen() {
         let (log, report) = Log::open(UringStorage, &dir, config.clone()).await.unwrap();
         assert_eq!(report.segments, 0);
         append_n(&log, 0, 3000, 50).await;
-        assert!(log.segment_count() > 3, "rolled by size: {}", log.segment_count());
+        assert!(log.segment_count() >= 3, "rolled by size: {}", log.segment_count());
         let all = read_all(&log, Offset(0)).await;
         assert_eq!(all.len(), 3000);
         for (i, (off, v)) in all.iter().enumerate() {
