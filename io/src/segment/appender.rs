@@ -34,6 +34,9 @@ struct Tracker {
     /// The first write error, if any; the appender is unusable after one.
     error: Option<(Option<i32>, io::ErrorKind, String)>,
     waiters: Vec<Waker>,
+    /// Full-size buffers whose writes completed, kept for reuse: a fresh buffer costs a
+    /// page fault per page on its first fill.
+    spare: Vec<DmaBuffer>,
 }
 
 impl Tracker {
@@ -165,7 +168,8 @@ impl<F: StorageFile> Appender<F> {
         let pos = self.cur_pos;
         let wait_below = self.cur_wait_below;
         let len = self.cur_len;
-        let mut next = self.file.alloc_buffer(self.buf_bytes);
+        let spare = self.tracker.borrow_mut().spare.pop();
+        let mut next = spare.unwrap_or_else(|| self.file.alloc_buffer(self.buf_bytes));
         if partial {
             let padded = len.next_multiple_of(self.align);
             buf.as_bytes_mut()[len..padded].fill(0);
@@ -186,17 +190,26 @@ impl<F: StorageFile> Appender<F> {
         self.tracker.borrow_mut().inflight += 1;
         let file = self.file.clone();
         let tracker = self.tracker.clone();
+        let (buf_bytes, spare_max) = (self.buf_bytes, self.write_behind + 1);
         glommio::spawn_local(async move {
             if wait_below > 0 {
                 wait_done(&tracker, wait_below).await;
             }
             let want = buf.len();
-            let result = match file.write_at(buf, pos).await {
+            let buf = Rc::new(buf);
+            let result = match file.write_at(buf.clone(), pos).await {
                 Ok(n) if n == want => Ok(()),
                 Ok(n) => Err(io::Error::new(io::ErrorKind::WriteZero, format!("short write: {n} of {want} bytes"))),
                 Err(e) => Err(e),
             };
-            tracker.borrow_mut().complete(seq, result);
+            let mut t = tracker.borrow_mut();
+            if let Ok(buf) = Rc::try_unwrap(buf)
+                && buf.len() == buf_bytes
+                && t.spare.len() < spare_max
+            {
+                t.spare.push(buf);
+            }
+            t.complete(seq, result);
         })
         .detach();
     }

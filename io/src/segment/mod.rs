@@ -106,7 +106,7 @@ pub(crate) async fn write_small_file<S: Storage>(storage: &S, path: &Path, bytes
     let mut buf = file.alloc_buffer(padded);
     buf.as_bytes_mut()[..bytes.len()].copy_from_slice(bytes);
     buf.as_bytes_mut()[bytes.len()..].fill(0);
-    file.write_at(buf, 0).await.map_err(io("write"))?;
+    file.write_at(Rc::new(buf), 0).await.map_err(io("write"))?;
     file.truncate(bytes.len() as u64).await.map_err(io("truncate"))?;
     file.sync().await.map_err(io("fdatasync"))?;
     Ok(())

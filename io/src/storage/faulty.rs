@@ -116,7 +116,7 @@ impl StorageFile for FaultyFile {
         self.inner.alloc_buffer(len)
     }
 
-    async fn write_at(&self, mut buf: DmaBuffer, pos: u64) -> io::Result<usize> {
+    async fn write_at(&self, buf: Rc<DmaBuffer>, pos: u64) -> io::Result<usize> {
         self.storage.check_crashed()?;
         let len = buf.len() as u64;
         let tear = {
@@ -143,13 +143,15 @@ impl StorageFile for FaultyFile {
             return Ok(n);
         };
         let old = self.inner.read_at(pos, buf.len()).await?;
-        for (i, b) in buf.as_bytes_mut().iter_mut().enumerate().skip(keep) {
+        let mut torn = self.inner.alloc_buffer(buf.len());
+        for (i, (b, &new)) in torn.as_bytes_mut().iter_mut().zip(buf.as_bytes()).enumerate() {
             *b = match old.get(i) {
+                _ if i < keep => new,
                 Some(&o) if pos + (i as u64) < written_to => o,
                 _ => fill,
             };
         }
-        self.inner.write_at(buf, pos).await?;
+        self.inner.write_at(Rc::new(torn), pos).await?;
         Err(io::Error::other("simulated crash during write"))
     }
 

@@ -14,6 +14,7 @@ pub mod uring;
 
 use std::io;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 pub use glommio::io::{DmaBuffer, ReadResult};
 
@@ -63,8 +64,9 @@ pub trait StorageFile: std::fmt::Debug + 'static {
     /// A buffer suitable for `write_at`, of `len` bytes (a multiple of the alignment).
     fn alloc_buffer(&self, len: usize) -> DmaBuffer;
 
-    /// Writes the whole buffer at `pos`. Returns bytes written.
-    async fn write_at(&self, buf: DmaBuffer, pos: u64) -> io::Result<usize>;
+    /// Writes the whole buffer at `pos`. Returns bytes written. The buffer is shared so
+    /// that the caller can take it back once the write completes and reuse it.
+    async fn write_at(&self, buf: Rc<DmaBuffer>, pos: u64) -> io::Result<usize>;
 
     /// Reads up to `len` bytes at `pos` (fewer at end of file).
     async fn read_at(&self, pos: u64, len: usize) -> io::Result<ReadResult>;

@@ -82,8 +82,8 @@ impl StorageFile for UringFile {
         self.file.alloc_dma_buffer(len)
     }
 
-    async fn write_at(&self, buf: DmaBuffer, pos: u64) -> io::Result<usize> {
-        Ok(self.file.write_at(buf, pos).await?)
+    async fn write_at(&self, buf: Rc<DmaBuffer>, pos: u64) -> io::Result<usize> {
+        Ok(self.file.write_rc_at(buf, pos).await?)
     }
 
     async fn read_at(&self, pos: u64, len: usize) -> io::Result<ReadResult> {
