@@ -148,54 +148,13 @@ impl<S: Storage> Log<S> {
         }
         bases.sort();
         report.segments = bases.len();
-        if bases.is_empty() {
+        let created = bases.is_empty();
+        if created {
             bases.push(Offset(0));
         }
-        let interval = config.index_interval_bytes;
-        let mut closed: Vec<Segment<S::File>> = Vec::new();
-        let last = bases.len() - 1;
-        let mut cut_at: Option<(usize, Rc<S::File>)> = None;
-        for (i, &base) in bases.iter().enumerate().take(last) {
-            let paths = SegmentPaths::new(&dir, base);
-            let file = Rc::new(storage.open(&paths.log, false).await.map_err(|e| LogError::io("open", &paths.log, e))?);
-            let size = file.size().await.map_err(|e| LogError::io("stat", &paths.log, e))?;
-            let loaded = if config.recovery == RecoveryMode::Full {
-                None
-            } else {
-                load_index(&storage, &paths, base, size).await?
-            };
-            let mut damage = None;
-            let index = match loaded {
-                Some(index) => index,
-                None => {
-                    let outcome = scan(&*file, base, interval, size).await?;
-                    if let Some((pos, reason)) = outcome.damage {
-                        if config.recovery == RecoveryMode::Full {
-                            file.truncate(pos).await.map_err(|e| LogError::io("truncate", &paths.log, e))?;
-                            report.truncated = Some(Truncation {
-                                path: paths.log.clone(),
-                                pos: FilePos(pos),
-                                reason,
-                                log_end: outcome.index.facts().next_offset,
-                                segments_removed: last - i,
-                            });
-                            cut_at = Some((i, file));
-                            break;
-                        }
-                        report.damaged_segments.push((paths.log.clone(), FilePos(pos), reason.clone()));
-                        damage = Some((pos, reason));
-                    } else if config.recovery == RecoveryMode::Tail {
-                        write_index(&storage, &paths, &outcome.index).await?;
-                        report.rebuilt_indexes.push(paths.log.clone());
-                    }
-                    outcome.index
-                }
-            };
-            closed.push(Segment { base, file, paths, index, opened: Instant::now(), damage });
-        }
+        let (closed, cut) = recover_closed(&storage, &dir, &bases, &config, &mut report).await?;
         // The active segment: the last one, or the one a full recovery cut.
-        let was_cut = cut_at.is_some();
-        let (active_base, file) = match cut_at {
+        let (active_base, file) = match cut {
             Some((i, file)) => {
                 for &base in &bases[i + 1..] {
                     remove_segment_files(&storage, &SegmentPaths::new(&dir, base)).await?;
@@ -205,70 +164,26 @@ impl<S: Storage> Log<S> {
                 (bases[i], file)
             }
             None => {
-                let paths = SegmentPaths::new(&dir, bases[last]);
-                (bases[last], Rc::new(open_segment_file(&storage, &paths, &config).await?))
+                let base = *bases.last().expect("at least one segment");
+                let path = SegmentPaths::new(&dir, base).log;
+                (base, Rc::new(storage.open(&path, true).await.map_err(|e| LogError::io("open", &path, e))?))
             }
         };
-        let paths = SegmentPaths::new(&dir, active_base);
-        let file_len = file.size().await.map_err(|e| LogError::io("stat", &paths.log, e))?;
-        let outcome = scan(&*file, active_base, interval, file_len).await?;
-        let facts = outcome.index.facts();
-        // Cut everything past the valid end, not only damage. A scan also ends cleanly at
-        // zeros, and a crash that lost one write but not a later one leaves zeros with older
-        // batches behind them; once appends end exactly where one of those starts, the next
-        // scan would take it (and what follows) for new batches, since offsets may have gaps.
-        if file_len > facts.size {
-            file.truncate(facts.size).await.map_err(|e| LogError::io("truncate", &paths.log, e))?;
-            if config.preallocate {
-                file.allocate(config.segment_bytes_max).await.map_err(|e| LogError::io("fallocate", &paths.log, e))?;
-            }
-        }
-        if let Some((pos, reason)) = outcome.damage {
-            debug_assert_eq!(pos, facts.size, "the scan stops at the end of the valid batches");
-            report.truncated.get_or_insert(Truncation {
-                path: paths.log.clone(),
-                pos: FilePos(pos),
-                reason,
-                log_end: facts.next_offset,
-                segments_removed: 0,
-            });
-        }
-        // What recovery found on the device is now made durable before it is served.
-        file.sync().await.map_err(|e| LogError::SyncFailed { path: paths.log.clone(), source: e })?;
-        let created = report.segments == 0;
+        let (active, appender) = recover_active::<S>(&dir, active_base, file, &config, &mut report).await?;
         if created {
             // A new log: make the partition directory's own entry durable too.
             if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
                 storage.sync_dir(parent).await.map_err(|e| LogError::io("fsync directory", parent, e))?;
             }
         }
-        if was_cut || created || report.truncated.is_some() {
+        if created || report.truncated.is_some() {
             storage.sync_dir(&dir).await.map_err(|e| LogError::io("fsync directory", &dir, e))?;
         }
-        let align = file.alignment().max(crate::segment::appender::FS_BLOCK_BYTES as u64);
-        let tail_start = facts.size - facts.size % align;
-        let tail = if tail_start < facts.size {
-            file.read_at(tail_start, (facts.size - tail_start) as usize)
-                .await
-                .map_err(|e| LogError::io("read", &paths.log, e))?
-                .to_vec()
-        } else {
-            Vec::new()
-        };
-        let appender =
-            Appender::new(file.clone(), facts.size, &tail, config.write_buffer_bytes, config.write_behind_buffers);
         let start_offset = closed.first().map_or(active_base, |s| s.base);
-        let next_offset = facts.next_offset;
+        let next_offset = active.facts().next_offset;
         let state = State {
             closed,
-            active: Segment {
-                base: active_base,
-                file,
-                paths,
-                index: outcome.index,
-                opened: Instant::now(),
-                damage: None,
-            },
+            active,
             appender,
             next_offset,
             start_offset,
@@ -705,6 +620,112 @@ fn flush_unless_failed<F: StorageFile>(appender: &mut Appender<F>) -> Option<(Tr
     }
     let ticket = appender.start_flush();
     Some((appender.handle(), ticket))
+}
+
+/// Opens every segment but the last, trusting a valid index and scanning the segment
+/// otherwise. In [`RecoveryMode::Full`] every segment is scanned and the first damage cuts
+/// the log: the cut segment's number and file are returned, to become the active one.
+async fn recover_closed<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    bases: &[Offset],
+    config: &LogConfig,
+    report: &mut RecoveryReport,
+) -> Result<(Vec<Segment<S::File>>, Option<(usize, Rc<S::File>)>)> {
+    let interval = config.index_interval_bytes;
+    let last = bases.len() - 1;
+    let mut closed = Vec::new();
+    for (i, &base) in bases.iter().enumerate().take(last) {
+        let paths = SegmentPaths::new(dir, base);
+        let file = Rc::new(storage.open(&paths.log, false).await.map_err(|e| LogError::io("open", &paths.log, e))?);
+        let size = file.size().await.map_err(|e| LogError::io("stat", &paths.log, e))?;
+        let loaded = match config.recovery {
+            RecoveryMode::Full => None,
+            RecoveryMode::Tail => load_index(storage, &paths, base, size).await?,
+        };
+        let mut damage = None;
+        let index = match loaded {
+            Some(index) => index,
+            None => {
+                let outcome = scan(&*file, base, interval, size).await?;
+                match (outcome.damage, config.recovery) {
+                    (Some((pos, reason)), RecoveryMode::Full) => {
+                        file.truncate(pos).await.map_err(|e| LogError::io("truncate", &paths.log, e))?;
+                        report.truncated = Some(Truncation {
+                            path: paths.log.clone(),
+                            pos: FilePos(pos),
+                            reason,
+                            log_end: outcome.index.facts().next_offset,
+                            segments_removed: last - i,
+                        });
+                        return Ok((closed, Some((i, file))));
+                    }
+                    (Some((pos, reason)), RecoveryMode::Tail) => {
+                        report.damaged_segments.push((paths.log.clone(), FilePos(pos), reason.clone()));
+                        damage = Some((pos, reason));
+                    }
+                    (None, RecoveryMode::Tail) => {
+                        write_index(storage, &paths, &outcome.index).await?;
+                        report.rebuilt_indexes.push(paths.log.clone());
+                    }
+                    (None, RecoveryMode::Full) => {}
+                }
+                outcome.index
+            }
+        };
+        closed.push(Segment { base, file, paths, index, opened: Instant::now(), damage });
+    }
+    Ok((closed, None))
+}
+
+/// Scans the active segment, cuts it after its last valid batch (reporting damage),
+/// preallocates it, syncs it, and builds its appender.
+async fn recover_active<S: Storage>(
+    dir: &Path,
+    base: Offset,
+    file: Rc<S::File>,
+    config: &LogConfig,
+    report: &mut RecoveryReport,
+) -> Result<(Segment<S::File>, Appender<S::File>)> {
+    let paths = SegmentPaths::new(dir, base);
+    let file_len = file.size().await.map_err(|e| LogError::io("stat", &paths.log, e))?;
+    let outcome = scan(&*file, base, config.index_interval_bytes, file_len).await?;
+    let facts = outcome.index.facts();
+    // Cut everything past the valid end, not only damage. A scan also ends cleanly at
+    // zeros, and a crash that lost one write but not a later one leaves zeros with older
+    // batches behind them; once appends end exactly where one of those starts, the next
+    // scan would take it (and what follows) for new batches, since offsets may have gaps.
+    if file_len > facts.size {
+        file.truncate(facts.size).await.map_err(|e| LogError::io("truncate", &paths.log, e))?;
+    }
+    if config.preallocate {
+        file.allocate(config.segment_bytes_max).await.map_err(|e| LogError::io("fallocate", &paths.log, e))?;
+    }
+    if let Some((pos, reason)) = outcome.damage {
+        debug_assert_eq!(pos, facts.size, "the scan stops at the end of the valid batches");
+        report.truncated.get_or_insert(Truncation {
+            path: paths.log.clone(),
+            pos: FilePos(pos),
+            reason,
+            log_end: facts.next_offset,
+            segments_removed: 0,
+        });
+    }
+    // What recovery found on the device is made durable before it is served, and so is
+    // the allocation, so that the first append's sync does not pay for it.
+    file.sync().await.map_err(|e| LogError::SyncFailed { path: paths.log.clone(), source: e })?;
+    let align = file.alignment().max(crate::segment::appender::FS_BLOCK_BYTES as u64);
+    let tail_start = facts.size - facts.size % align;
+    let tail = if tail_start < facts.size {
+        let buf = file.read_at(tail_start, (facts.size - tail_start) as usize).await;
+        buf.map_err(|e| LogError::io("read", &paths.log, e))?.to_vec()
+    } else {
+        Vec::new()
+    };
+    let appender =
+        Appender::new(file.clone(), facts.size, &tail, config.write_buffer_bytes, config.write_behind_buffers);
+    let segment = Segment { base, file, paths, index: outcome.index, opened: Instant::now(), damage: None };
+    Ok((segment, appender))
 }
 
 async fn load_index<S: Storage>(
