@@ -5,6 +5,8 @@
 //! that arrive from outside (topics, groups, producer ids), which every later piece that
 //! turns a name into a path relies on.
 
+#![forbid(unsafe_code)]
+
 pub mod names;
 
 pub use names::{NameError, validate_name};

@@ -7,10 +7,15 @@
 //! - [`storage`]: the I/O seam, with the io_uring (glommio DMA, `O_DIRECT`) backend and
 //!   a fault-injecting wrapper for tests.
 //! - [`segment`]: one segment file, its appender and its sparse indexes.
-//! - [`log`]: a partition: segments, roll, group commit, recovery, retention.
+//! - [`log`]: a partition: segments, roll, group commit, reads, retention.
+//! - [`recovery`]: what opening a log verifies, cuts and rebuilds.
+//! - [`reader`]: a sequential reader with read-ahead.
 //! - [`compaction`]: keep the latest record per key in closed segments.
+//! - [`config`], [`error`], [`types`]: knobs, typed errors, typed offsets and times.
 //!
 //! Everything here is `!Send` by design: a log lives on the executor that opened it.
+
+#![forbid(unsafe_code)]
 
 pub mod compaction;
 pub mod config;
@@ -18,6 +23,7 @@ pub mod error;
 pub mod log;
 pub mod reader;
 pub mod record;
+pub mod recovery;
 pub mod segment;
 pub mod storage;
 pub mod types;
@@ -25,9 +31,10 @@ pub mod types;
 pub use compaction::CompactionReport;
 pub use config::{CleanupPolicy, FsyncPolicy, LogConfig, RecoveryMode};
 pub use error::{LogError, Result};
-pub use log::{AppendInfo, Log, RecoveryReport, RetentionReport, Truncation};
+pub use log::{AppendInfo, Log, RetentionReport};
 pub use reader::LogReader;
 pub use record::{BatchMeta, BatchView, Header, Record, RecordView};
+pub use recovery::{RecoveryReport, Truncation};
 pub use segment::ReadBatches;
 pub use storage::{FaultPlan, FaultyStorage, Storage, UringStorage};
 pub use types::{EventTime, FilePos, Offset, PartitionId, ProducerId, Timestamp};

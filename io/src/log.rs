@@ -18,15 +18,14 @@ use std::rc::{Rc, Weak};
 use std::task::{Poll, Waker};
 use std::time::Instant;
 
-use crate::config::{FsyncPolicy, LogConfig, RecoveryMode};
+use crate::config::{FsyncPolicy, LogConfig};
 use crate::error::{LogError, Result};
 use crate::record::{BatchEncoder, BatchMeta, EncodeError, Record};
+use crate::recovery::{RecoveryReport, recover_active, recover_closed};
 use crate::segment::appender::{Appender, FlushTicket, TrackerHandle};
-use crate::segment::{
-    ReadBatches, Segment, SegmentIndex, SegmentPaths, read_batches, read_small_file, scan, write_small_file,
-};
+use crate::segment::{ReadBatches, Segment, SegmentIndex, SegmentPaths, read_batches, write_small_file};
 use crate::storage::{Storage, StorageFile, UringStorage};
-use crate::types::{FilePos, Offset, Timestamp};
+use crate::types::{Offset, Timestamp};
 
 /// Where an append landed.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -35,37 +34,6 @@ pub struct AppendInfo {
     pub base_offset: Offset,
     /// The offset of the batch's last record.
     pub last_offset: Offset,
-}
-
-/// What opening a log found and did.
-#[derive(Clone, Debug, Default)]
-pub struct RecoveryReport {
-    /// Segments found.
-    pub segments: usize,
-    /// Where the log was cut because the bytes there were torn or corrupt, and why.
-    pub truncated: Option<Truncation>,
-    /// Segments whose indexes were missing or damaged and were rebuilt.
-    pub rebuilt_indexes: Vec<PathBuf>,
-    /// Closed segments with damage that was left in place (reads of it fail with
-    /// [`LogError::Corrupt`]); only in [`RecoveryMode::Tail`].
-    pub damaged_segments: Vec<(PathBuf, FilePos, String)>,
-    /// Leftover files of an interrupted compaction that were removed.
-    pub removed_files: Vec<PathBuf>,
-}
-
-/// A cut made by recovery.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Truncation {
-    /// The segment cut.
-    pub path: PathBuf,
-    /// Where the first bad batch started: everything from here on was removed.
-    pub pos: FilePos,
-    /// Why the batch there was bad.
-    pub reason: String,
-    /// The log end offset after the cut.
-    pub log_end: Offset,
-    /// Later segments deleted by the cut (only in [`RecoveryMode::Full`]).
-    pub segments_removed: usize,
 }
 
 /// What a retention pass removed.
@@ -620,126 +588,6 @@ fn flush_unless_failed<F: StorageFile>(appender: &mut Appender<F>) -> Option<(Tr
     }
     let ticket = appender.start_flush();
     Some((appender.handle(), ticket))
-}
-
-/// Opens every segment but the last, trusting a valid index and scanning the segment
-/// otherwise. In [`RecoveryMode::Full`] every segment is scanned and the first damage cuts
-/// the log: the cut segment's number and file are returned, to become the active one.
-async fn recover_closed<S: Storage>(
-    storage: &S,
-    dir: &Path,
-    bases: &[Offset],
-    config: &LogConfig,
-    report: &mut RecoveryReport,
-) -> Result<(Vec<Segment<S::File>>, Option<(usize, Rc<S::File>)>)> {
-    let interval = config.index_interval_bytes;
-    let last = bases.len() - 1;
-    let mut closed = Vec::new();
-    for (i, &base) in bases.iter().enumerate().take(last) {
-        let paths = SegmentPaths::new(dir, base);
-        let file = Rc::new(storage.open(&paths.log, false).await.map_err(|e| LogError::io("open", &paths.log, e))?);
-        let size = file.size().await.map_err(|e| LogError::io("stat", &paths.log, e))?;
-        let loaded = match config.recovery {
-            RecoveryMode::Full => None,
-            RecoveryMode::Tail => load_index(storage, &paths, base, size).await?,
-        };
-        let mut damage = None;
-        let index = match loaded {
-            Some(index) => index,
-            None => {
-                let outcome = scan(&*file, base, interval, size).await?;
-                match (outcome.damage, config.recovery) {
-                    (Some((pos, reason)), RecoveryMode::Full) => {
-                        file.truncate(pos).await.map_err(|e| LogError::io("truncate", &paths.log, e))?;
-                        report.truncated = Some(Truncation {
-                            path: paths.log.clone(),
-                            pos: FilePos(pos),
-                            reason,
-                            log_end: outcome.index.facts().next_offset,
-                            segments_removed: last - i,
-                        });
-                        return Ok((closed, Some((i, file))));
-                    }
-                    (Some((pos, reason)), RecoveryMode::Tail) => {
-                        report.damaged_segments.push((paths.log.clone(), FilePos(pos), reason.clone()));
-                        damage = Some((pos, reason));
-                    }
-                    (None, RecoveryMode::Tail) => {
-                        write_index(storage, &paths, &outcome.index).await?;
-                        report.rebuilt_indexes.push(paths.log.clone());
-                    }
-                    (None, RecoveryMode::Full) => {}
-                }
-                outcome.index
-            }
-        };
-        closed.push(Segment { base, file, paths, index, opened: Instant::now(), damage });
-    }
-    Ok((closed, None))
-}
-
-/// Scans the active segment, cuts it after its last valid batch (reporting damage),
-/// preallocates it, syncs it, and builds its appender.
-async fn recover_active<S: Storage>(
-    dir: &Path,
-    base: Offset,
-    file: Rc<S::File>,
-    config: &LogConfig,
-    report: &mut RecoveryReport,
-) -> Result<(Segment<S::File>, Appender<S::File>)> {
-    let paths = SegmentPaths::new(dir, base);
-    let file_len = file.size().await.map_err(|e| LogError::io("stat", &paths.log, e))?;
-    let outcome = scan(&*file, base, config.index_interval_bytes, file_len).await?;
-    let facts = outcome.index.facts();
-    // Cut everything past the valid end, not only damage. A scan also ends cleanly at
-    // zeros, and a crash that lost one write but not a later one leaves zeros with older
-    // batches behind them; once appends end exactly where one of those starts, the next
-    // scan would take it (and what follows) for new batches, since offsets may have gaps.
-    if file_len > facts.size {
-        file.truncate(facts.size).await.map_err(|e| LogError::io("truncate", &paths.log, e))?;
-    }
-    if config.preallocate {
-        file.allocate(config.segment_bytes_max).await.map_err(|e| LogError::io("fallocate", &paths.log, e))?;
-    }
-    if let Some((pos, reason)) = outcome.damage {
-        debug_assert_eq!(pos, facts.size, "the scan stops at the end of the valid batches");
-        report.truncated.get_or_insert(Truncation {
-            path: paths.log.clone(),
-            pos: FilePos(pos),
-            reason,
-            log_end: facts.next_offset,
-            segments_removed: 0,
-        });
-    }
-    // What recovery found on the device is made durable before it is served, and so is
-    // the allocation, so that the first append's sync does not pay for it.
-    file.sync().await.map_err(|e| LogError::SyncFailed { path: paths.log.clone(), source: e })?;
-    let align = file.alignment().max(crate::segment::appender::FS_BLOCK_BYTES as u64);
-    let tail_start = facts.size - facts.size % align;
-    let tail = if tail_start < facts.size {
-        let buf = file.read_at(tail_start, (facts.size - tail_start) as usize).await;
-        buf.map_err(|e| LogError::io("read", &paths.log, e))?.to_vec()
-    } else {
-        Vec::new()
-    };
-    let appender =
-        Appender::new(file.clone(), facts.size, &tail, config.write_buffer_bytes, config.write_behind_buffers);
-    let segment = Segment { base, file, paths, index: outcome.index, opened: Instant::now(), damage: None };
-    Ok((segment, appender))
-}
-
-async fn load_index<S: Storage>(
-    storage: &S,
-    paths: &SegmentPaths,
-    base: Offset,
-    size: u64,
-) -> Result<Option<SegmentIndex>> {
-    let (Some(offsets), Some(times)) =
-        (read_small_file(storage, &paths.index).await?, read_small_file(storage, &paths.time_index).await?)
-    else {
-        return Ok(None);
-    };
-    Ok(SegmentIndex::decode(base, size, &offsets, &times).ok())
 }
 
 pub(crate) async fn write_index<S: Storage>(storage: &S, paths: &SegmentPaths, index: &SegmentIndex) -> Result<()> {
