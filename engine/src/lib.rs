@@ -1,12 +1,22 @@
 //! # sluice-engine
 //!
-//! The engine half of sluice: shards, rings, topics, consumer groups and dataflow build
-//! here on top of `sluice-io`'s partition log. So far it holds the validation of names
-//! that arrive from outside (topics, groups, producer ids), which every later piece that
-//! turns a name into a path relies on.
+//! The engine half of sluice: shards (one pinned glommio executor per core, each owning
+//! its partition logs), the handle host code embeds, topics with persistent metadata,
+//! producers and consumers.
 
 #![forbid(unsafe_code)]
 
+pub mod assignor;
+pub mod config;
+pub mod engine;
+pub mod error;
+pub mod meta;
 pub mod names;
+pub mod partitioner;
+pub mod shard;
 
+pub use config::{EngineConfig, TopicConfig};
+pub use engine::{Engine, EngineHandle, TopicDescription};
+pub use error::{EngineError, Result};
 pub use names::{NameError, validate_name};
+pub use shard::OwnedRecord;

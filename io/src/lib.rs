@@ -35,6 +35,6 @@ pub use log::{AppendInfo, Log, RetentionReport};
 pub use reader::LogReader;
 pub use record::{BatchMeta, BatchView, Header, Record, RecordView};
 pub use recovery::{RecoveryReport, Truncation};
-pub use segment::ReadBatches;
+pub use segment::{OwnedBatches, ReadBatches};
 pub use storage::{FaultPlan, FaultyStorage, Storage, UringStorage};
 pub use types::{EventTime, FilePos, Offset, PartitionId, ProducerId, Timestamp};

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 pub use index::{SegmentFacts, SegmentIndex};
-pub use read::ReadBatches;
+pub use read::{OwnedBatches, ReadBatches};
 pub(crate) use read::{read_batches, scan};
 
 use crate::error::{LogError, Result};

@@ -165,14 +165,7 @@ impl ReadBatches {
 
     /// The records at or after the offset asked for, in order, read in place.
     pub fn records(&self) -> impl Iterator<Item = Result<RecordView<'_>>> + '_ {
-        let from = self.from;
-        self.batches().flat_map(move |b| {
-            let (ok, err) = match b {
-                Ok(view) => (Some(view.records().filter(move |r| r.offset() >= from)), None),
-                Err(e) => (None, Some(Err(e))),
-            };
-            ok.into_iter().flatten().map(Ok).chain(err)
-        })
+        records_from(self.batches(), self.from)
     }
 }
 
@@ -247,4 +240,108 @@ pub(crate) async fn read_batches<F: StorageFile>(
         pos += at as u64;
     }
     Ok(ReadBatches::empty(offset))
+}
+
+impl ReadBatches {
+    /// The batches' stored bytes, contiguous, as read.
+    #[must_use]
+    pub fn bytes(&self) -> &[u8] {
+        match (self.batches.first(), self.batches.last(), self.buf.as_deref()) {
+            (Some(&(first, _)), Some(&(last, h)), Some(buf)) => &buf[first..last + h.stored_len()],
+            _ => &[],
+        }
+    }
+
+    /// A copy that can cross threads: the batches' bytes in an aligned buffer, still read
+    /// in place (one copy of the bytes, no decoding).
+    #[must_use]
+    pub fn to_owned_batches(&self) -> OwnedBatches {
+        let mut buf = rkyv::util::AlignedVec::<16>::with_capacity(self.bytes().len());
+        buf.extend_from_slice(self.bytes());
+        OwnedBatches { buf, from: self.from, next: self.next }
+    }
+}
+
+/// Batches copied out of a read so they can move to another thread. Their CRCs were
+/// checked when they were read; their records are still read in place.
+#[derive(Clone)]
+pub struct OwnedBatches {
+    buf: rkyv::util::AlignedVec<16>,
+    from: Offset,
+    next: Offset,
+}
+
+impl std::fmt::Debug for OwnedBatches {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OwnedBatches")
+            .field("from", &self.from)
+            .field("next", &self.next)
+            .field("bytes", &self.buf.len())
+            .finish()
+    }
+}
+
+impl OwnedBatches {
+    /// No batches, positioned at `at`.
+    #[must_use]
+    pub fn empty(at: Offset) -> OwnedBatches {
+        OwnedBatches { buf: rkyv::util::AlignedVec::new(), from: at, next: at }
+    }
+
+    /// True when there are no batches.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
+    /// The offset to read next.
+    #[must_use]
+    pub fn next_offset(&self) -> Offset {
+        self.next
+    }
+
+    /// The batches' stored bytes.
+    #[must_use]
+    pub fn bytes(&self) -> &[u8] {
+        &self.buf
+    }
+
+    /// The batches, in order.
+    pub fn batches(&self) -> impl Iterator<Item = Result<BatchView<'_>>> + '_ {
+        let mut at = 0usize;
+        std::iter::from_fn(move || {
+            if at >= self.buf.len() {
+                return None;
+            }
+            let view = BatchView::new(&self.buf[at..]).map_err(|e| LogError::Corrupt {
+                path: PathBuf::from("<owned batches>"),
+                pos: FilePos(at as u64),
+                reason: e.to_string(),
+            });
+            match &view {
+                Ok(v) => at += v.header().stored_len(),
+                Err(_) => at = self.buf.len(),
+            }
+            Some(view)
+        })
+    }
+
+    /// The records at or after the offset asked for, in order, read in place.
+    pub fn records(&self) -> impl Iterator<Item = Result<RecordView<'_>>> + '_ {
+        records_from(self.batches(), self.from)
+    }
+}
+
+/// The records of `batches` at or after `from`, with a batch's error in its place.
+fn records_from<'a>(
+    batches: impl Iterator<Item = Result<BatchView<'a>>> + 'a,
+    from: Offset,
+) -> impl Iterator<Item = Result<RecordView<'a>>> + 'a {
+    batches.flat_map(move |b| {
+        let (ok, err) = match b {
+            Ok(view) => (Some(view.records().filter(move |r| r.offset() >= from)), None),
+            Err(e) => (None, Some(Err(e))),
+        };
+        ok.into_iter().flatten().map(Ok).chain(err)
+    })
 }

@@ -1,0 +1,121 @@
+//! Engine and topic configuration.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use sluice_io::{CleanupPolicy, FsyncPolicy, LogConfig};
+
+use crate::error::{EngineError, Result};
+
+/// How an engine is started.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// Where topics, metadata and the lock file live.
+    pub data_dir: PathBuf,
+    /// Shards (one executor thread each, pinned to a CPU); `None` means one per CPU
+    /// available to the process.
+    pub shards: Option<usize>,
+    /// Capacity of each inter-shard ring, in batches.
+    pub ring_capacity_batches: usize,
+    /// Settings for topics created without their own.
+    pub topic_defaults: TopicConfig,
+}
+
+impl EngineConfig {
+    /// A configuration with defaults for everything but the data directory.
+    pub fn new(data_dir: impl Into<PathBuf>) -> EngineConfig {
+        EngineConfig {
+            data_dir: data_dir.into(),
+            shards: None,
+            ring_capacity_batches: 64,
+            topic_defaults: TopicConfig::default(),
+        }
+    }
+
+    /// The shard count this configuration resolves to.
+    pub fn shard_count(&self) -> Result<usize> {
+        let n = match self.shards {
+            Some(n) => n,
+            None => core_affinity::get_core_ids().map_or(1, |ids| ids.len().max(1)),
+        };
+        if n == 0 || n > 1024 {
+            return Err(EngineError::InvalidConfig(format!("shards must be within 1..=1024, not {n}")));
+        }
+        if self.ring_capacity_batches == 0 {
+            return Err(EngineError::InvalidConfig("ring_capacity_batches must be positive".into()));
+        }
+        Ok(n)
+    }
+}
+
+/// Per-topic settings, persisted with the topic.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopicConfig {
+    /// `always`, `interval:MS` or `never`.
+    pub fsync: String,
+    /// Segment size before a roll.
+    pub segment_bytes: u64,
+    /// Delete closed segments older than this, if set.
+    pub retention_ms: Option<u64>,
+    /// Delete the oldest closed segments while a partition is larger than this, if set.
+    pub retention_bytes: Option<u64>,
+    /// `delete` or `compact`.
+    pub cleanup: String,
+    /// The largest record (key plus value) accepted.
+    pub max_record_bytes: usize,
+    /// How long a send may wait for more records to fill its batch.
+    pub linger_ms: u64,
+    /// The most records in one batch.
+    pub batch_records: usize,
+}
+
+impl Default for TopicConfig {
+    fn default() -> Self {
+        TopicConfig {
+            fsync: "interval:5".into(),
+            segment_bytes: 256 << 20,
+            retention_ms: None,
+            retention_bytes: None,
+            cleanup: "delete".into(),
+            max_record_bytes: 1 << 20,
+            linger_ms: 1,
+            batch_records: 1000,
+        }
+    }
+}
+
+impl TopicConfig {
+    /// Checks every value and returns the partition logs' configuration.
+    pub fn log_config(&self) -> Result<LogConfig> {
+        let bad = |m: String| EngineError::InvalidConfig(m);
+        let fsync: FsyncPolicy = self.fsync.parse().map_err(|e: sluice_io::LogError| bad(e.to_string()))?;
+        let cleanup: CleanupPolicy = self.cleanup.parse().map_err(|e: sluice_io::LogError| bad(e.to_string()))?;
+        if self.max_record_bytes == 0 || self.max_record_bytes > 64 << 20 {
+            return Err(bad(format!("max_record_bytes {} must be within [1, 64 MiB]", self.max_record_bytes)));
+        }
+        if self.batch_records == 0 || self.batch_records > 100_000 {
+            return Err(bad(format!("batch_records {} must be within [1, 100000]", self.batch_records)));
+        }
+        if self.linger_ms > 60_000 {
+            return Err(bad(format!("linger_ms {} must be at most 60000", self.linger_ms)));
+        }
+        let config = LogConfig {
+            fsync,
+            cleanup,
+            segment_bytes_max: self.segment_bytes,
+            retention_ms: self.retention_ms,
+            retention_bytes: self.retention_bytes,
+            max_batch_bytes: (self.max_record_bytes + 256).max(8 << 20),
+            ..LogConfig::default()
+        };
+        config.validate().map_err(|e| bad(e.to_string()))?;
+        Ok(config)
+    }
+
+    /// The linger as a duration.
+    pub fn linger(&self) -> Duration {
+        Duration::from_millis(self.linger_ms)
+    }
+}

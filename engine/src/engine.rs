@@ -1,0 +1,461 @@
+//! The engine: shards started from a configuration, and the handle host code uses.
+//!
+//! [`Engine`] owns the shard threads and the data directory's lock; [`EngineHandle`] is
+//! `Send + Sync + Clone` and its async methods run on any executor (tokio, glommio, or a
+//! plain thread through `futures_lite::future::block_on`): requests travel to the owning
+//! shard over bounded channels and replies come back the same way.
+
+use std::fs::File;
+use std::sync::{Arc, RwLock};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use sluice_io::{AppendInfo, BatchMeta, Offset, OwnedBatches, Timestamp};
+
+use crate::config::{EngineConfig, TopicConfig};
+use crate::error::{EngineError, Result};
+use crate::meta::{Layout, Metadata, TopicMeta, assign_shards};
+use crate::names::validate_name;
+use crate::partitioner::partition_for_key;
+use crate::shard::{self, Batching, OwnedRecord, Request};
+
+/// Requests queued per shard before senders wait.
+const REQUEST_QUEUE: usize = 4096;
+/// The most bytes a shard batches from single-record sends before appending.
+const BATCH_BYTES_MAX: usize = 1 << 20;
+
+/// A running engine. Dropping it shuts it down (flushing and syncing every log); call
+/// [`Engine::shutdown`] to see the outcome.
+#[derive(Debug)]
+pub struct Engine {
+    handle: EngineHandle,
+    threads: Vec<JoinHandle<()>>,
+    _lock: File,
+}
+
+/// What host code holds: cheap to clone, usable from any thread and any executor.
+#[derive(Clone, Debug)]
+pub struct EngineHandle {
+    inner: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    layout: Layout,
+    shards: Vec<async_channel::Sender<Request>>,
+    meta: RwLock<Metadata>,
+    /// Serializes admin operations (create, delete, add partitions) with each other.
+    admin: async_lock_free::AdminLock,
+    /// Unkeyed sends so far: they stick to one partition for a batch's worth of records,
+    /// then move to the next (the shape of Kafka's sticky partitioner, made deterministic
+    /// and safe to share between threads).
+    unkeyed_sent: std::sync::atomic::AtomicU64,
+    topic_defaults: TopicConfig,
+}
+
+mod async_lock_free {
+    //! A one-at-a-time gate for admin operations, awaited without blocking a thread.
+
+    /// Admin operations run one at a time.
+    #[derive(Debug)]
+    pub(super) struct AdminLock {
+        permits: (async_channel::Sender<()>, async_channel::Receiver<()>),
+    }
+
+    impl AdminLock {
+        pub(super) fn new() -> AdminLock {
+            let (tx, rx) = async_channel::bounded(1);
+            tx.try_send(()).expect("a fresh channel has room");
+            AdminLock { permits: (tx, rx) }
+        }
+
+        pub(super) async fn acquire(&self) -> AdminGuard<'_> {
+            let _ = self.permits.1.recv().await;
+            AdminGuard { lock: self }
+        }
+    }
+
+    pub(super) struct AdminGuard<'a> {
+        lock: &'a AdminLock,
+    }
+
+    impl Drop for AdminGuard<'_> {
+        fn drop(&mut self) {
+            let _ = self.lock.permits.0.try_send(());
+        }
+    }
+}
+
+/// A topic as described to users.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopicDescription {
+    /// The name.
+    pub name: String,
+    /// The settings.
+    pub config: TopicConfig,
+    /// The owning shard of each partition.
+    pub shards: Vec<u32>,
+}
+
+fn executor_io_memory(shards: usize) -> usize {
+    // glommio registers its I/O memory once per ring (three per executor) against the
+    // locked-memory limit (8 MiB here, see tuning.md): keep all executors within 6 MiB.
+    ((6usize << 20) / (3 * shards)).clamp(64 << 10, 2 << 20) & !4095
+}
+
+impl Engine {
+    /// Starts an engine on its data directory: takes the directory's lock, reads the
+    /// metadata, starts one pinned executor per shard and opens every partition.
+    pub async fn open(config: EngineConfig) -> Result<Engine> {
+        let shards = config.shard_count()?;
+        config.topic_defaults.log_config()?;
+        let layout = Layout { data_dir: config.data_dir.clone() };
+        let io = |op, path: &std::path::Path| {
+            let path = path.to_path_buf();
+            move |source| EngineError::Io { op, path, source }
+        };
+        std::fs::create_dir_all(&layout.data_dir).map_err(io("creating", &layout.data_dir))?;
+        let lock_path = layout.lock_file();
+        let lock = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(io("opening", &lock_path))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(EngineError::Locked { dir: layout.data_dir.clone(), lock: lock_path });
+            }
+            Err(std::fs::TryLockError::Error(source)) => {
+                return Err(EngineError::Io { op: "locking", path: lock_path, source });
+            }
+        }
+        let mut meta = Metadata::load(&layout)?;
+        // A partition recorded on a shard this run does not have moves, and the move is
+        // recorded, so placement stays stable from here on.
+        let mut moved = false;
+        for (name, topic) in &mut meta.topics {
+            for (p, s) in topic.shards.iter_mut().enumerate() {
+                if *s as usize >= shards {
+                    *s = assign_shards(name, p as u32, 1, shards)[0];
+                    moved = true;
+                }
+            }
+        }
+        if moved {
+            meta.store(&layout)?;
+        }
+        let cpus: Vec<usize> = core_affinity::get_core_ids().unwrap_or_default().into_iter().map(|c| c.id).collect();
+        let io_memory = executor_io_memory(shards);
+        let mut senders = Vec::with_capacity(shards);
+        let mut threads = Vec::with_capacity(shards);
+        for shard in 0..shards {
+            let (tx, rx) = async_channel::bounded(REQUEST_QUEUE);
+            let placement = match cpus.get(shard % cpus.len().max(1)) {
+                Some(&cpu) => glommio::Placement::Fixed(cpu),
+                None => glommio::Placement::Unbound,
+            };
+            let builder = glommio::LocalExecutorBuilder::new(placement)
+                .name(&format!("sluice-shard-{shard}"))
+                .io_memory(io_memory)
+                .ring_depth(128);
+            let handle = builder
+                .spawn(move || shard::run(rx))
+                .map_err(|e| EngineError::InvalidConfig(format!("starting shard {shard}: {e}")))?;
+            senders.push(tx);
+            threads.push(std::thread::spawn(move || {
+                let _ = handle.join();
+            }));
+        }
+        let handle = EngineHandle {
+            inner: Arc::new(Shared {
+                layout,
+                shards: senders,
+                meta: RwLock::new(meta.clone()),
+                admin: async_lock_free::AdminLock::new(),
+                unkeyed_sent: std::sync::atomic::AtomicU64::new(0),
+                topic_defaults: config.topic_defaults.clone(),
+            }),
+        };
+        let engine = Engine { handle, threads, _lock: lock };
+        for (name, topic) in &meta.topics {
+            engine.handle.open_partitions(name, topic, 0).await?;
+        }
+        Ok(engine)
+    }
+
+    /// A handle for host code.
+    #[must_use]
+    pub fn handle(&self) -> EngineHandle {
+        self.handle.clone()
+    }
+
+    /// The number of shards.
+    #[must_use]
+    pub fn shards(&self) -> usize {
+        self.handle.inner.shards.len()
+    }
+
+    /// Flushes and syncs every log, stops the shards and releases the data directory.
+    pub async fn shutdown(mut self) -> Result<()> {
+        let result = self.stop_shards().await;
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        result
+    }
+
+    async fn stop_shards(&self) -> Result<()> {
+        let mut first_error = None;
+        for tx in &self.handle.inner.shards {
+            let (reply, rx) = async_channel::bounded(1);
+            if tx.send(Request::Shutdown { reply }).await.is_ok()
+                && let Ok(Err(e)) = rx.recv().await
+            {
+                first_error.get_or_insert(e);
+            }
+            tx.close();
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        if self.threads.is_empty() {
+            return;
+        }
+        let _ = futures_lite::future::block_on(self.stop_shards());
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl EngineHandle {
+    async fn call<T>(&self, shard: u32, make: impl FnOnce(shard::Reply<T>) -> Request) -> Result<T> {
+        let (reply, rx) = async_channel::bounded(1);
+        let tx = self.inner.shards.get(shard as usize).ok_or(EngineError::ShutDown)?;
+        tx.send(make(reply)).await.map_err(|_| EngineError::ShutDown)?;
+        rx.recv().await.map_err(|_| EngineError::ShutDown)?
+    }
+
+    async fn open_partitions(&self, name: &str, topic: &TopicMeta, from: u32) -> Result<()> {
+        let config = topic.config.log_config()?;
+        let batching = Batching {
+            linger: topic.config.linger(),
+            max_records: topic.config.batch_records,
+            max_bytes: BATCH_BYTES_MAX,
+        };
+        for p in from..topic.partitions() {
+            let dir = self.inner.layout.partition_dir(name, p);
+            let (topic_name, config) = (name.to_string(), config.clone());
+            self.call(topic.shards[p as usize], |reply| Request::Open {
+                topic: topic_name,
+                partition: p,
+                dir,
+                config,
+                batching,
+                reply,
+            })
+            .await?;
+        }
+        Ok(())
+    }
+
+    fn topic(&self, name: &str) -> Result<TopicMeta> {
+        let meta = self.inner.meta.read().unwrap_or_else(|e| e.into_inner());
+        meta.topics.get(name).cloned().ok_or_else(|| EngineError::UnknownTopic(name.to_string()))
+    }
+
+    fn owner(&self, topic: &str, partition: u32) -> Result<(u32, TopicConfig)> {
+        let meta = self.inner.meta.read().unwrap_or_else(|e| e.into_inner());
+        let t = meta.topics.get(topic).ok_or_else(|| EngineError::UnknownTopic(topic.to_string()))?;
+        let shard = t.shards.get(partition as usize).copied().ok_or_else(|| EngineError::PartitionOutOfRange {
+            topic: topic.to_string(),
+            partition,
+            partitions: t.partitions(),
+        })?;
+        Ok((shard, t.config.clone()))
+    }
+
+    /// Creates a topic with `partitions` partitions and the given settings (the engine's
+    /// defaults when `None`).
+    pub async fn create_topic(
+        &self,
+        name: &str,
+        partitions: u32,
+        config: Option<TopicConfig>,
+    ) -> Result<TopicDescription> {
+        validate_name("topic", name)?;
+        if partitions == 0 || partitions > 10_000 {
+            return Err(EngineError::InvalidConfig(format!("partitions must be within 1..=10000, not {partitions}")));
+        }
+        let config = config.unwrap_or_else(|| self.inner.topic_defaults.clone());
+        config.log_config()?;
+        let _admin = self.inner.admin.acquire().await;
+        let topic = TopicMeta { config, shards: assign_shards(name, 0, partitions, self.inner.shards.len()) };
+        {
+            let mut meta = self.inner.meta.write().unwrap_or_else(|e| e.into_inner());
+            if meta.topics.contains_key(name) {
+                return Err(EngineError::TopicExists(name.to_string()));
+            }
+            let mut next = meta.clone();
+            next.topics.insert(name.to_string(), topic.clone());
+            next.store(&self.inner.layout)?;
+            *meta = next;
+        }
+        self.open_partitions(name, &topic, 0).await?;
+        Ok(TopicDescription { name: name.to_string(), config: topic.config, shards: topic.shards })
+    }
+
+    /// The topics, by name.
+    #[must_use]
+    pub fn list_topics(&self) -> Vec<String> {
+        let meta = self.inner.meta.read().unwrap_or_else(|e| e.into_inner());
+        meta.topics.keys().cloned().collect()
+    }
+
+    /// A topic's settings and partitions.
+    pub fn describe_topic(&self, name: &str) -> Result<TopicDescription> {
+        let t = self.topic(name)?;
+        Ok(TopicDescription { name: name.to_string(), config: t.config, shards: t.shards })
+    }
+
+    /// Deletes a topic and its data.
+    pub async fn delete_topic(&self, name: &str) -> Result<()> {
+        let _admin = self.inner.admin.acquire().await;
+        let topic = self.topic(name)?;
+        {
+            let mut meta = self.inner.meta.write().unwrap_or_else(|e| e.into_inner());
+            let mut next = meta.clone();
+            next.topics.remove(name);
+            next.store(&self.inner.layout)?;
+            *meta = next;
+        }
+        for (p, &shard) in topic.shards.iter().enumerate() {
+            let topic_name = name.to_string();
+            self.call(shard, |reply| Request::Delete { topic: topic_name, partition: p as u32, reply }).await?;
+        }
+        Ok(())
+    }
+
+    /// Grows a topic to `partitions` partitions (never shrinks, as in Kafka).
+    pub async fn add_partitions(&self, name: &str, partitions: u32) -> Result<TopicDescription> {
+        let _admin = self.inner.admin.acquire().await;
+        let mut topic = self.topic(name)?;
+        let have = topic.partitions();
+        if partitions <= have || partitions > 10_000 {
+            return Err(EngineError::InvalidConfig(format!(
+                "topic {name:?} has {have} partitions; the new count must be larger (and at most 10000), not {partitions}"
+            )));
+        }
+        topic.shards.extend(assign_shards(name, have, partitions - have, self.inner.shards.len()));
+        {
+            let mut meta = self.inner.meta.write().unwrap_or_else(|e| e.into_inner());
+            let mut next = meta.clone();
+            next.topics.insert(name.to_string(), topic.clone());
+            next.store(&self.inner.layout)?;
+            *meta = next;
+        }
+        self.open_partitions(name, &topic, have).await?;
+        Ok(TopicDescription { name: name.to_string(), config: topic.config, shards: topic.shards })
+    }
+
+    /// The partition a record goes to: `murmur2(key) % partitions` for a keyed record
+    /// (Kafka's default partitioner), spread evenly otherwise.
+    pub fn partition_for(&self, topic: &str, key: Option<&[u8]>) -> Result<u32> {
+        let t = self.topic(topic)?;
+        let partitions = t.partitions();
+        Ok(match key {
+            Some(k) => partition_for_key(k, partitions),
+            None => {
+                let n = self.inner.unkeyed_sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                ((n / t.config.batch_records as u64) % u64::from(partitions)) as u32
+            }
+        })
+    }
+
+    /// Sends one record; resolves to its partition and offset once it is as durable as
+    /// the topic's fsync policy says. Records sent together are batched per the topic's
+    /// linger and batch size.
+    pub async fn send(
+        &self,
+        topic: &str,
+        key: Option<&[u8]>,
+        value: &[u8],
+        event_time: Timestamp,
+    ) -> Result<(u32, Offset)> {
+        let partition = self.partition_for(topic, key)?;
+        let record = OwnedRecord { key: key.map(<[u8]>::to_vec), value: value.to_vec(), event_time };
+        let offset = self.send_to(topic, partition, record).await?;
+        Ok((partition, offset))
+    }
+
+    /// Sends one record to a chosen partition.
+    pub async fn send_to(&self, topic: &str, partition: u32, record: OwnedRecord) -> Result<Offset> {
+        let (shard, config) = self.owner(topic, partition)?;
+        if record.size() > config.max_record_bytes {
+            return Err(EngineError::RecordTooLarge {
+                topic: topic.to_string(),
+                bytes: record.size(),
+                limit: config.max_record_bytes,
+            });
+        }
+        let topic = topic.to_string();
+        self.call(shard, |reply| Request::Send { topic, partition, record, reply }).await
+    }
+
+    /// Appends records to one partition as one batch, now, stamped with `meta`.
+    pub async fn append(
+        &self,
+        topic: &str,
+        partition: u32,
+        records: Vec<OwnedRecord>,
+        meta: BatchMeta,
+    ) -> Result<AppendInfo> {
+        let (shard, config) = self.owner(topic, partition)?;
+        if let Some(r) = records.iter().find(|r| r.size() > config.max_record_bytes) {
+            return Err(EngineError::RecordTooLarge {
+                topic: topic.to_string(),
+                bytes: r.size(),
+                limit: config.max_record_bytes,
+            });
+        }
+        if records.is_empty() {
+            return Err(EngineError::InvalidConfig("an append needs at least one record".into()));
+        }
+        let topic = topic.to_string();
+        self.call(shard, |reply| Request::Append { topic, partition, records, meta, reply }).await
+    }
+
+    /// Reads batches from `offset`, waiting up to `max_wait` for data if there is none
+    /// yet (a long poll).
+    pub async fn fetch(
+        &self,
+        topic: &str,
+        partition: u32,
+        offset: Offset,
+        max_bytes: usize,
+        max_wait: Duration,
+    ) -> Result<OwnedBatches> {
+        let (shard, _) = self.owner(topic, partition)?;
+        let topic = topic.to_string();
+        self.call(shard, |reply| Request::Fetch { topic, partition, offset, max_bytes, wait: max_wait, reply }).await
+    }
+
+    /// The first offset still held and the next offset to be written.
+    pub async fn offsets(&self, topic: &str, partition: u32) -> Result<(Offset, Offset)> {
+        let (shard, _) = self.owner(topic, partition)?;
+        let topic = topic.to_string();
+        self.call(shard, |reply| Request::Offsets { topic, partition, reply }).await
+    }
+
+    /// The first offset whose record's event time is at or after `time`, if any.
+    pub async fn offset_for_time(&self, topic: &str, partition: u32, time: Timestamp) -> Result<Option<Offset>> {
+        let (shard, _) = self.owner(topic, partition)?;
+        let topic = topic.to_string();
+        self.call(shard, |reply| Request::OffsetForTime { topic, partition, time, reply }).await
+    }
+}

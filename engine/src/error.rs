@@ -1,0 +1,107 @@
+//! The engine's typed operating errors: every bad request gets one, with context.
+
+use std::path::PathBuf;
+
+use sluice_io::{LogError, Offset};
+
+use crate::names::NameError;
+
+/// What can go wrong in the engine.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EngineError {
+    /// No topic of that name.
+    #[error("unknown topic {0:?}")]
+    UnknownTopic(String),
+    /// A topic of that name exists already.
+    #[error("topic {0:?} already exists")]
+    TopicExists(String),
+    /// The partition does not exist in the topic.
+    #[error("partition {partition} out of range: topic {topic:?} has {partitions} partitions")]
+    PartitionOutOfRange {
+        /// The topic.
+        topic: String,
+        /// The partition asked for.
+        partition: u32,
+        /// How many the topic has.
+        partitions: u32,
+    },
+    /// A record larger than the topic accepts.
+    #[error("record of {bytes} bytes exceeds topic {topic:?}'s limit of {limit} bytes")]
+    RecordTooLarge {
+        /// The topic.
+        topic: String,
+        /// The record's size (key plus value).
+        bytes: usize,
+        /// The topic's `max_record_bytes`.
+        limit: usize,
+    },
+    /// A name from outside broke Kafka's rules.
+    #[error(transparent)]
+    InvalidName(#[from] NameError),
+    /// A configuration value is not usable.
+    #[error("invalid configuration: {0}")]
+    InvalidConfig(String),
+    /// Another engine holds the data directory.
+    #[error("data directory {} is in use by another sluice process (lock file {})", dir.display(), lock.display())]
+    Locked {
+        /// The data directory.
+        dir: PathBuf,
+        /// Its lock file.
+        lock: PathBuf,
+    },
+    /// An offset outside the partition's range.
+    #[error("offset {requested} out of range for {topic}-{partition}: the log holds [{start}, {end})")]
+    OffsetOutOfRange {
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: u32,
+        /// The offset asked for.
+        requested: Offset,
+        /// The first offset held.
+        start: Offset,
+        /// The next offset to be written.
+        end: Offset,
+    },
+    /// The partition log failed.
+    #[error("{topic}-{partition}: {source}")]
+    Log {
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: u32,
+        /// What the log said.
+        #[source]
+        source: LogError,
+    },
+    /// Metadata or lock file I/O failed.
+    #[error("{op} {}: {source}", path.display())]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The engine is shutting down or a shard has stopped.
+    #[error("the engine is shut down")]
+    ShutDown,
+}
+
+impl EngineError {
+    /// Wraps a log error with its partition, lifting offset-out-of-range to its own variant.
+    pub(crate) fn log(topic: &str, partition: u32, source: LogError) -> EngineError {
+        match source {
+            LogError::OffsetOutOfRange { requested, start, end } => {
+                EngineError::OffsetOutOfRange { topic: topic.to_string(), partition, requested, start, end }
+            }
+            source => EngineError::Log { topic: topic.to_string(), partition, source },
+        }
+    }
+}
+
+/// The engine's result type.
+pub type Result<T, E = EngineError> = std::result::Result<T, E>;
