@@ -8,6 +8,7 @@
 
 pub mod assignor;
 pub mod config;
+pub mod consumer;
 pub mod engine;
 pub mod error;
 pub mod meta;
@@ -16,6 +17,7 @@ pub mod partitioner;
 pub mod shard;
 
 pub use config::{EngineConfig, TopicConfig};
+pub use consumer::{Consumer, Polled, SeekTo};
 pub use engine::{Engine, EngineHandle, TopicDescription};
 pub use error::{EngineError, Result};
 pub use names::{NameError, validate_name};

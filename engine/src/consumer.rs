@@ -1,0 +1,156 @@
+//! A consumer for host code: assigned partitions, a position in each, seeks, and polls
+//! that wait efficiently (a long poll on every assigned partition at once) for new data.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use sluice_io::{Offset, OwnedBatches, Timestamp};
+
+use crate::engine::EngineHandle;
+use crate::error::{EngineError, Result};
+
+/// Where to move a consumer's position.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum SeekTo {
+    /// The first offset still held.
+    Earliest,
+    /// The next offset to be written: only new records.
+    Latest,
+    /// A given offset.
+    Offset(Offset),
+    /// The first record at or after an event time (the end if none is).
+    Timestamp(Timestamp),
+}
+
+/// Batches polled from one partition.
+#[derive(Debug)]
+pub struct Polled {
+    /// The topic.
+    pub topic: String,
+    /// The partition.
+    pub partition: u32,
+    /// The batches, read in place; records before the position are skipped by
+    /// [`OwnedBatches::records`].
+    pub batches: OwnedBatches,
+}
+
+/// Reads assigned partitions of an engine's topics.
+#[derive(Debug)]
+pub struct Consumer {
+    engine: EngineHandle,
+    positions: BTreeMap<(String, u32), Offset>,
+    max_bytes: usize,
+    next: usize,
+}
+
+impl Consumer {
+    /// A consumer with nothing assigned, reading up to `max_bytes` per partition per poll.
+    #[must_use]
+    pub fn new(engine: EngineHandle, max_bytes: usize) -> Consumer {
+        Consumer { engine, positions: BTreeMap::new(), max_bytes: max_bytes.max(1), next: 0 }
+    }
+
+    /// Replaces the assignment; each partition starts at `start`.
+    pub async fn assign(&mut self, partitions: &[(String, u32)], start: SeekTo) -> Result<()> {
+        let mut positions = BTreeMap::new();
+        for (topic, p) in partitions {
+            let at = self.resolve(topic, *p, start).await?;
+            positions.insert((topic.clone(), *p), at);
+        }
+        self.positions = positions;
+        Ok(())
+    }
+
+    /// Every partition of a topic, for [`assign`](Self::assign).
+    pub fn partitions_of(&self, topic: &str) -> Result<Vec<(String, u32)>> {
+        let n = self.engine.describe_topic(topic)?.shards.len() as u32;
+        Ok((0..n).map(|p| (topic.to_string(), p)).collect())
+    }
+
+    /// The assigned partitions and their positions.
+    #[must_use]
+    pub fn positions(&self) -> &BTreeMap<(String, u32), Offset> {
+        &self.positions
+    }
+
+    /// Moves one assigned partition's position.
+    pub async fn seek(&mut self, topic: &str, partition: u32, to: SeekTo) -> Result<()> {
+        let key = (topic.to_string(), partition);
+        if !self.positions.contains_key(&key) {
+            return Err(EngineError::InvalidConfig(format!("{topic}-{partition} is not assigned to this consumer")));
+        }
+        let at = self.resolve(topic, partition, to).await?;
+        self.positions.insert(key, at);
+        Ok(())
+    }
+
+    async fn resolve(&self, topic: &str, partition: u32, to: SeekTo) -> Result<Offset> {
+        let (start, end) = self.engine.offsets(topic, partition).await?;
+        Ok(match to {
+            SeekTo::Earliest => start,
+            SeekTo::Latest => end,
+            SeekTo::Offset(o) => {
+                if o < start || o > end {
+                    return Err(EngineError::OffsetOutOfRange {
+                        topic: topic.to_string(),
+                        partition,
+                        requested: o,
+                        start,
+                        end,
+                    });
+                }
+                o
+            }
+            SeekTo::Timestamp(t) => self.engine.offset_for_time(topic, partition, t).await?.unwrap_or(end),
+        })
+    }
+
+    /// Batches from the assigned partitions that have data, advancing their positions.
+    /// When none has any, waits up to `max_wait` for the first that gets some.
+    pub async fn poll(&mut self, max_wait: Duration) -> Result<Vec<Polled>> {
+        let keys: Vec<(String, u32)> = self.positions.keys().cloned().collect();
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut out = Vec::new();
+        // Start each poll at the next partition, so none is starved.
+        let n = keys.len();
+        for i in 0..n {
+            let (topic, p) = &keys[(self.next + i) % n];
+            let at = self.positions[&(topic.clone(), *p)];
+            let batches = self.engine.fetch(topic, *p, at, self.max_bytes, Duration::ZERO).await?;
+            if !batches.is_empty() {
+                self.positions.insert((topic.clone(), *p), batches.next_offset());
+                out.push(Polled { topic: topic.clone(), partition: *p, batches });
+            }
+        }
+        self.next = (self.next + 1) % n;
+        if !out.is_empty() || max_wait.is_zero() {
+            return Ok(out);
+        }
+        // Nothing anywhere: long-poll every partition at once, take the first answer.
+        type Fetch<'a> = Pin<Box<dyn Future<Output = (String, u32, Result<OwnedBatches>)> + Send + 'a>>;
+        let waits: Vec<Fetch<'_>> = keys
+            .iter()
+            .map(|(topic, p)| {
+                let at = self.positions[&(topic.clone(), *p)];
+                let engine = self.engine.clone();
+                let (topic, p, max_bytes) = (topic.clone(), *p, self.max_bytes);
+                Box::pin(async move {
+                    let r = engine.fetch(&topic, p, at, max_bytes, max_wait).await;
+                    (topic, p, r)
+                }) as Fetch<'_>
+            })
+            .collect();
+        let first = waits.into_iter().reduce(|a, b| Box::pin(futures_lite::future::or(a, b))).expect("one or more");
+        let (topic, p, batches) = first.await;
+        let batches = batches?;
+        if !batches.is_empty() {
+            self.positions.insert((topic.clone(), p), batches.next_offset());
+            out.push(Polled { topic, partition: p, batches });
+        }
+        Ok(out)
+    }
+}
