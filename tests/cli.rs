@@ -21,6 +21,19 @@ fn sluice(args: &[&str], stdin: &str) -> Output {
     child.wait_with_output().expect("wait for sluice")
 }
 
+fn ok(out: &Output) -> String {
+    assert!(out.status.success(), "failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout.clone()).expect("utf-8 output")
+}
+
+/// A failed command: non-zero exit and a one-line error containing `needle`.
+fn fails(out: &Output, needle: &str) {
+    assert!(!out.status.success(), "expected failure, got: {}", String::from_utf8_lossy(&out.stdout));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    assert!(err.contains(needle), "{needle:?} not in {err:?}");
+}
+
 fn data_dir(name: &str) -> std::path::PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("cli-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -28,58 +41,73 @@ fn data_dir(name: &str) -> std::path::PathBuf {
 }
 
 #[test]
-fn produce_then_consume_round_trips() {
+fn create_produce_consume_round_trip() {
     let dir = data_dir("roundtrip");
     let d = dir.to_str().unwrap();
-    let input: String = (0..250).map(|i| format!("key{}\tvalue {i}\n", i % 3)).collect();
-    let out = sluice(
-        &["log", "produce", "--data-dir", d, "--topic", "orders", "--fsync", "interval:5", "--batch", "40"],
-        &input,
-    );
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "appended offsets 0..=249");
+    let out =
+        ok(&sluice(&["topic", "create", "orders", "--data-dir", d, "--partitions", "3", "--fsync", "interval:5"], ""));
+    assert!(out.contains("created topic orders with 3 partitions"), "{out}");
+    assert_eq!(ok(&sluice(&["topic", "list", "--data-dir", d], "")).trim(), "orders");
 
-    let out = sluice(&["log", "consume", "--data-dir", d, "--topic", "orders"], "");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let lines: Vec<String> = String::from_utf8(out.stdout).unwrap().lines().map(String::from).collect();
-    assert_eq!(lines.len(), 250);
-    for (i, line) in lines.iter().enumerate() {
-        let f: Vec<&str> = line.split('\t').collect();
-        assert_eq!(f[0], i.to_string());
-        assert_eq!(f[2], format!("key{}", i % 3));
-        assert_eq!(f[3], format!("value {i}"));
+    let input: String = (0..300).map(|i| format!("key{}\tvalue {i}\n", i % 7)).collect();
+    let placed = ok(&sluice(&["produce", "orders", "--data-dir", d, "--verbose"], &input));
+    let placed: Vec<(u32, u64)> = placed
+        .lines()
+        .map(|l| {
+            let (p, o) = l.split_once('\t').unwrap();
+            (p.parse().unwrap(), o.parse().unwrap())
+        })
+        .collect();
+    assert_eq!(placed.len(), 300);
+
+    let out = ok(&sluice(&["consume", "orders", "--data-dir", d, "--from-beginning"], ""));
+    let mut got: Vec<(u32, u64, String, String)> = out
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split('\t').collect();
+            (f[0].parse().unwrap(), f[1].parse().unwrap(), f[2].to_string(), f[3].to_string())
+        })
+        .collect();
+    got.sort();
+    let mut want: Vec<(u32, u64, String, String)> =
+        (0..300).map(|i| (placed[i].0, placed[i].1, format!("key{}", i % 7), format!("value {i}"))).collect();
+    want.sort();
+    assert_eq!(got, want, "consume equals what was produced");
+    // Same key, same partition.
+    for i in 0..300 {
+        assert_eq!(placed[i].0, placed[i % 7].0);
     }
 
-    let out = sluice(&["log", "consume", "--data-dir", d, "--topic", "orders", "--from", "200", "--max", "3"], "");
-    let text = String::from_utf8(out.stdout).unwrap();
-    let offsets: Vec<&str> = text.lines().map(|l| l.split('\t').next().unwrap()).collect();
-    assert_eq!(offsets, ["200", "201", "202"]);
+    // Without --from-beginning: only new records, so nothing here.
+    assert_eq!(ok(&sluice(&["consume", "orders", "--data-dir", d], "")), "");
+    let p = placed[0].0.to_string();
+    let out =
+        ok(&sluice(&["consume", "orders", "--data-dir", d, "--partition", &p, "--offset", "2", "--max", "2"], ""));
+    let offsets: Vec<&str> = out.lines().map(|l| l.split('\t').nth(1).unwrap()).collect();
+    assert_eq!(offsets, ["2", "3"]);
 
-    let out = sluice(&["log", "info", "--data-dir", d, "--topic", "orders"], "");
-    let text = String::from_utf8(out.stdout).unwrap();
-    assert!(text.contains("end_offset\t250"), "{text}");
+    let out = ok(&sluice(&["topic", "describe", "orders", "--data-dir", d], ""));
+    assert!(out.contains("partitions 3") && out.contains("fsync interval:5"), "{out}");
+    assert_eq!(out.lines().filter(|l| l.starts_with("partition ")).count(), 3);
+    ok(&sluice(&["topic", "add-partitions", "orders", "--data-dir", d, "--partitions", "4"], ""));
+    ok(&sluice(&["topic", "delete", "orders", "--data-dir", d], ""));
+    assert_eq!(ok(&sluice(&["topic", "list", "--data-dir", d], "")), "");
 }
 
 #[test]
-fn bad_input_is_a_clear_error() {
+fn bad_input_is_a_one_line_error() {
     let dir = data_dir("bad");
     let d = dir.to_str().unwrap();
-    let out = sluice(&["log", "produce", "--data-dir", d, "--topic", "../escape"], "x\n");
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("not valid"));
+    fails(&sluice(&["topic", "create", "../escape", "--data-dir", d], ""), "not valid");
     assert!(!dir.join("..").join("escape-0").exists());
-
-    let out = sluice(&["log", "produce", "--data-dir", d, "--topic", "t", "--fsync", "sometimes"], "x\n");
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("fsync policy"));
-
-    let out = sluice(&["log", "consume", "--data-dir", d, "--topic", "missing"], "");
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("no such partition"));
-
-    let out = sluice(&["log", "produce", "--data-dir", d, "--topic", "t"], "a\n");
-    assert!(out.status.success());
-    let out = sluice(&["log", "consume", "--data-dir", d, "--topic", "t", "--from", "5"], "");
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("out of range"));
+    fails(&sluice(&["topic", "create", "t", "--data-dir", d, "--fsync", "sometimes"], ""), "fsync policy");
+    fails(&sluice(&["topic", "create", "t", "--data-dir", d, "--partitions", "0"], ""), "partitions");
+    fails(&sluice(&["produce", "missing", "--data-dir", d], "x\n"), "unknown topic");
+    fails(&sluice(&["consume", "missing", "--data-dir", d], ""), "unknown topic");
+    ok(&sluice(&["topic", "create", "t", "--data-dir", d, "--max-record-bytes", "10"], ""));
+    fails(&sluice(&["topic", "create", "t", "--data-dir", d], ""), "already exists");
+    fails(&sluice(&["produce", "t", "--data-dir", d], "this line is too long\n"), "exceeds");
+    ok(&sluice(&["produce", "t", "--data-dir", d], "a\n"));
+    fails(&sluice(&["consume", "t", "--data-dir", d, "--offset", "5"], ""), "out of range");
+    fails(&sluice(&["consume", "t", "--data-dir", d, "--partition", "3"], ""), "out of range");
 }
