@@ -86,6 +86,30 @@ pub enum EngineError {
         #[source]
         source: std::io::Error,
     },
+    /// No consumer group of that name.
+    #[error("unknown group {0:?}")]
+    UnknownGroup(String),
+    /// The member is not (or no longer) in the group, e.g. evicted after its session
+    /// timed out: it must rejoin.
+    #[error("member {member:?} is not in group {group:?}; it must rejoin")]
+    UnknownMember {
+        /// The group.
+        group: String,
+        /// The member.
+        member: String,
+    },
+    /// A request from an older generation of the group, e.g. a commit after a rebalance.
+    #[error("member {member:?} of group {group:?} is at generation {got}, the group at {current}")]
+    StaleGeneration {
+        /// The group.
+        group: String,
+        /// The member.
+        member: String,
+        /// The generation the request carried.
+        got: u32,
+        /// The group's generation.
+        current: u32,
+    },
     /// The engine is shutting down or a shard has stopped.
     #[error("the engine is shut down")]
     ShutDown,

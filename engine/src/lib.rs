@@ -9,16 +9,20 @@
 pub mod assignor;
 pub mod config;
 pub mod consumer;
+pub mod coordinator;
 pub mod engine;
 pub mod error;
+pub mod group_consumer;
 pub mod meta;
 pub mod names;
+pub mod offsets;
 pub mod partitioner;
 pub mod shard;
 
 pub use config::{EngineConfig, TopicConfig};
 pub use consumer::{Consumer, Polled, SeekTo};
-pub use engine::{Engine, EngineHandle, TopicDescription};
+pub use engine::{Engine, EngineHandle, PartitionLag, TopicDescription};
 pub use error::{EngineError, Result};
+pub use group_consumer::{GroupConsumer, GroupOptions, OffsetReset, RebalanceListener};
 pub use names::{NameError, validate_name};
 pub use shard::OwnedRecord;

@@ -13,9 +13,15 @@ use std::rc::Rc;
 use std::task::Waker;
 use std::time::Duration;
 
+use std::collections::BTreeMap;
+use std::time::Instant;
+
 use sluice_io::{AppendInfo, BatchMeta, Log, LogConfig, Offset, OwnedBatches, Record, Timestamp, UringStorage};
 
+use crate::assignor::MemberId;
+use crate::coordinator::{Coordinator, GroupDescription, JoinRequest, MemberState};
 use crate::error::{EngineError, Result};
+use crate::offsets::{self, Committed};
 
 /// A record handed to the engine: owned, so it can cross threads.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -74,6 +80,26 @@ pub(crate) enum Request {
     Offsets { topic: String, partition: u32, reply: Reply<(Offset, Offset)> },
     /// The first offset at or after a time.
     OffsetForTime { topic: String, partition: u32, time: Timestamp, reply: Reply<Option<Offset>> },
+    /// A member joins a group this shard coordinates.
+    GroupJoin { group: String, req: JoinRequest, partitions: BTreeMap<String, u32>, reply: Reply<MemberState> },
+    /// A member's heartbeat.
+    GroupHeartbeat { group: String, member: MemberId, partitions: BTreeMap<String, u32>, reply: Reply<MemberState> },
+    /// A member leaves.
+    GroupLeave { group: String, member: MemberId, reply: Reply<()> },
+    /// Commit offsets to the group's partition of the offsets topic.
+    GroupCommit {
+        group: String,
+        member: Option<(MemberId, u32)>,
+        offsets_partition: u32,
+        offsets: Vec<(String, u32, Offset)>,
+        reply: Reply<()>,
+    },
+    /// A group's committed offsets.
+    GroupOffsets { group: String, reply: Reply<Committed> },
+    /// A group's members and assignment.
+    GroupDescribe { group: String, reply: Reply<Option<GroupDescription>> },
+    /// The groups this shard coordinates or holds offsets of.
+    GroupList { reply: Reply<Vec<String>> },
     /// Flush and close every log, then stop.
     Shutdown { reply: Reply<()> },
 }
@@ -89,17 +115,39 @@ struct Partition {
     waiters: Vec<Waker>,
 }
 
+impl Partition {
+    fn new(log: Log<UringStorage>, batching: Batching) -> Partition {
+        Partition { log, batching, pending: Vec::new(), pending_bytes: 0, linger_armed: false, waiters: Vec::new() }
+    }
+}
+
 type Key = (String, u32);
 
 /// Everything a shard owns.
 #[derive(Default)]
 struct ShardState {
     partitions: HashMap<Key, Rc<RefCell<Partition>>>,
+    /// The consumer groups whose offsets-topic partition lives here.
+    coordinator: Coordinator,
+    /// Committed offsets by group, as read from and written to the offsets topic.
+    committed: HashMap<String, Committed>,
 }
+
+/// How often a shard looks for members whose session timed out.
+const EXPIRY_CHECK: Duration = Duration::from_millis(25);
 
 /// Runs a shard until it is told to shut down or every sender is gone.
 pub(crate) async fn run(requests: async_channel::Receiver<Request>) {
     let state = Rc::new(RefCell::new(ShardState::default()));
+    let expiry = Rc::downgrade(&state);
+    glommio::spawn_local(async move {
+        loop {
+            glommio::timer::sleep(EXPIRY_CHECK).await;
+            let Some(state) = expiry.upgrade() else { return };
+            state.borrow_mut().coordinator.expire(Instant::now());
+        }
+    })
+    .detach();
     while let Ok(request) = requests.recv().await {
         if let Request::Shutdown { reply } = request {
             let result = shutdown(&state).await;
@@ -125,15 +173,20 @@ async fn handle(state: &Rc<RefCell<ShardState>>, request: Request) {
     match request {
         Request::Open { topic, partition: p, dir, config, batching, reply } => {
             let result = match Log::open(UringStorage, dir, config).await {
+                Ok((log, _report)) if topic == offsets::TOPIC => match offsets::load(&log).await {
+                    Ok(loaded) => {
+                        let mut st = state.borrow_mut();
+                        for (group, offsets) in loaded {
+                            st.committed.entry(group).or_default().extend(offsets);
+                        }
+                        let part = Partition::new(log, batching);
+                        st.partitions.insert((topic, p), Rc::new(RefCell::new(part)));
+                        Ok(())
+                    }
+                    Err(e) => Err(EngineError::log(&topic, p, e)),
+                },
                 Ok((log, _report)) => {
-                    let part = Partition {
-                        log,
-                        batching,
-                        pending: Vec::new(),
-                        pending_bytes: 0,
-                        linger_armed: false,
-                        waiters: Vec::new(),
-                    };
+                    let part = Partition::new(log, batching);
                     state.borrow_mut().partitions.insert((topic, p), Rc::new(RefCell::new(part)));
                     Ok(())
                 }
@@ -196,8 +249,62 @@ async fn handle(state: &Rc<RefCell<ShardState>>, request: Request) {
             };
             let _ = reply.send(result).await;
         }
+        Request::GroupJoin { group, req, partitions, reply } => {
+            let result = state.borrow_mut().coordinator.join(&group, req, partitions, Instant::now());
+            let _ = reply.send(result).await;
+        }
+        Request::GroupHeartbeat { group, member, partitions, reply } => {
+            let result = state.borrow_mut().coordinator.heartbeat(&group, &member, partitions, Instant::now());
+            let _ = reply.send(result).await;
+        }
+        Request::GroupLeave { group, member, reply } => {
+            let result = state.borrow_mut().coordinator.leave(&group, &member);
+            let _ = reply.send(result).await;
+        }
+        Request::GroupCommit { group, member, offsets_partition, offsets, reply } => {
+            let result = commit(state, &group, member, offsets_partition, offsets).await;
+            let _ = reply.send(result).await;
+        }
+        Request::GroupOffsets { group, reply } => {
+            let committed = state.borrow().committed.get(&group).cloned().unwrap_or_default();
+            let _ = reply.send(Ok(committed)).await;
+        }
+        Request::GroupDescribe { group, reply } => {
+            let described = state.borrow().coordinator.describe(&group);
+            let _ = reply.send(Ok(described)).await;
+        }
+        Request::GroupList { reply } => {
+            let mut groups: Vec<String> = {
+                let st = state.borrow();
+                st.coordinator.groups().map(str::to_string).chain(st.committed.keys().cloned()).collect()
+            };
+            groups.sort();
+            groups.dedup();
+            let _ = reply.send(Ok(groups)).await;
+        }
         Request::Shutdown { .. } => unreachable!("handled by the loop"),
     }
+}
+
+/// Checks a commit against the group's generation, appends it to the offsets topic (as
+/// durable as that topic's policy: `always`), then makes it visible.
+async fn commit(
+    state: &Rc<RefCell<ShardState>>,
+    group: &str,
+    member: Option<(MemberId, u32)>,
+    offsets_partition: u32,
+    offsets: Vec<(String, u32, Offset)>,
+) -> Result<()> {
+    state.borrow().coordinator.check_commit(group, member.as_ref().map(|(m, g)| (m, *g)))?;
+    let part = partition(state, offsets::TOPIC, offsets_partition)?;
+    let records = offsets::records(group, &offsets);
+    append(&part, offsets::TOPIC, offsets_partition, &records, &BatchMeta::default()).await?;
+    let mut st = state.borrow_mut();
+    let committed = st.committed.entry(group.to_string()).or_default();
+    for (topic, p, offset) in offsets {
+        committed.insert((topic, p), offset);
+    }
+    Ok(())
 }
 
 async fn append(

@@ -1,0 +1,363 @@
+//! The group coordinator: members, generations and assignments of consumer groups.
+//!
+//! As in Kafka's current consumer protocol (KIP-848), the coordinator computes the
+//! assignment itself with the group's assignor whenever membership changes, and members
+//! learn it from their join and heartbeats. Each change of membership (a join, a leave,
+//! an eviction after a missed session timeout, a member changing its subscription) starts
+//! a new generation; within one generation every partition of the subscribed topics is
+//! owned by exactly one member.
+//!
+//! This is a pure state machine: time comes in as `now`, partition counts as a map. It
+//! lives on the shard that owns the group's partition of the offsets topic.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use crate::assignor::{Assignment, MemberId, Subscription, TopicPartition, by_name};
+use crate::error::{EngineError, Result};
+
+/// A member's view after a join or a heartbeat.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberState {
+    /// The member's id (issued by the coordinator on its first join).
+    pub member: MemberId,
+    /// The group's generation.
+    pub generation: u32,
+    /// The partitions this member owns in that generation.
+    pub assignment: Vec<TopicPartition>,
+}
+
+/// A group as `describe` shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupDescription {
+    /// The group.
+    pub group: String,
+    /// The generation.
+    pub generation: u32,
+    /// The assignor.
+    pub assignor: String,
+    /// Members with their subscriptions and partitions.
+    pub members: Vec<(MemberId, Vec<String>, Vec<TopicPartition>)>,
+}
+
+#[derive(Debug)]
+struct Member {
+    topics: Vec<String>,
+    session_timeout: Duration,
+    last_seen: Instant,
+}
+
+#[derive(Debug)]
+struct Group {
+    generation: u32,
+    assignor: String,
+    members: BTreeMap<MemberId, Member>,
+    assignment: Assignment,
+    partitions: BTreeMap<String, u32>,
+    next_member: u64,
+}
+
+/// Every group this shard coordinates.
+#[derive(Debug, Default)]
+pub struct Coordinator {
+    groups: HashMap<String, Group>,
+}
+
+/// Parameters of a join.
+#[derive(Clone, Debug)]
+pub struct JoinRequest {
+    /// The member's id from an earlier join, to rejoin as the same member.
+    pub member: Option<MemberId>,
+    /// Topics to consume.
+    pub topics: Vec<String>,
+    /// How long without a heartbeat before the member is evicted.
+    pub session_timeout: Duration,
+    /// `range`, `roundrobin` or `sticky`; every member of a group must use the same.
+    pub assignor: String,
+}
+
+impl Coordinator {
+    /// A member joins (or rejoins): a new generation with it included.
+    pub fn join(
+        &mut self,
+        group: &str,
+        req: JoinRequest,
+        partitions: BTreeMap<String, u32>,
+        now: Instant,
+    ) -> Result<MemberState> {
+        if by_name(&req.assignor).is_none() {
+            return Err(EngineError::InvalidConfig(format!(
+                "unknown assignor {:?}: use range, roundrobin or sticky",
+                req.assignor
+            )));
+        }
+        if req.topics.is_empty() {
+            return Err(EngineError::InvalidConfig("a member must subscribe to at least one topic".into()));
+        }
+        let g = self.groups.entry(group.to_string()).or_insert_with(|| Group {
+            generation: 0,
+            assignor: req.assignor.clone(),
+            members: BTreeMap::new(),
+            assignment: Assignment::new(),
+            partitions: BTreeMap::new(),
+            next_member: 0,
+        });
+        if g.members.is_empty() {
+            g.assignor = req.assignor.clone();
+        } else if g.assignor != req.assignor {
+            return Err(EngineError::InvalidConfig(format!(
+                "group {group:?} uses the {} assignor; this member asked for {}",
+                g.assignor, req.assignor
+            )));
+        }
+        let member = match req.member {
+            Some(m) if g.members.contains_key(&m) => m,
+            _ => {
+                g.next_member += 1;
+                MemberId::new(format!("{group}-member-{}", g.next_member))
+            }
+        };
+        let mut topics = req.topics;
+        topics.sort();
+        topics.dedup();
+        let changed = g.members.get(&member).is_none_or(|m| m.topics != topics);
+        g.members.insert(member.clone(), Member { topics, session_timeout: req.session_timeout, last_seen: now });
+        g.partitions = partitions;
+        if changed {
+            g.rebalance();
+        }
+        Ok(g.state_of(&member))
+    }
+
+    /// A member says it is alive; returns the current generation and its assignment (a
+    /// new generation means the member must adopt the new assignment).
+    pub fn heartbeat(
+        &mut self,
+        group: &str,
+        member: &MemberId,
+        partitions: BTreeMap<String, u32>,
+        now: Instant,
+    ) -> Result<MemberState> {
+        let g = self.group_mut(group)?;
+        let m = g.members.get_mut(member).ok_or_else(|| unknown_member(group, member))?;
+        m.last_seen = now;
+        if partitions != g.partitions {
+            // Partitions were added to a subscribed topic: assign them.
+            g.partitions = partitions;
+            g.rebalance();
+        }
+        Ok(g.state_of(member))
+    }
+
+    /// A member leaves: a new generation without it.
+    pub fn leave(&mut self, group: &str, member: &MemberId) -> Result<()> {
+        let g = self.group_mut(group)?;
+        if g.members.remove(member).is_none() {
+            return Err(unknown_member(group, member));
+        }
+        g.rebalance();
+        Ok(())
+    }
+
+    /// Evicts members whose session timed out; returns them by group.
+    pub fn expire(&mut self, now: Instant) -> Vec<(String, MemberId)> {
+        let mut evicted = Vec::new();
+        for (name, g) in &mut self.groups {
+            let gone: Vec<MemberId> = g
+                .members
+                .iter()
+                .filter(|(_, m)| now.saturating_duration_since(m.last_seen) > m.session_timeout)
+                .map(|(id, _)| id.clone())
+                .collect();
+            if gone.is_empty() {
+                continue;
+            }
+            for id in gone {
+                g.members.remove(&id);
+                evicted.push((name.clone(), id));
+            }
+            g.rebalance();
+        }
+        evicted
+    }
+
+    /// Checks that a commit comes from a current member of the current generation, or from
+    /// outside the group while it has no members (as Kafka allows standalone commits).
+    pub fn check_commit(&self, group: &str, member: Option<(&MemberId, u32)>) -> Result<()> {
+        let g = self.groups.get(group);
+        match (g, member) {
+            (None, None) => Ok(()),
+            (Some(g), None) if g.members.is_empty() => Ok(()),
+            (Some(_), None) => Err(EngineError::InvalidConfig(format!(
+                "group {group:?} has active members: only they may commit, or stop them first"
+            ))),
+            (None, Some((m, _))) => Err(unknown_member(group, m)),
+            (Some(g), Some((m, generation))) => {
+                if !g.members.contains_key(m) {
+                    return Err(unknown_member(group, m));
+                }
+                if generation != g.generation {
+                    return Err(EngineError::StaleGeneration {
+                        group: group.to_string(),
+                        member: m.to_string(),
+                        got: generation,
+                        current: g.generation,
+                    });
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// A group's members and assignment, if the coordinator knows it.
+    #[must_use]
+    pub fn describe(&self, group: &str) -> Option<GroupDescription> {
+        let g = self.groups.get(group)?;
+        Some(GroupDescription {
+            group: group.to_string(),
+            generation: g.generation,
+            assignor: g.assignor.clone(),
+            members: g
+                .members
+                .iter()
+                .map(|(id, m)| (id.clone(), m.topics.clone(), g.assignment.get(id).cloned().unwrap_or_default()))
+                .collect(),
+        })
+    }
+
+    /// The groups this coordinator knows.
+    pub fn groups(&self) -> impl Iterator<Item = &str> {
+        self.groups.keys().map(String::as_str)
+    }
+
+    fn group_mut(&mut self, group: &str) -> Result<&mut Group> {
+        self.groups.get_mut(group).ok_or_else(|| EngineError::UnknownGroup(group.to_string()))
+    }
+}
+
+fn unknown_member(group: &str, member: &MemberId) -> EngineError {
+    EngineError::UnknownMember { group: group.to_string(), member: member.to_string() }
+}
+
+impl Group {
+    fn rebalance(&mut self) {
+        self.generation += 1;
+        let assignor = by_name(&self.assignor).expect("checked on join");
+        let subscriptions: Vec<Subscription> = self
+            .members
+            .iter()
+            .map(|(id, m)| {
+                let owned = self.assignment.get(id).cloned().unwrap_or_default();
+                Subscription::new(id.clone(), m.topics.clone()).with_owned(owned)
+            })
+            .collect();
+        let known: BTreeMap<String, u32> = self
+            .partitions
+            .iter()
+            .filter(|(t, _)| self.members.values().any(|m| m.topics.contains(t)))
+            .map(|(t, &n)| (t.clone(), n))
+            .collect();
+        self.assignment = assignor.assign(&known, &subscriptions);
+    }
+
+    fn state_of(&self, member: &MemberId) -> MemberState {
+        MemberState {
+            member: member.clone(),
+            generation: self.generation,
+            assignment: self.assignment.get(member).cloned().unwrap_or_default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts() -> BTreeMap<String, u32> {
+        [("a".to_string(), 4), ("b".to_string(), 2)].into_iter().collect()
+    }
+
+    fn join(c: &mut Coordinator, member: Option<MemberId>, now: Instant) -> MemberState {
+        let req = JoinRequest {
+            member,
+            topics: vec!["a".into(), "b".into()],
+            session_timeout: Duration::from_millis(100),
+            assignor: "sticky".into(),
+        };
+        c.join("g", req, parts(), now).unwrap()
+    }
+
+    /// Within the current generation every partition has exactly one owner.
+    fn check_exclusive(c: &Coordinator) {
+        let d = c.describe("g").unwrap();
+        let mut owned: Vec<TopicPartition> = d.members.iter().flat_map(|m| m.2.clone()).collect();
+        owned.sort();
+        let all: Vec<TopicPartition> =
+            parts().iter().flat_map(|(t, &n)| (0..n).map(move |p| TopicPartition::new(t.clone(), p))).collect();
+        if d.members.is_empty() {
+            assert!(owned.is_empty());
+        } else {
+            assert_eq!(owned, all, "generation {}: none owned twice, none orphaned", d.generation);
+        }
+    }
+
+    #[test]
+    fn generations_follow_membership() {
+        let mut c = Coordinator::default();
+        let t0 = Instant::now();
+        let a = join(&mut c, None, t0);
+        assert_eq!((a.generation, a.assignment.len()), (1, 6));
+        let b = join(&mut c, None, t0);
+        assert_eq!(b.generation, 2);
+        check_exclusive(&c);
+        let a2 = c.heartbeat("g", &a.member, parts(), t0).unwrap();
+        assert_eq!(a2.generation, 2);
+        assert_eq!(a2.assignment.len() + b.assignment.len(), 6);
+        // A rejoin with the same subscription is not a rebalance.
+        assert_eq!(join(&mut c, Some(a.member.clone()), t0).generation, 2);
+        // Stale commits are refused, current ones accepted.
+        assert!(matches!(c.check_commit("g", Some((&a.member, 1))), Err(EngineError::StaleGeneration { .. })));
+        c.check_commit("g", Some((&a.member, 2))).unwrap();
+        assert!(c.check_commit("g", None).is_err(), "standalone commits only when the group is empty");
+        // Session timeout: b stops heartbeating and is evicted.
+        let later = t0 + Duration::from_millis(150);
+        c.heartbeat("g", &a.member, parts(), t0 + Duration::from_millis(90)).unwrap();
+        let evicted = c.expire(later);
+        assert_eq!(evicted, vec![("g".to_string(), b.member.clone())]);
+        check_exclusive(&c);
+        let a3 = c.heartbeat("g", &a.member, parts(), later).unwrap();
+        assert_eq!((a3.generation, a3.assignment.len()), (3, 6));
+        assert!(matches!(c.heartbeat("g", &b.member, parts(), later), Err(EngineError::UnknownMember { .. })));
+        c.leave("g", &a.member).unwrap();
+        check_exclusive(&c);
+        c.check_commit("g", None).unwrap();
+    }
+
+    #[test]
+    fn added_partitions_are_assigned_on_the_next_heartbeat() {
+        let mut c = Coordinator::default();
+        let t0 = Instant::now();
+        let a = join(&mut c, None, t0);
+        let mut more = parts();
+        more.insert("a".into(), 6);
+        let s = c.heartbeat("g", &a.member, more, t0).unwrap();
+        assert_eq!((s.generation, s.assignment.len()), (2, 8));
+    }
+
+    #[test]
+    fn bad_joins_are_typed() {
+        let mut c = Coordinator::default();
+        let t0 = Instant::now();
+        let req = |assignor: &str, topics: Vec<String>| JoinRequest {
+            member: None,
+            topics,
+            session_timeout: Duration::from_secs(1),
+            assignor: assignor.into(),
+        };
+        assert!(c.join("g", req("nope", vec!["a".into()]), parts(), t0).is_err());
+        assert!(c.join("g", req("range", vec![]), parts(), t0).is_err());
+        c.join("g", req("range", vec!["a".into()]), parts(), t0).unwrap();
+        assert!(c.join("g", req("sticky", vec!["a".into()]), parts(), t0).is_err());
+        assert!(matches!(c.heartbeat("other", &MemberId::new("x"), parts(), t0), Err(EngineError::UnknownGroup(_))));
+    }
+}
