@@ -12,7 +12,9 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 use futures_lite::future::block_on;
-use sluice_engine::{Consumer, Engine, EngineConfig, EngineHandle, SeekTo, TopicConfig};
+use sluice_engine::{
+    Consumer, Engine, EngineConfig, EngineHandle, GroupConsumer, GroupOptions, OffsetReset, SeekTo, TopicConfig,
+};
 use sluice_io::{Offset, Timestamp};
 
 #[derive(Debug, Parser)]
@@ -31,6 +33,51 @@ enum Command {
     Produce(ProduceArgs),
     /// Print a topic's records as `partition<TAB>offset<TAB>key<TAB>value`.
     Consume(ConsumeArgs),
+    /// List, describe and reset consumer groups.
+    #[command(subcommand)]
+    Group(GroupCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum GroupCommand {
+    /// List groups with members or committed offsets.
+    List(DataDir),
+    /// Show a group's members and, per partition, committed offset, end and lag.
+    Describe(GroupArgs),
+    /// Move a group's committed offsets for a topic (the group must have no members).
+    ResetOffsets(ResetArgs),
+}
+
+#[derive(Debug, Args)]
+struct GroupArgs {
+    /// The group.
+    group: String,
+    #[command(flatten)]
+    dir: DataDir,
+}
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("to").required(true).args(["to_earliest", "to_latest", "to_offset", "to_datetime"])))]
+struct ResetArgs {
+    /// The group.
+    group: String,
+    #[command(flatten)]
+    dir: DataDir,
+    /// The topic whose partitions to reset.
+    #[arg(long)]
+    topic: String,
+    /// To the first offset held.
+    #[arg(long)]
+    to_earliest: bool,
+    /// To the end.
+    #[arg(long)]
+    to_latest: bool,
+    /// To this offset (clamped to what each partition holds).
+    #[arg(long)]
+    to_offset: Option<u64>,
+    /// To the first record at or after this event time (ms since the epoch).
+    #[arg(long)]
+    to_datetime: Option<i64>,
 }
 
 #[derive(Debug, Args)]
@@ -137,10 +184,29 @@ struct ConsumeArgs {
     /// Keep waiting for new records instead of stopping at the end.
     #[arg(long)]
     follow: bool,
+    /// Consume as a member of this group: its partitions start at the group's committed
+    /// offsets (else per --from-beginning), and the positions are committed at the end.
+    #[arg(long, conflicts_with_all = ["offset", "timestamp", "partition"])]
+    group: Option<String>,
 }
 
 fn main() -> ExitCode {
-    match run(Cli::parse()) {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => {
+            // --help and --version
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            // One line, as every other error: clap's first paragraph names the problem.
+            let text = e.render().to_string();
+            let first: Vec<&str> = text.lines().take_while(|l| !l.trim().is_empty()).map(str::trim).collect();
+            eprintln!("{} (see --help)", first.join(" "));
+            return ExitCode::from(2);
+        }
+    };
+    match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -170,7 +236,28 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }),
         Command::Produce(a) => with_engine(&a.dir, |h| produce(h, &a)),
+        Command::Consume(a) if a.group.is_some() => with_engine(&a.dir, |h| consume_group(h, &a)),
         Command::Consume(a) => with_engine(&a.dir, |h| consume(h, &a)),
+        Command::Group(GroupCommand::List(dir)) => with_engine(&dir, |h| {
+            for g in block_on(h.list_groups())? {
+                println!("{g}");
+            }
+            Ok(())
+        }),
+        Command::Group(GroupCommand::Describe(a)) => with_engine(&a.dir, |h| describe_group(h, &a.group)),
+        Command::Group(GroupCommand::ResetOffsets(a)) => with_engine(&a.dir, |h| {
+            let to = match (a.to_earliest, a.to_latest, a.to_offset, a.to_datetime) {
+                (true, ..) => SeekTo::Earliest,
+                (_, true, ..) => SeekTo::Latest,
+                (_, _, Some(o), _) => SeekTo::Offset(Offset(o)),
+                (_, _, _, Some(t)) => SeekTo::Timestamp(Timestamp(t)),
+                _ => unreachable!("clap requires one target"),
+            };
+            for (topic, p, offset) in block_on(h.reset_offsets(&a.group, &a.topic, to))? {
+                println!("{topic}\t{p}\t{offset}");
+            }
+            Ok(())
+        }),
     }
 }
 
@@ -317,5 +404,71 @@ fn consume(h: &EngineHandle, a: &ConsumeArgs) -> Result<()> {
             }
         }
     }
+    Ok(())
+}
+
+fn describe_group(h: &EngineHandle, group: &str) -> Result<()> {
+    match block_on(h.describe_group(group))? {
+        Some(d) if !d.members.is_empty() => {
+            println!(
+                "group {}\tgeneration {}\tassignor {}\tmembers {}",
+                d.group,
+                d.generation,
+                d.assignor,
+                d.members.len()
+            );
+            for (member, topics, parts) in &d.members {
+                let parts: Vec<String> = parts.iter().map(ToString::to_string).collect();
+                println!("member {member}\ttopics {}\tpartitions {}", topics.join(","), parts.join(","));
+            }
+        }
+        _ => println!("group {group}\tmembers 0"),
+    }
+    let lag = block_on(h.group_lag(group))?;
+    if lag.is_empty() && block_on(h.describe_group(group))?.is_none() {
+        bail!("unknown group {group:?}");
+    }
+    for l in lag {
+        println!("{}\t{}\tcommitted {}\tend {}\tlag {}", l.topic, l.partition, l.committed, l.end, l.lag);
+    }
+    Ok(())
+}
+
+fn consume_group(h: &EngineHandle, a: &ConsumeArgs) -> Result<()> {
+    let group = a.group.as_deref().expect("called with a group");
+    let options = GroupOptions {
+        reset: if a.from_beginning { OffsetReset::Earliest } else { OffsetReset::Latest },
+        ..GroupOptions::default()
+    };
+    let mut member = block_on(GroupConsumer::join(h.clone(), group, &[a.topic.as_str()], options, None))?;
+    let mut left = a.max.unwrap_or(u64::MAX);
+    let mut out = std::io::stdout().lock();
+    // The next offset after the last record printed, per partition: what gets committed.
+    let mut done = std::collections::BTreeMap::new();
+    while left > 0 {
+        let mut caught_up = true;
+        for (t, p, at) in member.positions() {
+            caught_up &= at >= block_on(h.offsets(&t, p))?.1;
+        }
+        if caught_up && !a.follow {
+            break;
+        }
+        let wait = if a.follow { Duration::from_millis(500) } else { Duration::ZERO };
+        for polled in block_on(member.poll(wait))? {
+            for r in polled.batches.records() {
+                if left == 0 {
+                    break;
+                }
+                let r = r?;
+                let key = r.key().map(String::from_utf8_lossy).unwrap_or_default();
+                writeln!(out, "{}\t{}\t{}\t{}", polled.partition, r.offset(), key, String::from_utf8_lossy(r.value()))?;
+                done.insert((polled.topic.clone(), polled.partition), r.offset().plus(1));
+                left -= 1;
+            }
+        }
+    }
+    let offsets: Vec<(String, u32, Offset)> = done.into_iter().map(|((t, p), o)| (t, p, o)).collect();
+    block_on(member.commit_offsets(&offsets))?;
+    block_on(member.leave())?;
     Ok(())
 }

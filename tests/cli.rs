@@ -111,3 +111,39 @@ fn bad_input_is_a_one_line_error() {
     fails(&sluice(&["consume", "t", "--data-dir", d, "--offset", "5"], ""), "out of range");
     fails(&sluice(&["consume", "t", "--data-dir", d, "--partition", "3"], ""), "out of range");
 }
+
+#[test]
+fn groups_resume_where_they_committed() {
+    let dir = data_dir("groups");
+    let d = dir.to_str().unwrap();
+    ok(&sluice(&["topic", "create", "events", "--data-dir", d, "--partitions", "2"], ""));
+    let input: String = (0..10).map(|i| format!("k{i}\tv{i}\n")).collect();
+    ok(&sluice(&["produce", "events", "--data-dir", d], &input));
+    let values = |out: &str| -> Vec<String> {
+        let mut v: Vec<String> = out.lines().map(|l| l.split('\t').nth(3).unwrap().to_string()).collect();
+        v.sort();
+        v
+    };
+    // The first run reads 4 records and commits just those.
+    let first =
+        ok(&sluice(&["consume", "events", "--data-dir", d, "--group", "g1", "--from-beginning", "--max", "4"], ""));
+    assert_eq!(first.lines().count(), 4);
+    let rest = ok(&sluice(&["consume", "events", "--data-dir", d, "--group", "g1", "--from-beginning"], ""));
+    let mut all = values(&first);
+    all.extend(values(&rest));
+    all.sort();
+    let mut want: Vec<String> = (0..10).map(|i| format!("v{i}")).collect();
+    want.sort();
+    assert_eq!(all, want, "the second run resumes exactly after the first");
+    assert_eq!(ok(&sluice(&["consume", "events", "--data-dir", d, "--group", "g1"], "")), "");
+    assert_eq!(ok(&sluice(&["group", "list", "--data-dir", d], "")).trim(), "g1");
+    let described = ok(&sluice(&["group", "describe", "g1", "--data-dir", d], ""));
+    assert!(described.lines().filter(|l| l.starts_with("events\t")).all(|l| l.ends_with("lag 0")), "{described}");
+    let reset =
+        ok(&sluice(&["group", "reset-offsets", "g1", "--data-dir", d, "--topic", "events", "--to-earliest"], ""));
+    assert_eq!(reset.lines().count(), 2);
+    let again = ok(&sluice(&["consume", "events", "--data-dir", d, "--group", "g1"], ""));
+    assert_eq!(values(&again), want);
+    fails(&sluice(&["group", "describe", "nobody", "--data-dir", d], ""), "unknown group");
+    fails(&sluice(&["group", "reset-offsets", "g1", "--data-dir", d, "--topic", "events"], ""), "required");
+}

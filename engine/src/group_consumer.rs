@@ -191,10 +191,16 @@ impl GroupConsumer {
     /// Commits the current position of every owned partition.
     pub async fn commit(&mut self) -> Result<()> {
         let offsets = self.positions();
+        self.commit_offsets(&offsets).await
+    }
+
+    /// Commits the given offsets (the next record to read in each partition), e.g. after
+    /// processing only part of a poll.
+    pub async fn commit_offsets(&mut self, offsets: &[(String, u32, Offset)]) -> Result<()> {
         if offsets.is_empty() {
             return Ok(());
         }
-        self.engine.commit_offsets(&self.group, Some((&self.member, self.generation)), &offsets).await
+        self.engine.commit_offsets(&self.group, Some((&self.member, self.generation)), offsets).await
     }
 
     /// Leaves the group (its partitions go to the other members at once).
