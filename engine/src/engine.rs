@@ -478,6 +478,21 @@ impl EngineHandle {
         self.call(shard, |reply| Request::OffsetForTime { topic, partition, time, reply }).await
     }
 
+    /// A new idempotent producer id, unique in this data directory (its allocation is
+    /// stored before it is returned).
+    pub async fn init_producer_id(&self) -> Result<sluice_io::ProducerId> {
+        let _admin = self.inner.admin.acquire().await;
+        let mut meta = self.inner.meta.write().unwrap_or_else(|e| e.into_inner());
+        let mut alloc = crate::producer_state::ProducerIdAllocator::from_high_water(meta.next_producer_id)
+            .ok_or_else(|| EngineError::InvalidConfig("the stored producer id high-water mark is negative".into()))?;
+        let id = alloc.next();
+        let mut next = meta.clone();
+        next.next_producer_id = alloc.high_water();
+        next.store(&self.inner.layout)?;
+        *meta = next;
+        Ok(id)
+    }
+
     /// The partition of the offsets topic that holds a group's offsets, and the shard
     /// that owns it and so coordinates the group.
     fn coordinator_of(&self, group: &str) -> Result<(u32, u32)> {

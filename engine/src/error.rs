@@ -86,6 +86,17 @@ pub enum EngineError {
         #[source]
         source: std::io::Error,
     },
+    /// An idempotent producer's batch is out of sequence or from a fenced epoch.
+    #[error("{topic}-{partition}: {source}")]
+    Sequence {
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: u32,
+        /// What the sequence check said.
+        #[source]
+        source: crate::producer_state::SequenceError,
+    },
     /// No consumer group of that name.
     #[error("unknown group {0:?}")]
     UnknownGroup(String),

@@ -17,6 +17,8 @@ pub mod meta;
 pub mod names;
 pub mod offsets;
 pub mod partitioner;
+pub mod producer;
+pub mod producer_state;
 pub mod shard;
 
 pub use config::{EngineConfig, TopicConfig};
@@ -25,4 +27,5 @@ pub use engine::{Engine, EngineHandle, PartitionLag, TopicDescription};
 pub use error::{EngineError, Result};
 pub use group_consumer::{GroupConsumer, GroupOptions, OffsetReset, RebalanceListener};
 pub use names::{NameError, validate_name};
+pub use producer::IdempotentProducer;
 pub use shard::OwnedRecord;

@@ -41,6 +41,9 @@ pub struct Metadata {
     pub version: u32,
     /// Topics by name.
     pub topics: BTreeMap<String, TopicMeta>,
+    /// The first idempotent producer id not yet handed out.
+    #[serde(default)]
+    pub next_producer_id: i64,
 }
 
 const VERSION: u32 = 1;
@@ -79,7 +82,7 @@ impl Metadata {
         let text = match std::fs::read_to_string(&path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Ok(Metadata { version: VERSION, topics: BTreeMap::new() });
+                return Ok(Metadata { version: VERSION, ..Metadata::default() });
             }
             Err(source) => return Err(EngineError::Io { op: "reading", path, source }),
         };
@@ -136,7 +139,7 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         let layout = Layout { data_dir: dir.clone() };
         assert_eq!(Metadata::load(&layout).unwrap().topics.len(), 0);
-        let mut meta = Metadata { version: VERSION, topics: BTreeMap::new() };
+        let mut meta = Metadata { version: VERSION, ..Metadata::default() };
         meta.topics.insert("orders".into(), TopicMeta { config: TopicConfig::default(), shards: vec![0, 1, 0] });
         meta.store(&layout).unwrap();
         assert_eq!(Metadata::load(&layout).unwrap(), meta);

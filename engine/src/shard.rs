@@ -22,6 +22,7 @@ use crate::assignor::MemberId;
 use crate::coordinator::{Coordinator, GroupDescription, JoinRequest, MemberState};
 use crate::error::{EngineError, Result};
 use crate::offsets::{self, Committed};
+use crate::producer_state::{KAFKA_CACHED_BATCHES_PER_PRODUCER, ProducerStateTable, SequenceCheck};
 
 /// A record handed to the engine: owned, so it can cross threads.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -113,11 +114,42 @@ struct Partition {
     linger_armed: bool,
     /// Fetches waiting for data past the end.
     waiters: Vec<Waker>,
+    /// Idempotent producers' sequence numbers in this partition.
+    producers: ProducerStateTable,
+    /// Held from an idempotent batch's sequence check until its offsets are recorded,
+    /// so that a retry racing its original cannot pass the check twice.
+    idempotence: Rc<glommio::sync::Semaphore>,
 }
 
 impl Partition {
-    fn new(log: Log<UringStorage>, batching: Batching) -> Partition {
-        Partition { log, batching, pending: Vec::new(), pending_bytes: 0, linger_armed: false, waiters: Vec::new() }
+    /// A partition over an opened log; idempotent producers' state is rebuilt from the
+    /// batches of the active segment (older producers must start over, as Kafka's do
+    /// once their state has expired).
+    async fn open(log: Log<UringStorage>, batching: Batching) -> sluice_io::Result<Partition> {
+        let mut producers = ProducerStateTable::new(KAFKA_CACHED_BATCHES_PER_PRODUCER);
+        let active = *log.segment_bases().last().expect("a log has an active segment");
+        let mut reader = log.reader(active.max(log.start_offset()), 1 << 20);
+        let mut headers = Vec::new();
+        loop {
+            let batches = reader.next().await?;
+            if batches.is_empty() {
+                break;
+            }
+            for b in batches.batches() {
+                headers.push(*b?.header());
+            }
+        }
+        producers.rebuild_from(&headers);
+        Ok(Partition {
+            log,
+            batching,
+            pending: Vec::new(),
+            pending_bytes: 0,
+            linger_armed: false,
+            waiters: Vec::new(),
+            producers,
+            idempotence: Rc::new(glommio::sync::Semaphore::new(1)),
+        })
     }
 }
 
@@ -174,22 +206,26 @@ async fn handle(state: &Rc<RefCell<ShardState>>, request: Request) {
         Request::Open { topic, partition: p, dir, config, batching, reply } => {
             let result = match Log::open(UringStorage, dir, config).await {
                 Ok((log, _report)) if topic == offsets::TOPIC => match offsets::load(&log).await {
-                    Ok(loaded) => {
-                        let mut st = state.borrow_mut();
-                        for (group, offsets) in loaded {
-                            st.committed.entry(group).or_default().extend(offsets);
+                    Ok(loaded) => match Partition::open(log, batching).await {
+                        Ok(part) => {
+                            let mut st = state.borrow_mut();
+                            for (group, offsets) in loaded {
+                                st.committed.entry(group).or_default().extend(offsets);
+                            }
+                            st.partitions.insert((topic, p), Rc::new(RefCell::new(part)));
+                            Ok(())
                         }
-                        let part = Partition::new(log, batching);
-                        st.partitions.insert((topic, p), Rc::new(RefCell::new(part)));
+                        Err(e) => Err(EngineError::log(&topic, p, e)),
+                    },
+                    Err(e) => Err(EngineError::log(&topic, p, e)),
+                },
+                Ok((log, _report)) => match Partition::open(log, batching).await {
+                    Ok(part) => {
+                        state.borrow_mut().partitions.insert((topic, p), Rc::new(RefCell::new(part)));
                         Ok(())
                     }
                     Err(e) => Err(EngineError::log(&topic, p, e)),
                 },
-                Ok((log, _report)) => {
-                    let part = Partition::new(log, batching);
-                    state.borrow_mut().partitions.insert((topic, p), Rc::new(RefCell::new(part)));
-                    Ok(())
-                }
                 Err(e) => Err(EngineError::log(&topic, p, e)),
             };
             let _ = reply.send(result).await;
@@ -316,8 +352,42 @@ async fn append(
 ) -> Result<AppendInfo> {
     let log = part.borrow().log.clone();
     let recs: Vec<Record<'_>> = records.iter().map(OwnedRecord::as_record).collect();
-    let info = log.append_with(&recs, meta).await.map_err(|e| EngineError::log(topic, p, e))?;
+    let err = |e| EngineError::log(topic, p, e);
+    if meta.producer_id == sluice_io::ProducerId::NONE {
+        let info = log.append_with(&recs, meta).await.map_err(err)?;
+        wake_all(part);
+        return Ok(info);
+    }
+    // An idempotent batch: check its sequence, append, and record it, with no other
+    // idempotent batch of this partition in between; then wait for durability.
+    let gate = part.borrow().idempotence.clone();
+    let permit = gate.acquire_permit(1).await.map_err(|_| EngineError::ShutDown)?;
+    let count = recs.len() as u32;
+    let check = part.borrow().producers.check(meta.producer_id, meta.producer_epoch, meta.base_sequence, count);
+    let info = match check {
+        Err(source) => return Err(EngineError::Sequence { topic: topic.to_string(), partition: p, source }),
+        Ok(SequenceCheck::Duplicate(info)) => {
+            drop(permit);
+            // The original may still be waiting for its fsync: so does the retry.
+            log.wait_durable(info).await.map_err(err)?;
+            return Ok(info);
+        }
+        Ok(SequenceCheck::Append) => {
+            let info = log.append_unsynced(&recs, meta).await.map_err(err)?;
+            part.borrow_mut().producers.record(
+                meta.producer_id,
+                meta.producer_epoch,
+                meta.base_sequence,
+                count,
+                info.base_offset,
+                info.last_offset,
+            );
+            info
+        }
+    };
+    drop(permit);
     wake_all(part);
+    log.wait_durable(info).await.map_err(err)?;
     Ok(info)
 }
 

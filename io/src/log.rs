@@ -232,6 +232,17 @@ impl<S: Storage> Log<S> {
     /// Appends `records` as one batch stamped with `meta` (producer, attributes). Resolves
     /// once the batch is as durable as the fsync policy says.
     pub async fn append_with(&self, records: &[Record<'_>], meta: &BatchMeta) -> Result<AppendInfo> {
+        let info = self.append_unsynced(records, meta).await?;
+        self.wait_durable(info).await?;
+        Ok(info)
+    }
+
+    /// Appends `records` as one batch and returns its offsets as soon as they are
+    /// assigned and the bytes are buffered, without waiting for the fsync policy. For
+    /// callers that must record the offsets before the wait (an idempotent producer's
+    /// sequence table): follow it with [`wait_durable`](Self::wait_durable) before
+    /// acknowledging anything.
+    pub async fn append_unsynced(&self, records: &[Record<'_>], meta: &BatchMeta) -> Result<AppendInfo> {
         if records.is_empty() {
             return Err(LogError::EmptyBatch);
         }
@@ -269,6 +280,12 @@ impl<S: Storage> Log<S> {
                 self.roll_locked().await?;
             }
         };
+        Ok(info)
+    }
+
+    /// Waits until an append is as durable as the fsync policy promises (under
+    /// `interval` and `never`: until the write-behind has room again).
+    pub async fn wait_durable(&self, info: AppendInfo) -> Result<()> {
         if self.inner.config.fsync == FsyncPolicy::Always {
             self.sync_to(info.last_offset.plus(1)).await?;
         } else {
@@ -280,7 +297,7 @@ impl<S: Storage> Log<S> {
             };
             handle.wait(ticket).await.map_err(|e| LogError::io("write", self.inner.dir.clone(), e))?;
         }
-        Ok(info)
+        Ok(())
     }
 
     fn closed_error(&self) -> LogError {
