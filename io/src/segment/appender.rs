@@ -11,7 +11,7 @@
 //! write to complete before it is submitted (io_uring does not order writes).
 
 use std::cell::RefCell;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, VecDeque};
 use std::future::poll_fn;
 use std::io;
 use std::rc::Rc;
@@ -84,7 +84,13 @@ pub(crate) struct Appender<F: StorageFile> {
     submitted_end: u64,
     next_seq: u64,
     tracker: Rc<RefCell<Tracker>>,
+    /// The last buffers submitted, oldest first, with their file positions: a reader at
+    /// the tail copies from them (and `cur`) instead of waiting for the disk.
+    recent: VecDeque<(u64, Rc<DmaBuffer>)>,
 }
+
+/// Submitted buffers kept for tail reads.
+const RECENT_BUFFERS: usize = 2;
 
 impl<F: StorageFile> Appender<F> {
     /// An appender that continues the file at `end`. `tail` holds the file's bytes from
@@ -111,7 +117,34 @@ impl<F: StorageFile> Appender<F> {
             submitted_end: end,
             next_seq: 0,
             tracker: Rc::default(),
+            recent: VecDeque::new(),
         }
+    }
+
+    /// A copy of the file's bytes `[from, from + len)` if they all lie in the buffers the
+    /// appender still holds (the current one and the last few submitted), else `None`.
+    pub(crate) fn read_tail(&self, from: u64, len: usize) -> Option<rkyv::util::AlignedVec<16>> {
+        let to = from + len as u64;
+        if to > self.end() {
+            return None;
+        }
+        let oldest = self.recent.front().map_or(self.cur_pos, |(pos, _)| *pos).min(self.cur_pos);
+        if from < oldest {
+            return None;
+        }
+        let mut out = rkyv::util::AlignedVec::<16>::with_capacity(len);
+        out.resize(len, 0);
+        let cur = self.cur.as_ref().map(|b| &b.as_bytes()[..self.cur_len]);
+        // Oldest first, so that the newest copy of a rewritten block wins.
+        let sources = self.recent.iter().map(|(pos, b)| (*pos, b.as_bytes())).chain(cur.map(|c| (self.cur_pos, c)));
+        for (pos, bytes) in sources {
+            let (lo, hi) = (from.max(pos), to.min(pos + bytes.len() as u64));
+            if lo < hi {
+                out[(lo - from) as usize..(hi - from) as usize]
+                    .copy_from_slice(&bytes[(lo - pos) as usize..(hi - pos) as usize]);
+            }
+        }
+        Some(out)
     }
 
     /// The logical end of the data appended so far.
@@ -191,12 +224,23 @@ impl<F: StorageFile> Appender<F> {
         let file = self.file.clone();
         let tracker = self.tracker.clone();
         let (buf_bytes, spare_max) = (self.buf_bytes, self.write_behind + 1);
+        let buf = Rc::new(buf);
+        self.recent.push_back((pos, buf.clone()));
+        if self.recent.len() > RECENT_BUFFERS
+            && let Some((_, old)) = self.recent.pop_front()
+            && let Ok(old) = Rc::try_unwrap(old)
+        {
+            // Its write completed: the buffer can be filled again.
+            let mut t = self.tracker.borrow_mut();
+            if old.len() == buf_bytes && t.spare.len() < spare_max {
+                t.spare.push(old);
+            }
+        }
         glommio::spawn_local(async move {
             if wait_below > 0 {
                 wait_done(&tracker, wait_below).await;
             }
             let want = buf.len();
-            let buf = Rc::new(buf);
             let result = match file.write_at(buf.clone(), pos).await {
                 Ok(n) if n == want => Ok(()),
                 Ok(n) => Err(io::Error::new(io::ErrorKind::WriteZero, format!("short write: {n} of {want} bytes"))),

@@ -14,7 +14,7 @@ use std::rc::Rc;
 
 pub use index::{SegmentFacts, SegmentIndex};
 pub use read::{OwnedBatches, ReadBatches};
-pub(crate) use read::{read_batches, scan};
+pub(crate) use read::{ReadBuf, read_batches, read_batches_from, scan};
 
 use crate::error::{LogError, Result};
 use crate::storage::{Storage, StorageFile};

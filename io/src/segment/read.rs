@@ -99,10 +99,30 @@ fn out_of_order(h: &BatchHeader) -> String {
     format!("batch base offset {} goes backwards", h.base_offset)
 }
 
+/// Bytes read for the read path: from the disk, or from the appender's memory when they
+/// have not all reached the disk yet (a reader at the tail).
+pub(crate) enum ReadBuf {
+    /// A direct read.
+    Disk(ReadResult),
+    /// A copy of the write-behind buffers.
+    Memory(rkyv::util::AlignedVec<16>),
+}
+
+impl std::ops::Deref for ReadBuf {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            ReadBuf::Disk(r) => r,
+            ReadBuf::Memory(v) => v,
+        }
+    }
+}
+
 /// Batches read in place from one segment: a read buffer and where its checked batches
 /// lie in it.
 pub struct ReadBatches {
-    buf: Option<ReadResult>,
+    buf: Option<ReadBuf>,
     batches: Vec<(usize, BatchHeader)>,
     from: Offset,
     next: Offset,
@@ -182,10 +202,24 @@ pub(crate) async fn read_batches<F: StorageFile>(
     max_bytes: usize,
     lookahead_bytes: usize,
 ) -> Result<ReadBatches> {
+    let read = async |at: u64, len: usize| {
+        file.read_at(at, len).await.map(ReadBuf::Disk).map_err(|e| LogError::io("read", path, e))
+    };
+    read_batches_from(read, path, offset, start_pos, end_pos, max_bytes, lookahead_bytes).await
+}
+
+/// [`read_batches`] over any source of bytes by position (the disk, or memory).
+pub(crate) async fn read_batches_from(
+    read: impl AsyncFn(u64, usize) -> Result<ReadBuf>,
+    path: &Path,
+    offset: Offset,
+    start_pos: u64,
+    end_pos: u64,
+    max_bytes: usize,
+    lookahead_bytes: usize,
+) -> Result<ReadBatches> {
     let mut pos = start_pos;
     let corrupt = |at: u64, reason: String| LogError::Corrupt { path: path.to_path_buf(), pos: FilePos(at), reason };
-    let read =
-        |at: u64, len: usize| async move { file.read_at(at, len).await.map_err(|e| LogError::io("read", path, e)) };
     while pos < end_pos {
         let want = ((end_pos - pos) as usize).min(max_bytes.saturating_add(lookahead_bytes).max(HEADER_BYTES));
         let mut buf = read(pos, want).await?;
