@@ -80,7 +80,8 @@ pub(crate) struct Appender<F: StorageFile> {
     cur: Option<DmaBuffer>,
     cur_pos: u64,
     cur_len: usize,
-    cur_wait_below: u64,
+    /// The previous write's end (padded) and sequence number.
+    last_write: Option<(u64, u64)>,
     submitted_end: u64,
     next_seq: u64,
     tracker: Rc<RefCell<Tracker>>,
@@ -113,7 +114,7 @@ impl<F: StorageFile> Appender<F> {
             cur: Some(cur),
             cur_pos,
             cur_len: tail.len(),
-            cur_wait_below: 0,
+            last_write: None,
             submitted_end: end,
             next_seq: 0,
             tracker: Rc::default(),
@@ -194,32 +195,42 @@ impl<F: StorageFile> Appender<F> {
         FlushTicket { seq: self.next_seq.saturating_sub(self.write_behind as u64) }
     }
 
+    /// Submits what `cur` holds beyond what was already submitted: the whole buffer when
+    /// it is full and nothing of it went out yet (zero-copy: the buffer itself goes to
+    /// io_uring and a spare one takes its place), else a copy of the new blocks (a flush
+    /// of a partly filled buffer, or the rest of a buffer partly flushed before), padded
+    /// to the block. `cur` then stays in place, so a flush allocates only what it writes.
     fn submit(&mut self, partial: bool) {
-        let mut buf = self.cur.take().expect("the appender always holds a buffer");
+        let len = self.cur_len;
+        let sent = (self.submitted_end.max(self.cur_pos) - self.cur_pos) as usize;
+        let from = sent - sent % self.align;
+        let to = if partial { len.next_multiple_of(self.align) } else { len };
+        let pos = self.cur_pos + from as u64;
         let seq = self.next_seq;
         self.next_seq += 1;
-        let pos = self.cur_pos;
-        let wait_below = self.cur_wait_below;
-        let len = self.cur_len;
-        let spare = self.tracker.borrow_mut().spare.pop();
-        let mut next = spare.unwrap_or_else(|| self.file.alloc_buffer(self.buf_bytes));
-        if partial {
-            let padded = len.next_multiple_of(self.align);
-            buf.as_bytes_mut()[len..padded].fill(0);
-            buf.trim_to_size(padded);
-            let tail_start = len - len % self.align;
-            next.as_bytes_mut()[..len - tail_start].copy_from_slice(&buf.as_bytes()[tail_start..len]);
-            self.cur_pos += tail_start as u64;
-            self.cur_len = len - tail_start;
-            // The next write rewrites the partial block: it must not overtake this one.
-            self.cur_wait_below = if self.cur_len > 0 { seq + 1 } else { 0 };
+        // A write that starts inside the block the previous one ended in rewrites it, and
+        // must not overtake it.
+        let wait_below = match self.last_write {
+            Some((end, prev)) if end > pos => prev + 1,
+            _ => 0,
+        };
+        let cur = self.cur.as_mut().expect("the appender always holds a buffer");
+        let buf = if !partial && from == 0 {
+            let spare = self.tracker.borrow_mut().spare.pop();
+            let next = spare.unwrap_or_else(|| self.file.alloc_buffer(self.buf_bytes));
+            std::mem::replace(cur, next)
         } else {
+            let mut copy = self.file.alloc_buffer(to - from);
+            copy.as_bytes_mut()[..len - from].copy_from_slice(&cur.as_bytes()[from..len]);
+            copy.as_bytes_mut()[len - from..].fill(0);
+            copy
+        };
+        self.submitted_end = self.cur_pos + len as u64;
+        if !partial {
             self.cur_pos += len as u64;
             self.cur_len = 0;
-            self.cur_wait_below = 0;
         }
-        self.cur = Some(next);
-        self.submitted_end = pos + len as u64;
+        self.last_write = Some((pos + (to - from) as u64, seq));
         self.tracker.borrow_mut().inflight += 1;
         let file = self.file.clone();
         let tracker = self.tracker.clone();
