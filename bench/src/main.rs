@@ -3,7 +3,10 @@
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use sluice_bench::{harness::write_json, workloads::log};
+use sluice_bench::{
+    harness::write_json,
+    workloads::{log, ring},
+};
 
 /// sluice's load and latency harness.
 #[derive(Debug, Parser)]
@@ -18,14 +21,31 @@ enum Workload {
     /// Append and read throughput and append latency of the partition log, against a raw
     /// O_DIRECT write baseline
     Log(log::LogArgs),
+    /// Records per second from shard 0 to shard 1 through the ring mesh, against a plain
+    /// chunked rtrb ring
+    Ring(ring::RingArgs),
 }
 
 fn main() -> Result<()> {
     match Cli::parse().workload {
+        Workload::Log(args) if args.rate.is_some() => {
+            let report = sluice_bench::workloads::e2e::run(&args, args.rate.unwrap_or_default())?;
+            report.table().print();
+            if let Some(path) = &args.common.json {
+                write_json(path, &report)?;
+            }
+        }
         Workload::Log(args) => {
             let report = log::run(&args)?;
             report.table().print();
             if let Some(path) = &args.common.json {
+                write_json(path, &report)?;
+            }
+        }
+        Workload::Ring(args) => {
+            let report = ring::run(&args)?;
+            report.table().print();
+            if let Some(path) = &args.json {
                 write_json(path, &report)?;
             }
         }

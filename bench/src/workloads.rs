@@ -5,8 +5,10 @@
 //! report, and the report's [`Table`](crate::harness::Table). Printing and `--json` output
 //! are left to the binary.
 
+pub mod e2e;
 pub mod log;
 pub mod log_shard;
+pub mod ring;
 
 use std::{io, path::PathBuf};
 

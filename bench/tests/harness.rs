@@ -343,3 +343,30 @@ fn log_run_on_two_shards_splits_the_records() {
     assert_eq!(report.append_latency_us.count, 101);
     assert!(report.read_records_per_sec > 0.0);
 }
+
+#[test]
+fn log_end_to_end_mode_runs_and_reports_latency() {
+    let dir = temp_dir();
+    let data = dir.path().join("data");
+    let args = log_args(&[
+        "--shards",
+        "2",
+        "--rate",
+        "2000",
+        "--records",
+        "200",
+        "--fsync",
+        "interval:5",
+        "--dir",
+        data.to_str().unwrap(),
+    ])
+    .unwrap();
+    let report = sluice_bench::workloads::e2e::run(&args, 2000).unwrap();
+    assert_eq!((report.workload, report.records, report.shards), ("log-e2e", 200, 2));
+    assert_eq!(report.e2e_latency_us.count, 200, "every record was consumed and timed");
+    assert!(report.achieved_rate > 0.0);
+    let json = serde_json::to_value(&report).unwrap();
+    for key in ["p50", "p99", "p999", "max"] {
+        assert!(json["e2e_latency_us"][key].is_u64(), "{key}");
+    }
+}

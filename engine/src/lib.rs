@@ -19,6 +19,7 @@ pub mod offsets;
 pub mod partitioner;
 pub mod producer;
 pub mod producer_state;
+pub mod ring;
 pub mod shard;
 
 pub use config::{EngineConfig, TopicConfig};

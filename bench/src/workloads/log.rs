@@ -58,6 +58,10 @@ pub struct LogArgs {
     #[arg(long, default_value_t = 4, value_name = "N",
           value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
     pub write_behind: usize,
+    /// End-to-end mode: send at this offered rate (records/s) through the engine and
+    /// report produce-to-consume latency instead of throughput
+    #[arg(long, value_name = "RECORDS_PER_SEC")]
+    pub rate: Option<u64>,
     /// When appends are synced: `always`, `interval:MS` or `never`
     #[arg(long, default_value = "interval:5", value_name = "POLICY")]
     pub fsync: FsyncPolicy,

@@ -1,0 +1,150 @@
+//! `sluice-bench log --rate R`: end-to-end latency through the engine, like Kafka's
+//! EndToEndLatency tool but open loop. A producer sends records at a fixed offered rate
+//! into a one-partition topic; a consumer on another thread long-polls it; each record's
+//! latency runs from its *scheduled* send time to the moment the consumer holds it, so a
+//! stall is charged to every record it delayed (coordinated omission corrected).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use futures_lite::future::block_on;
+use serde::Serialize;
+use sluice_engine::{Engine, EngineConfig, OwnedRecord, TopicConfig};
+use sluice_io::{FsyncPolicy, Offset, Timestamp};
+
+use crate::harness::{LatencyRecorder, LatencySummary, Table};
+use crate::workloads::log::LogArgs;
+
+/// Result of the end-to-end mode; the `--json` schema.
+#[derive(Debug, Clone, Serialize)]
+pub struct E2eReport {
+    /// Always `"log-e2e"`.
+    pub workload: &'static str,
+    /// Engine shards.
+    pub shards: usize,
+    /// Offered rate, records per second.
+    pub rate: u64,
+    /// Records sent.
+    pub records: u64,
+    /// Payload bytes per record (at least 8: the scheduled send time).
+    pub record_bytes: usize,
+    /// The topic's fsync policy.
+    #[serde(serialize_with = "crate::harness::serialize_display")]
+    pub fsync: FsyncPolicy,
+    /// Records per second actually sent.
+    pub achieved_rate: f64,
+    /// From each record's scheduled send time to its consumption, microseconds.
+    pub e2e_latency_us: LatencySummary,
+}
+
+/// Runs the end-to-end mode of the log workload at `rate` records per second.
+pub fn run(args: &LogArgs, rate: u64) -> anyhow::Result<E2eReport> {
+    anyhow::ensure!(rate > 0, "--rate must be positive");
+    let work_dir = args.common.work_dir("log-e2e")?;
+    let records = args.records;
+    let record_bytes = args.record_bytes.max(8);
+    let engine =
+        block_on(Engine::open(EngineConfig { shards: Some(args.shards), ..EngineConfig::new(work_dir.path()) }))
+            .context("starting the engine")?;
+    let handle = engine.handle();
+    let topic = TopicConfig {
+        fsync: args.fsync.to_string(),
+        segment_bytes: args.segment_bytes,
+        linger_ms: 0,
+        ..TopicConfig::default()
+    };
+    block_on(handle.create_topic("e2e", 1, Some(topic))).context("creating the topic")?;
+
+    let epoch = Arc::new(Instant::now() + Duration::from_millis(50));
+    let consumer = {
+        let (handle, epoch) = (handle.clone(), epoch.clone());
+        std::thread::spawn(move || -> anyhow::Result<LatencyRecorder> {
+            let mut latency = LatencyRecorder::new();
+            let mut at = Offset(0);
+            let mut received = 0;
+            let deadline =
+                Instant::now() + Duration::from_secs(60) + Duration::from_secs_f64(records as f64 / rate as f64);
+            while received < records {
+                anyhow::ensure!(Instant::now() < deadline, "only {received} of {records} records arrived");
+                let batches = block_on(handle.fetch("e2e", 0, at, 1 << 20, Duration::from_millis(100)))?;
+                let now = Instant::now();
+                for r in batches.records() {
+                    let r = r?;
+                    let scheduled = u64::from_le_bytes(r.value()[..8].try_into().expect("8 bytes"));
+                    latency.record(now.saturating_duration_since(*epoch + Duration::from_nanos(scheduled)));
+                    received += 1;
+                }
+                at = batches.next_offset();
+            }
+            Ok(latency)
+        })
+    };
+
+    // The producer: an executor that sends each record at its scheduled time without
+    // waiting for earlier sends to be acknowledged (open loop).
+    let sent_in = {
+        let (handle, epoch) = (handle.clone(), epoch.clone());
+        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .io_memory(256 << 10)
+            .spawn(move || async move {
+                let interval = Duration::from_secs_f64(1.0 / rate as f64);
+                let mut tasks = Vec::new();
+                for i in 0..records {
+                    let scheduled = interval.mul_f64(i as f64);
+                    let due = *epoch + scheduled;
+                    let now = Instant::now();
+                    if due > now + Duration::from_micros(50) {
+                        glommio::timer::sleep(due - now).await;
+                    }
+                    let mut value = vec![0u8; record_bytes];
+                    value[..8].copy_from_slice(&(scheduled.as_nanos() as u64).to_le_bytes());
+                    let handle = handle.clone();
+                    tasks.push(glommio::spawn_local(async move {
+                        let record = OwnedRecord { key: None, value, event_time: Timestamp::now() };
+                        handle.send_to("e2e", 0, record).await
+                    }));
+                }
+                for t in tasks {
+                    t.await?;
+                }
+                Ok::<Duration, sluice_engine::EngineError>(epoch.elapsed())
+            })
+            .map_err(|e| anyhow::anyhow!("starting the producer: {e}"))?
+            .join()
+            .map_err(|e| anyhow::anyhow!("producer thread: {e:?}"))??
+    };
+    let latency = consumer.join().map_err(|_| anyhow::anyhow!("consumer thread panicked"))??;
+    block_on(engine.shutdown())?;
+    Ok(E2eReport {
+        workload: "log-e2e",
+        shards: args.shards,
+        rate,
+        records,
+        record_bytes,
+        fsync: args.fsync,
+        achieved_rate: records as f64 / sent_in.as_secs_f64(),
+        e2e_latency_us: latency.summary(),
+    })
+}
+
+impl E2eReport {
+    /// The human-readable form of the report.
+    pub fn table(&self) -> Table {
+        let mut table = Table::titled(format!(
+            "log end to end: {} shards, {} records/s offered, {} records x {} B, fsync {}",
+            self.shards, self.rate, self.records, self.record_bytes, self.fsync
+        ));
+        table.row("achieved rate", format!("{:.0}", self.achieved_rate), "records/s");
+        let l = &self.e2e_latency_us;
+        for (name, v) in [
+            ("e2e latency p50", l.p50),
+            ("e2e latency p99", l.p99),
+            ("e2e latency p99.9", l.p999),
+            ("e2e latency max", l.max),
+        ] {
+            table.row(name, v, "us");
+        }
+        table
+    }
+}
