@@ -90,19 +90,30 @@ pub fn run(args: &LogArgs, rate: u64) -> anyhow::Result<E2eReport> {
             .spawn(move || async move {
                 let interval = Duration::from_secs_f64(1.0 / rate as f64);
                 let mut tasks = Vec::new();
-                for i in 0..records {
-                    let scheduled = interval.mul_f64(i as f64);
-                    let due = *epoch + scheduled;
+                let mut i = 0;
+                while i < records {
+                    let due = *epoch + interval.mul_f64(i as f64);
                     let now = Instant::now();
-                    if due > now + Duration::from_micros(50) {
+                    if due > now {
                         glommio::timer::sleep(due - now).await;
                     }
-                    let mut value = vec![0u8; record_bytes];
-                    value[..8].copy_from_slice(&(scheduled.as_nanos() as u64).to_le_bytes());
+                    // Every record due by now goes out in one request, as a producer with
+                    // no linger batches what is ready; each keeps its own scheduled time.
+                    let now = Instant::now();
+                    let mut batch = Vec::new();
+                    while i < records {
+                        let scheduled = interval.mul_f64(i as f64);
+                        if *epoch + scheduled > now && !batch.is_empty() {
+                            break;
+                        }
+                        let mut value = vec![0u8; record_bytes];
+                        value[..8].copy_from_slice(&(scheduled.as_nanos() as u64).to_le_bytes());
+                        batch.push(OwnedRecord { key: None, value, event_time: Timestamp::now() });
+                        i += 1;
+                    }
                     let handle = handle.clone();
                     tasks.push(glommio::spawn_local(async move {
-                        let record = OwnedRecord { key: None, value, event_time: Timestamp::now() };
-                        handle.send_to("e2e", 0, record).await
+                        handle.append("e2e", 0, batch, sluice_io::BatchMeta::default()).await.map(|_| ())
                     }));
                 }
                 for t in tasks {
