@@ -82,11 +82,14 @@ pub(crate) struct Appender<F: StorageFile> {
     cur_len: usize,
     /// The previous write's end (padded) and sequence number.
     last_write: Option<(u64, u64)>,
+    /// Sequence numbers of the last `write_behind` full-buffer writes: the backpressure
+    /// bound counts these (what holds memory), not the small flush writes.
+    full_writes: VecDeque<u64>,
     submitted_end: u64,
     next_seq: u64,
     tracker: Rc<RefCell<Tracker>>,
-    /// The last buffers submitted, oldest first, with their file positions: a reader at
-    /// the tail copies from them (and `cur`) instead of waiting for the disk.
+    /// The last full buffers, oldest first, with their file positions: a reader at the
+    /// tail copies from them (and `cur`) instead of waiting for the disk.
     recent: VecDeque<(u64, Rc<DmaBuffer>)>,
 }
 
@@ -115,6 +118,7 @@ impl<F: StorageFile> Appender<F> {
             cur_pos,
             cur_len: tail.len(),
             last_write: None,
+            full_writes: VecDeque::new(),
             submitted_end: end,
             next_seq: 0,
             tracker: Rc::default(),
@@ -188,11 +192,15 @@ impl<F: StorageFile> Appender<F> {
     }
 
     /// The ticket that bounds write-behind for an append that just copied its bytes: it
-    /// is ready once at most `write_behind` of the writes submitted so far are in flight.
+    /// is ready once fewer than `write_behind` of the full-buffer writes submitted so far
+    /// are in flight (small flush writes hold little memory and are not counted).
     /// Each append waits on its own ticket, fixed when it appended, so a task that keeps
     /// appending cannot take every freed slot from the tasks already waiting.
     pub(crate) fn room_ticket(&self) -> FlushTicket {
-        FlushTicket { seq: self.next_seq.saturating_sub(self.write_behind as u64) }
+        match self.full_writes.front() {
+            Some(&oldest) if self.full_writes.len() >= self.write_behind => FlushTicket { seq: oldest + 1 },
+            _ => FlushTicket { seq: 0 },
+        }
     }
 
     /// Submits what `cur` holds beyond what was already submitted: the whole buffer when
@@ -215,38 +223,47 @@ impl<F: StorageFile> Appender<F> {
             _ => 0,
         };
         let cur = self.cur.as_mut().expect("the appender always holds a buffer");
-        let buf = if !partial && from == 0 {
-            let spare = self.tracker.borrow_mut().spare.pop();
-            let next = spare.unwrap_or_else(|| self.file.alloc_buffer(self.buf_bytes));
-            std::mem::replace(cur, next)
-        } else {
+        let copy = (partial || from > 0).then(|| {
             let mut copy = self.file.alloc_buffer(to - from);
             copy.as_bytes_mut()[..len - from].copy_from_slice(&cur.as_bytes()[from..len]);
             copy.as_bytes_mut()[len - from..].fill(0);
             copy
+        });
+        let (buf_bytes, spare_max) = (self.buf_bytes, self.write_behind + RECENT_BUFFERS + 1);
+        let buf = if partial {
+            Rc::new(copy.expect("a flush writes a copy"))
+        } else {
+            // The full buffer retires into the read cache, written as it is (zero-copy)
+            // or through the copy of its unflushed rest; a recycled one takes its place.
+            let spare = self.tracker.borrow_mut().spare.pop();
+            let next = spare.unwrap_or_else(|| self.file.alloc_buffer(self.buf_bytes));
+            let full = Rc::new(std::mem::replace(cur, next));
+            self.recent.push_back((self.cur_pos, full.clone()));
+            if self.recent.len() > RECENT_BUFFERS
+                && let Some((_, old)) = self.recent.pop_front()
+                && let Ok(old) = Rc::try_unwrap(old)
+            {
+                // Its write completed: the buffer can be filled again.
+                let mut t = self.tracker.borrow_mut();
+                if old.len() == buf_bytes && t.spare.len() < spare_max {
+                    t.spare.push(old);
+                }
+            }
+            copy.map_or(full, Rc::new)
         };
         self.submitted_end = self.cur_pos + len as u64;
         if !partial {
             self.cur_pos += len as u64;
             self.cur_len = 0;
+            self.full_writes.push_back(seq);
+            if self.full_writes.len() > self.write_behind {
+                self.full_writes.pop_front();
+            }
         }
         self.last_write = Some((pos + (to - from) as u64, seq));
         self.tracker.borrow_mut().inflight += 1;
         let file = self.file.clone();
         let tracker = self.tracker.clone();
-        let (buf_bytes, spare_max) = (self.buf_bytes, self.write_behind + 1);
-        let buf = Rc::new(buf);
-        self.recent.push_back((pos, buf.clone()));
-        if self.recent.len() > RECENT_BUFFERS
-            && let Some((_, old)) = self.recent.pop_front()
-            && let Ok(old) = Rc::try_unwrap(old)
-        {
-            // Its write completed: the buffer can be filled again.
-            let mut t = self.tracker.borrow_mut();
-            if old.len() == buf_bytes && t.spare.len() < spare_max {
-                t.spare.push(old);
-            }
-        }
         glommio::spawn_local(async move {
             if wait_below > 0 {
                 wait_done(&tracker, wait_below).await;
