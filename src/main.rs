@@ -392,17 +392,7 @@ fn consume(h: &EngineHandle, a: &ConsumeArgs) -> Result<()> {
             break;
         }
         let wait = if a.follow { Duration::from_millis(500) } else { Duration::ZERO };
-        for polled in block_on(consumer.poll(wait))? {
-            for r in polled.batches.records() {
-                if left == 0 {
-                    break;
-                }
-                let r = r?;
-                let key = r.key().map(String::from_utf8_lossy).unwrap_or_default();
-                writeln!(out, "{}\t{}\t{}\t{}", polled.partition, r.offset(), key, String::from_utf8_lossy(r.value()))?;
-                left -= 1;
-            }
-        }
+        print_records(&mut out, &block_on(consumer.poll(wait))?, &mut left, &mut Default::default())?;
     }
     Ok(())
 }
@@ -454,21 +444,33 @@ fn consume_group(h: &EngineHandle, a: &ConsumeArgs) -> Result<()> {
             break;
         }
         let wait = if a.follow { Duration::from_millis(500) } else { Duration::ZERO };
-        for polled in block_on(member.poll(wait))? {
-            for r in polled.batches.records() {
-                if left == 0 {
-                    break;
-                }
-                let r = r?;
-                let key = r.key().map(String::from_utf8_lossy).unwrap_or_default();
-                writeln!(out, "{}\t{}\t{}\t{}", polled.partition, r.offset(), key, String::from_utf8_lossy(r.value()))?;
-                done.insert((polled.topic.clone(), polled.partition), r.offset().plus(1));
-                left -= 1;
-            }
-        }
+        print_records(&mut out, &block_on(member.poll(wait))?, &mut left, &mut done)?;
     }
     let offsets: Vec<(String, u32, Offset)> = done.into_iter().map(|((t, p), o)| (t, p, o)).collect();
     block_on(member.commit_offsets(&offsets))?;
     block_on(member.leave())?;
+    Ok(())
+}
+
+/// Prints polled records as `partition<TAB>offset<TAB>key<TAB>value`, at most `left` of
+/// them, noting in `done` the offset after the last one printed per partition.
+fn print_records(
+    out: &mut impl Write,
+    polled: &[sluice_engine::Polled],
+    left: &mut u64,
+    done: &mut std::collections::BTreeMap<(String, u32), Offset>,
+) -> Result<()> {
+    for p in polled {
+        for r in p.batches.records() {
+            if *left == 0 {
+                return Ok(());
+            }
+            let r = r?;
+            let key = r.key().map(String::from_utf8_lossy).unwrap_or_default();
+            writeln!(out, "{}\t{}\t{}\t{}", p.partition, r.offset(), key, String::from_utf8_lossy(r.value()))?;
+            done.insert((p.topic.clone(), p.partition), r.offset().plus(1));
+            *left -= 1;
+        }
+    }
     Ok(())
 }
