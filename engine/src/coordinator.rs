@@ -129,6 +129,23 @@ impl Coordinator {
         Ok(g.state_of(&member))
     }
 
+    /// A member fetches its assignment for `generation` (Kafka's SyncGroup): refused as
+    /// stale if the group has moved on since the member joined or last synced.
+    pub fn sync(&mut self, group: &str, member: &MemberId, generation: u32, now: Instant) -> Result<MemberState> {
+        let g = self.group_mut(group)?;
+        let m = g.members.get_mut(member).ok_or_else(|| unknown_member(group, member))?;
+        m.last_seen = now;
+        if generation != g.generation {
+            return Err(EngineError::StaleGeneration {
+                group: group.to_string(),
+                member: member.to_string(),
+                got: generation,
+                current: g.generation,
+            });
+        }
+        Ok(g.state_of(member))
+    }
+
     /// A member says it is alive; returns the current generation and its assignment (a
     /// new generation means the member must adopt the new assignment).
     pub fn heartbeat(
@@ -310,6 +327,9 @@ mod tests {
         let b = join(&mut c, None, t0);
         assert_eq!(b.generation, 2);
         check_exclusive(&c);
+        // Syncing at the old generation is stale; at the new one it gives the assignment.
+        assert!(matches!(c.sync("g", &a.member, 1, t0), Err(EngineError::StaleGeneration { got: 1, current: 2, .. })));
+        assert_eq!(c.sync("g", &b.member, 2, t0).unwrap(), b);
         let a2 = c.heartbeat("g", &a.member, parts(), t0).unwrap();
         assert_eq!(a2.generation, 2);
         assert_eq!(a2.assignment.len() + b.assignment.len(), 6);

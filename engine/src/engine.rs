@@ -522,6 +522,15 @@ impl EngineHandle {
         self.call(shard, |reply| Request::GroupJoin { group, req, partitions, reply }).await
     }
 
+    /// A member fetches its assignment for the generation its join or heartbeat reported
+    /// (Kafka's SyncGroup; here the coordinator computed it). A generation the group has
+    /// since left is refused with [`EngineError::StaleGeneration`].
+    pub async fn sync_group(&self, group: &str, member: &MemberId, generation: u32) -> Result<MemberState> {
+        let (_, shard) = self.coordinator_of(group)?;
+        let (group, member) = (group.to_string(), member.clone());
+        self.call(shard, |reply| Request::GroupSync { group, member, generation, reply }).await
+    }
+
     /// A member's heartbeat: keeps it in the group and returns the current generation
     /// and its assignment.
     pub async fn heartbeat(&self, group: &str, member: &MemberId, topics: &[String]) -> Result<MemberState> {

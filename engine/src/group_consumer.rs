@@ -101,7 +101,13 @@ impl GroupConsumer {
             session_timeout: options.session_timeout,
             assignor: options.assignor.clone(),
         };
-        let state = engine.join_group(group, req).await?;
+        let joined = engine.join_group(group, req).await?;
+        let state = match engine.sync_group(group, &joined.member, joined.generation).await {
+            Ok(state) => state,
+            // Another member joined in between: take the newer generation's assignment.
+            Err(EngineError::StaleGeneration { .. }) => engine.heartbeat(group, &joined.member, &topics).await?,
+            Err(e) => return Err(e),
+        };
         let consumer = Consumer::new(engine.clone(), options.max_bytes);
         let mut me = GroupConsumer {
             engine,

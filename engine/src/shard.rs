@@ -83,6 +83,8 @@ pub(crate) enum Request {
     OffsetForTime { topic: String, partition: u32, time: Timestamp, reply: Reply<Option<Offset>> },
     /// A member joins a group this shard coordinates.
     GroupJoin { group: String, req: JoinRequest, partitions: BTreeMap<String, u32>, reply: Reply<MemberState> },
+    /// A member fetches its assignment for a generation.
+    GroupSync { group: String, member: MemberId, generation: u32, reply: Reply<MemberState> },
     /// A member's heartbeat.
     GroupHeartbeat { group: String, member: MemberId, partitions: BTreeMap<String, u32>, reply: Reply<MemberState> },
     /// A member leaves.
@@ -287,6 +289,10 @@ async fn handle(state: &Rc<RefCell<ShardState>>, request: Request) {
         }
         Request::GroupJoin { group, req, partitions, reply } => {
             let result = state.borrow_mut().coordinator.join(&group, req, partitions, Instant::now());
+            let _ = reply.send(result).await;
+        }
+        Request::GroupSync { group, member, generation, reply } => {
+            let result = state.borrow_mut().coordinator.sync(&group, &member, generation, Instant::now());
             let _ = reply.send(result).await;
         }
         Request::GroupHeartbeat { group, member, partitions, reply } => {
