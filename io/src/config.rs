@@ -103,8 +103,13 @@ pub struct LogConfig {
     pub write_buffer_bytes: usize,
     /// Write-behind buffers in flight before appends wait.
     pub write_behind_buffers: usize,
-    /// Preallocate each new segment to `segment_bytes_max` (`file.preallocate`).
+    /// Preallocate the active segment ahead of its writes (`file.preallocate`).
     pub preallocate: bool,
+    /// How far ahead, at most: the active segment is allocated in steps that start at
+    /// 4 MiB and double with each step up to this size (never past `segment_bytes_max`),
+    /// the next step started in the background when the writes come within half a step
+    /// of the allocated end. Small partitions stay small; busy ones allocate rarely.
+    pub preallocate_step_bytes: u64,
     /// Delete closed segments whose newest record is older than this (`retention.ms`).
     pub retention_ms: Option<u64>,
     /// Delete the oldest closed segments while the log is larger than this
@@ -130,6 +135,7 @@ impl Default for LogConfig {
             write_buffer_bytes: 1 << 20,
             write_behind_buffers: 4,
             preallocate: true,
+            preallocate_step_bytes: 64 << 20,
             retention_ms: None,
             retention_bytes: None,
             cleanup: CleanupPolicy::Delete,
@@ -152,6 +158,9 @@ impl LogConfig {
         }
         if self.write_buffer_bytes < 4096 || self.write_buffer_bytes > 64 << 20 {
             return bad(format!("write_buffer_bytes {} must be within [4 KiB, 64 MiB]", self.write_buffer_bytes));
+        }
+        if self.preallocate && self.preallocate_step_bytes < 4096 {
+            return bad(format!("preallocate_step_bytes {} must be at least 4096", self.preallocate_step_bytes));
         }
         if self.write_behind_buffers == 0 {
             return bad("write_behind_buffers must be positive".into());

@@ -79,6 +79,11 @@ pub(crate) struct State<F: StorageFile> {
     pub(crate) next_offset: Offset,
     pub(crate) start_offset: Offset,
     durable_offset: Offset,
+    /// Bytes the active segment's file is allocated to, and whether a step is under way.
+    allocated: u64,
+    allocating: bool,
+    /// The next step's size: doubles from 4 MiB up to `preallocate_step_bytes`.
+    allocation_step: u64,
     sync_running: bool,
     rolling: bool,
     failed: Option<String>,
@@ -140,6 +145,7 @@ impl<S: Storage> Log<S> {
             }
         };
         let (active, appender) = recover_active::<S>(&dir, active_base, file, &config, &mut report).await?;
+        let allocated = first_allocation(&config, active.facts().size);
         if created {
             // A new log: make the partition directory's own entry durable too.
             if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
@@ -158,6 +164,9 @@ impl<S: Storage> Log<S> {
             next_offset,
             start_offset,
             durable_offset: next_offset,
+            allocated,
+            allocating: false,
+            allocation_step: first_step(&config),
             sync_running: false,
             rolling: false,
             failed: None,
@@ -269,6 +278,7 @@ impl<S: Storage> Log<S> {
                     st.appender.append(bytes);
                     st.active.index.add_batch(pos, &header);
                     st.next_offset = header.next_offset();
+                    maybe_extend_allocation(&self.inner, st);
                     break AppendInfo { base_offset: header.base_offset, last_offset: header.last_offset() };
                 }
                 bytes.len()
@@ -368,7 +378,8 @@ impl<S: Storage> Log<S> {
         file.sync().await.map_err(|e| LogError::SyncFailed { path: paths.log.clone(), source: e })?;
         write_index(&inner.storage, &paths, &index).await?;
         let new_paths = SegmentPaths::new(&inner.dir, facts.next_offset);
-        let new_file = Rc::new(open_segment_file(&inner.storage, &new_paths, &inner.config).await?);
+        let (new_file, allocated) = open_segment_file(&inner.storage, &new_paths, &inner.config).await?;
+        let new_file = Rc::new(new_file);
         inner.storage.sync_dir(&inner.dir).await.map_err(|e| LogError::io("fsync directory", &inner.dir, e))?;
         let st = &mut *inner.state.borrow_mut();
         debug_assert_eq!(st.next_offset, facts.next_offset, "no append lands while rolling");
@@ -385,6 +396,8 @@ impl<S: Storage> Log<S> {
         let old = std::mem::replace(&mut st.active, new);
         st.closed.push(old);
         st.appender = appender;
+        st.allocated = allocated;
+        st.allocation_step = first_step(&inner.config);
         st.durable_offset = st.durable_offset.max(facts.next_offset);
         Ok(())
     }
@@ -632,14 +645,64 @@ pub(crate) async fn write_index<S: Storage>(storage: &S, paths: &SegmentPaths, i
     write_small_file(storage, &paths.time_index, &index.encode_times()).await
 }
 
-async fn open_segment_file<S: Storage>(storage: &S, paths: &SegmentPaths, config: &LogConfig) -> Result<S::File> {
+/// Creates a segment file with its first preallocation step; returns it and the size
+/// allocated.
+async fn open_segment_file<S: Storage>(
+    storage: &S,
+    paths: &SegmentPaths,
+    config: &LogConfig,
+) -> Result<(S::File, u64)> {
     let file = storage.open(&paths.log, true).await.map_err(|e| LogError::io("create", &paths.log, e))?;
-    if config.preallocate {
-        file.allocate(config.segment_bytes_max).await.map_err(|e| LogError::io("fallocate", &paths.log, e))?;
+    let allocated = first_allocation(config, 0);
+    if allocated > 0 {
+        file.allocate(allocated).await.map_err(|e| LogError::io("fallocate", &paths.log, e))?;
         // Commit the allocation now, so that the first sync of an append does not pay for it.
         file.sync().await.map_err(|e| LogError::SyncFailed { path: paths.log.clone(), source: e })?;
     }
-    Ok(file)
+    Ok((file, allocated))
+}
+
+/// The size to allocate an active segment to when its data ends at `data_end` (0 when
+/// preallocation is off).
+pub(crate) fn first_allocation(config: &LogConfig, data_end: u64) -> u64 {
+    if !config.preallocate {
+        return 0;
+    }
+    (data_end.next_multiple_of(4096) + first_step(config)).min(config.segment_bytes_max.max(data_end))
+}
+
+/// The first preallocation step: 4 MiB, or less if the largest step is smaller.
+fn first_step(config: &LogConfig) -> u64 {
+    config.preallocate_step_bytes.min(4 << 20)
+}
+
+/// Starts the next preallocation step of the active segment in the background when the
+/// writes come within half a step of the allocated end. A failure is left for the writes
+/// to report: they extend the file themselves, only slower.
+fn maybe_extend_allocation<S: Storage>(inner: &Rc<Inner<S>>, st: &mut State<S::File>) {
+    let config = &inner.config;
+    let end = st.appender.end();
+    let step = st.allocation_step;
+    if !config.preallocate || st.allocating || st.allocated >= config.segment_bytes_max || end + step / 2 < st.allocated
+    {
+        return;
+    }
+    st.allocating = true;
+    st.allocation_step = (step * 2).min(config.preallocate_step_bytes);
+    let target = (st.allocated + step).min(config.segment_bytes_max);
+    let (file, base) = (st.active.file.clone(), st.active.base);
+    let inner = Rc::downgrade(inner);
+    glommio::spawn_local(async move {
+        let done = file.allocate(target).await.is_ok() && file.sync().await.is_ok();
+        if let Some(inner) = inner.upgrade() {
+            let mut st = inner.state.borrow_mut();
+            st.allocating = false;
+            if done && st.active.base == base {
+                st.allocated = st.allocated.max(target);
+            }
+        }
+    })
+    .detach();
 }
 
 pub(crate) async fn remove_segment_files<S: Storage>(storage: &S, paths: &SegmentPaths) -> Result<()> {

@@ -124,8 +124,9 @@ pub(crate) async fn recover_active<S: Storage>(
     if file_len > facts.size {
         file.truncate(facts.size).await.map_err(|e| LogError::io("truncate", &paths.log, e))?;
     }
-    if config.preallocate {
-        file.allocate(config.segment_bytes_max).await.map_err(|e| LogError::io("fallocate", &paths.log, e))?;
+    let allocated = crate::log::first_allocation(config, facts.size);
+    if allocated > facts.size {
+        file.allocate(allocated).await.map_err(|e| LogError::io("fallocate", &paths.log, e))?;
     }
     if let Some((pos, reason)) = outcome.damage {
         debug_assert_eq!(pos, facts.size, "the scan stops at the end of the valid batches");
