@@ -1,19 +1,19 @@
 //! The engine end to end on a real data directory: topics, sends, fetches, restarts.
 
-use std::path::PathBuf;
+mod common;
+
+use std::path::Path;
 use std::time::Duration;
 
 use futures_lite::future::block_on;
 use sluice_engine::{Engine, EngineConfig, EngineError, OwnedRecord, TopicConfig};
 use sluice_io::{BatchMeta, Offset, Timestamp};
 
-fn data_dir(name: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("engine-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
+fn data_dir(name: &str) -> common::TestDir {
+    common::data_dir("engine", name)
 }
 
-fn config(dir: &PathBuf, shards: usize) -> EngineConfig {
+fn config(dir: &Path, shards: usize) -> EngineConfig {
     EngineConfig { shards: Some(shards), ..EngineConfig::new(dir) }
 }
 

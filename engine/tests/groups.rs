@@ -2,8 +2,10 @@
 //! owned twice in a generation, none orphaned), committed offsets that survive a restart,
 //! independent groups, offset resets, lag, and stale generations.
 
+mod common;
+
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,13 +17,11 @@ use sluice_engine::{
 };
 use sluice_io::{Offset, Timestamp};
 
-fn data_dir(name: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("groups-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
+fn data_dir(name: &str) -> common::TestDir {
+    common::data_dir("groups", name)
 }
 
-fn open(dir: &PathBuf) -> Engine {
+fn open(dir: &Path) -> Engine {
     block_on(Engine::open(EngineConfig { shards: Some(2), ..EngineConfig::new(dir) })).unwrap()
 }
 

@@ -1,17 +1,16 @@
 //! Idempotent producers: a retried batch is written once, out-of-order batches are
 //! refused, and the dedup state survives a restart.
 
-use std::path::PathBuf;
+mod common;
+
 use std::time::Duration;
 
 use futures_lite::future::block_on;
 use sluice_engine::{Engine, EngineConfig, EngineError, IdempotentProducer, OwnedRecord};
 use sluice_io::{BatchMeta, Offset, Timestamp};
 
-fn data_dir(name: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("idem-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
+fn data_dir(name: &str) -> common::TestDir {
+    common::data_dir("idem", name)
 }
 
 fn records(tag: &str, n: usize) -> Vec<OwnedRecord> {

@@ -1,7 +1,8 @@
 //! The handle inside a tokio service: its async methods run on tokio's worker threads
 //! (no glommio there), concurrently, while the shards run on their own pinned executors.
 
-use std::path::PathBuf;
+mod common;
+
 use std::time::Duration;
 
 use sluice_engine::{Consumer, Engine, EngineConfig, SeekTo};
@@ -9,8 +10,7 @@ use sluice_io::Timestamp;
 
 #[test]
 fn a_tokio_runtime_drives_the_handle() {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("tokio-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = common::data_dir("tokio", "service");
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).build().unwrap();
     runtime.block_on(async {
         let engine = Engine::open(EngineConfig { shards: Some(2), ..EngineConfig::new(&dir) }).await.unwrap();
