@@ -490,6 +490,8 @@ async fn shutdown(state: &Rc<RefCell<ShardState>>) -> Result<()> {
     let parts: Vec<(Key, Rc<RefCell<Partition>>)> = state.borrow_mut().partitions.drain().collect();
     let mut first_error = None;
     for ((topic, p), part) in parts {
+        // Sends still lingering are appended and answered before the log closes.
+        flush_pending(&part, &topic, p).await;
         let log = part.borrow().log.clone();
         if let Err(e) = log.close().await {
             first_error.get_or_insert(EngineError::log(&topic, p, e));

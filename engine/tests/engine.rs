@@ -243,3 +243,26 @@ fn consumer_assigns_seeks_and_polls() {
     ));
     assert!(block_on(c.seek("clicks", 9, SeekTo::Earliest)).is_err());
 }
+
+#[test]
+fn shutdown_appends_and_answers_sends_still_lingering() {
+    let dir = data_dir("linger");
+    let engine = block_on(Engine::open(config(&dir, 1))).unwrap();
+    let h = engine.handle();
+    // A long linger: the sends wait in the shard's batch when the engine shuts down.
+    let slow = TopicConfig { linger_ms: 30_000, ..TopicConfig::default() };
+    block_on(h.create_topic("slow", 1, Some(slow))).unwrap();
+    let senders: Vec<_> = (0..3)
+        .map(|i| {
+            let h = h.clone();
+            std::thread::spawn(move || block_on(h.send("slow", None, format!("v{i}").as_bytes(), Timestamp(i))))
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(100));
+    block_on(engine.shutdown()).unwrap();
+    let mut offsets: Vec<u64> = senders.into_iter().map(|s| s.join().unwrap().unwrap().1.0).collect();
+    offsets.sort_unstable();
+    assert_eq!(offsets, vec![0, 1, 2], "every lingering send was appended and acknowledged");
+    let engine = block_on(Engine::open(config(&dir, 1))).unwrap();
+    assert_eq!(block_on(engine.handle().offsets("slow", 0)).unwrap().1, Offset(3));
+}
