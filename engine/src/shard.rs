@@ -167,6 +167,9 @@ struct ShardState {
     committed: HashMap<String, Committed>,
 }
 
+/// Wakers of waiting fetches kept per partition before the stale ones are flushed.
+const MAX_FETCH_WAITERS: usize = 256;
+
 /// How often a shard looks for members whose session timed out.
 const EXPIRY_CHECK: Duration = Duration::from_millis(25);
 
@@ -470,7 +473,18 @@ async fn fetch(
             if log.end_offset() > offset {
                 return std::task::Poll::Ready(());
             }
-            part.borrow_mut().waiters.push(cx.waker().clone());
+            let mut pt = part.borrow_mut();
+            // Fetches that timed out leave their wakers behind until the next append: on
+            // an idle partition, bound the list by waking them all (a spurious wake-up
+            // only makes a waiting fetch look again).
+            if pt.waiters.len() >= MAX_FETCH_WAITERS {
+                for w in pt.waiters.drain(..) {
+                    w.wake();
+                }
+            }
+            if !pt.waiters.iter().any(|w| w.will_wake(cx.waker())) {
+                pt.waiters.push(cx.waker().clone());
+            }
             std::task::Poll::Pending
         });
         futures_lite::future::or(arrived, deadline).await;
