@@ -285,7 +285,9 @@ impl EngineHandle {
         meta.topics.get(name).cloned().ok_or_else(|| EngineError::UnknownTopic(name.to_string()))
     }
 
-    fn owner(&self, topic: &str, partition: u32) -> Result<(u32, TopicConfig)> {
+    /// The shard that owns a partition, and the topic's record size limit (read under the
+    /// metadata lock, nothing cloned: this is on every send's path).
+    fn owner(&self, topic: &str, partition: u32) -> Result<(u32, usize)> {
         let meta = self.inner.meta.read().unwrap_or_else(|e| e.into_inner());
         let t = meta.topics.get(topic).ok_or_else(|| EngineError::UnknownTopic(topic.to_string()))?;
         let shard = t.shards.get(partition as usize).copied().ok_or_else(|| EngineError::PartitionOutOfRange {
@@ -293,7 +295,15 @@ impl EngineHandle {
             partition,
             partitions: t.partitions(),
         })?;
-        Ok((shard, t.config.clone()))
+        Ok((shard, t.config.max_record_bytes))
+    }
+
+    /// Refuses records larger than the topic's limit.
+    fn check_sizes<'a>(topic: &str, limit: usize, records: impl IntoIterator<Item = &'a OwnedRecord>) -> Result<()> {
+        match records.into_iter().find(|r| r.size() > limit) {
+            Some(r) => Err(EngineError::RecordTooLarge { topic: topic.to_string(), bytes: r.size(), limit }),
+            None => Ok(()),
+        }
     }
 
     /// Creates a topic with `partitions` partitions and the given settings (the engine's
@@ -385,13 +395,16 @@ impl EngineHandle {
     /// The partition a record goes to: `murmur2(key) % partitions` for a keyed record
     /// (Kafka's default partitioner), spread evenly otherwise.
     pub fn partition_for(&self, topic: &str, key: Option<&[u8]>) -> Result<u32> {
-        let t = self.topic(topic)?;
-        let partitions = t.partitions();
+        let (partitions, batch_records) = {
+            let meta = self.inner.meta.read().unwrap_or_else(|e| e.into_inner());
+            let t = meta.topics.get(topic).ok_or_else(|| EngineError::UnknownTopic(topic.to_string()))?;
+            (t.partitions(), t.config.batch_records as u64)
+        };
         Ok(match key {
             Some(k) => partition_for_key(k, partitions),
             None => {
                 let n = self.inner.unkeyed_sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                ((n / t.config.batch_records as u64) % u64::from(partitions)) as u32
+                ((n / batch_records) % u64::from(partitions)) as u32
             }
         })
     }
@@ -414,14 +427,8 @@ impl EngineHandle {
 
     /// Sends one record to a chosen partition.
     pub async fn send_to(&self, topic: &str, partition: u32, record: OwnedRecord) -> Result<Offset> {
-        let (shard, config) = self.owner(topic, partition)?;
-        if record.size() > config.max_record_bytes {
-            return Err(EngineError::RecordTooLarge {
-                topic: topic.to_string(),
-                bytes: record.size(),
-                limit: config.max_record_bytes,
-            });
-        }
+        let (shard, limit) = self.owner(topic, partition)?;
+        Self::check_sizes(topic, limit, [&record])?;
         let topic = topic.to_string();
         self.call(shard, |reply| Request::Send { topic, partition, record, reply }).await
     }
@@ -434,14 +441,8 @@ impl EngineHandle {
         records: Vec<OwnedRecord>,
         meta: BatchMeta,
     ) -> Result<AppendInfo> {
-        let (shard, config) = self.owner(topic, partition)?;
-        if let Some(r) = records.iter().find(|r| r.size() > config.max_record_bytes) {
-            return Err(EngineError::RecordTooLarge {
-                topic: topic.to_string(),
-                bytes: r.size(),
-                limit: config.max_record_bytes,
-            });
-        }
+        let (shard, limit) = self.owner(topic, partition)?;
+        Self::check_sizes(topic, limit, &records)?;
         if records.is_empty() {
             return Err(EngineError::InvalidConfig("an append needs at least one record".into()));
         }

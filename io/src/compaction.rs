@@ -179,7 +179,7 @@ impl<S: Storage> Log<S> {
                     base_sequence: h.base_sequence,
                 };
                 let (bytes, header) = encoder
-                    .encode_span(&records, &deltas, Some(h.last_offset_delta), &meta, h.base_offset)
+                    .encode_span(&records, Some(&deltas), Some(h.last_offset_delta), &meta, h.base_offset)
                     .map_err(|e| match e {
                         EncodeError::Empty => LogError::EmptyBatch,
                         EncodeError::TooLarge(bytes) => LogError::BatchTooLarge { bytes, limit: MAX_BODY_BYTES },

@@ -501,22 +501,19 @@ impl<S: Storage> Log<S> {
             // The active segment's tail may still be in the write-behind buffers: a reader
             // there copies it from memory rather than waiting for a write and a read.
             let read = async |pos: u64, len: usize| -> Result<ReadBuf> {
-                if next_base.is_none() {
-                    let st = self.inner.state.borrow();
-                    if st.active.base == base
-                        && let Some(bytes) = st.appender.read_tail(pos, len)
-                    {
+                // Only while this segment is still the active one (a roll may intervene).
+                let flush = {
+                    let st = &mut *self.inner.state.borrow_mut();
+                    if next_base.is_some() || st.active.base != base {
+                        None
+                    } else if let Some(bytes) = st.appender.read_tail(pos, len) {
                         return Ok(ReadBuf::Memory(bytes));
+                    } else {
+                        flush_unless_failed(&mut st.appender)
                     }
-                }
-                if next_base.is_none() {
-                    let flush = {
-                        let st = &mut *self.inner.state.borrow_mut();
-                        if st.active.base == base { flush_unless_failed(&mut st.appender) } else { None }
-                    };
-                    if let Some((handle, ticket)) = flush {
-                        handle.wait(ticket).await.map_err(|e| LogError::io("write", &path, e))?;
-                    }
+                };
+                if let Some((handle, ticket)) = flush {
+                    handle.wait(ticket).await.map_err(|e| LogError::io("write", &path, e))?;
                 }
                 file.read_at(pos, len).await.map(ReadBuf::Disk).map_err(|e| LogError::io("read", &path, e))
             };

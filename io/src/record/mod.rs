@@ -77,8 +77,7 @@ impl BatchEncoder {
         meta: &BatchMeta,
         base_offset: Offset,
     ) -> Result<(&[u8], BatchHeader), EncodeError> {
-        let offsets: Vec<u32> = (0..records.len() as u32).collect();
-        self.encode_with_deltas(records, &offsets, meta, base_offset)
+        self.encode_span(records, None, None, meta, base_offset)
     }
 
     /// As [`encode`](Self::encode), but with explicit offset deltas (strictly increasing),
@@ -90,34 +89,38 @@ impl BatchEncoder {
         meta: &BatchMeta,
         base_offset: Offset,
     ) -> Result<(&[u8], BatchHeader), EncodeError> {
-        self.encode_span(records, offset_deltas, None, meta, base_offset)
+        self.encode_span(records, Some(offset_deltas), None, meta, base_offset)
     }
 
-    /// The general form: `last_offset_delta` may exceed the last record's delta when
-    /// compaction removed the batch's tail records.
+    /// The general form: `offset_deltas` of `None` means 0, 1, 2, ...; `last_offset_delta`
+    /// may exceed the last record's delta when compaction removed the batch's tail records.
     pub(crate) fn encode_span(
         &mut self,
         records: &[Record<'_>],
-        offset_deltas: &[u32],
+        offset_deltas: Option<&[u32]>,
         last_offset_delta: Option<u32>,
         meta: &BatchMeta,
         base_offset: Offset,
     ) -> Result<(&[u8], BatchHeader), EncodeError> {
-        debug_assert_eq!(records.len(), offset_deltas.len());
-        debug_assert!(offset_deltas.windows(2).all(|w| w[0] < w[1]));
-        let Some(&last_delta) = offset_deltas.last() else {
+        if let Some(d) = offset_deltas {
+            debug_assert_eq!(records.len(), d.len());
+            debug_assert!(d.windows(2).all(|w| w[0] < w[1]));
+        }
+        if records.is_empty() {
             return Err(EncodeError::Empty);
-        };
+        }
+        let delta = |i: usize| offset_deltas.map_or(i as u32, |d| d[i]);
+        let last_delta = delta(records.len() - 1);
         let mut first = Timestamp(i64::MAX);
         let mut max = EventTime::MIN;
         let wire: Vec<WireRecord<'_>> = records
             .iter()
-            .zip(offset_deltas)
-            .map(|(r, &d)| {
+            .enumerate()
+            .map(|(i, r)| {
                 first = first.min(r.event_time);
                 max = max.max(r.event_time);
                 WireRecord {
-                    offset_delta: d,
+                    offset_delta: delta(i),
                     event_time: r.event_time.0,
                     key: r.key,
                     value: r.value,
