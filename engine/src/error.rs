@@ -42,6 +42,10 @@ pub enum EngineError {
     /// A configuration value is not usable.
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),
+    /// A pipeline shard failed (a user function panicked, or the graph was built
+    /// differently on different shards).
+    #[error("pipeline failed: {0}")]
+    Pipeline(String),
     /// Another engine holds the data directory.
     #[error("data directory {} is in use by another sluice process (lock file {})", dir.display(), lock.display())]
     Locked {

@@ -10,6 +10,7 @@ pub mod assignor;
 pub mod config;
 pub mod consumer;
 pub mod coordinator;
+pub mod dataflow;
 pub mod engine;
 pub mod error;
 pub mod group_consumer;

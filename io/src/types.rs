@@ -36,12 +36,20 @@ pub struct Timestamp(pub i64);
 impl Timestamp {
     /// Smaller than every real timestamp.
     pub const MIN: Timestamp = Timestamp(i64::MIN);
+    /// Larger than every real timestamp: the watermark of a stream that has ended.
+    pub const MAX: Timestamp = Timestamp(i64::MAX);
 
     /// The wall clock now, in milliseconds since the epoch.
     #[must_use]
     pub fn now() -> Timestamp {
         let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         Timestamp(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+    }
+
+    /// The time `millis` milliseconds after the epoch.
+    #[must_use]
+    pub const fn from_millis(millis: i64) -> Timestamp {
+        Timestamp(millis)
     }
 
     /// The raw value in milliseconds.

@@ -122,6 +122,17 @@ impl<T> Sender<T> {
         self.take_back.pop().ok()
     }
 
+    /// Whether the ring has a free slot; if not, leaves `cx`'s waker on the room bell so
+    /// the receiver's next pop wakes it. For a task that waits on several things at once
+    /// (the dataflow driver). A stale park costs the waiter one spurious wake-up.
+    pub(crate) fn park_for_room(&self, cx: &std::task::Context<'_>) -> bool {
+        if self.producer.slots() > 0 || self.is_closed() {
+            return true;
+        }
+        self.shared.room.arm(cx.waker());
+        self.producer.slots() > 0 || self.is_closed()
+    }
+
     /// Messages the ring can hold.
     pub fn capacity(&self) -> usize {
         self.producer.buffer().capacity()

@@ -220,6 +220,18 @@ impl<T> Inbox<T> {
         poll_fn(|cx| spin.poll(bell, cx, || received(scan(receivers, sources, next)))).await
     }
 
+    /// Whether some ring into this shard holds a message; if none does,
+    /// leaves `cx`'s waker on the inbox bell so the next push wakes it. For a task that
+    /// waits on several things at once (the dataflow driver).
+    pub(crate) fn park(&self, cx: &std::task::Context<'_>) -> bool {
+        let ready = |receivers: &[Option<Receiver<T>>]| receivers.iter().flatten().any(|r| !r.is_empty());
+        if ready(&self.receivers) {
+            return true;
+        }
+        self.bell.arm(cx.waker());
+        ready(&self.receivers)
+    }
+
     /// The next message from shard `from`, without waiting.
     ///
     /// # Errors

@@ -1,0 +1,189 @@
+//! The shard's driver: the one task per shard that runs the pipeline's operators.
+//!
+//! It loops over the shard's inputs (sources and the ring sides of exchanges), pushing each
+//! unit of work through the synchronous operator graph, flushing what exchanges and sinks
+//! hold pending, and running processing-time duties when due. Ring inputs are always
+//! drained; sources are pulled only while nothing is pending, so a full ring downstream
+//! stops the sources that feed it, not the shard. With nothing to do it spins for
+//! `spin_before_park`, then parks until a ring, a source, a flush or a timer wakes it.
+
+use std::{
+    cell::RefCell,
+    future::poll_fn,
+    rc::Rc,
+    sync::{
+        Arc,
+        atomic::{AtomicU8, Ordering},
+    },
+    task::{Context, Poll},
+    time::{Duration, Instant},
+};
+
+use futures_lite::FutureExt;
+
+use super::scope::{Input, Pending, Scope, Ticker};
+
+/// How often a shard looks for a stop request while it has nothing else to wake it.
+const STOP_POLL: Duration = Duration::from_millis(20);
+/// Rounds of work between yields to the executor, which then collects I/O completions and
+/// wake-ups from other threads.
+const ROUNDS_PER_YIELD: u32 = 32;
+/// Ring messages one ring input moves per round.
+const RING_BUDGET: usize = 16;
+
+/// A request to end a running pipeline, shared by its shards.
+#[derive(Debug, Default)]
+pub(crate) struct StopFlag(AtomicU8);
+
+impl StopFlag {
+    const RUN: u8 = 0;
+    const STOP: u8 = 1;
+    const DRAIN: u8 = 2;
+
+    pub(crate) fn stop(&self, drain: bool) {
+        let _ = self.0.compare_exchange(
+            Self::RUN,
+            if drain { Self::DRAIN } else { Self::STOP },
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+    }
+
+    fn get(&self) -> Option<bool> {
+        match self.0.load(Ordering::Acquire) {
+            Self::RUN => None,
+            v => Some(v == Self::DRAIN),
+        }
+    }
+}
+
+struct Driver {
+    inputs: Vec<Box<dyn Input>>,
+    ended: Vec<bool>,
+    pending: Vec<Rc<RefCell<dyn Pending>>>,
+    tickers: Vec<Rc<RefCell<dyn Ticker>>>,
+    stop: Arc<StopFlag>,
+    stopped: bool,
+    spin: Duration,
+    spin_deadline: Option<Instant>,
+    next_tick: Option<Instant>,
+    timer: Option<(Instant, glommio::timer::Timer)>,
+}
+
+/// Runs one shard's part of the pipeline until all its inputs have ended and nothing is
+/// pending.
+pub(crate) async fn run(scope: Scope, stop: Arc<StopFlag>) {
+    let (inputs, pending, tickers) = {
+        let mut state = scope.state.borrow_mut();
+        (std::mem::take(&mut state.inputs), std::mem::take(&mut state.pending), std::mem::take(&mut state.tickers))
+    };
+    let mut driver = Driver {
+        ended: vec![false; inputs.len()],
+        inputs,
+        pending,
+        tickers,
+        stop,
+        stopped: false,
+        spin: scope.config().ring.spin_before_park,
+        spin_deadline: None,
+        next_tick: Some(Instant::now()),
+        timer: None,
+    };
+    while !poll_fn(|cx| driver.poll_step(cx)).await {
+        glommio::yield_if_needed().await;
+    }
+}
+
+impl Driver {
+    /// Works until nothing is left to do now; `Ready(true)` when the shard is done.
+    fn poll_step(&mut self, cx: &mut Context<'_>) -> Poll<bool> {
+        let mut rounds = 0;
+        loop {
+            if !self.stopped
+                && let Some(drain) = self.stop.get()
+            {
+                self.stopped = true;
+                for input in &mut self.inputs {
+                    input.stop(drain);
+                }
+            }
+            let now = Instant::now();
+            if self.next_tick.is_some_and(|t| t <= now) {
+                self.tick(now);
+            }
+            let mut blocked = false;
+            for p in &self.pending {
+                blocked |= p.borrow_mut().poll_flush(cx).is_pending();
+            }
+            let mut progress = false;
+            for (input, ended) in self.inputs.iter_mut().zip(&mut self.ended) {
+                if *ended || (blocked && input.is_source()) {
+                    continue;
+                }
+                match input.poll_input(cx, RING_BUDGET) {
+                    Poll::Ready(true) => progress = true,
+                    Poll::Ready(false) => {
+                        *ended = true;
+                        progress = true;
+                    }
+                    Poll::Pending => {}
+                }
+            }
+            if !blocked && self.ended.iter().all(|&e| e) {
+                // Ending inputs may have left records pending: flush once more.
+                let mut flushed = true;
+                for p in &self.pending {
+                    flushed &= p.borrow_mut().poll_flush(cx).is_ready();
+                }
+                if flushed {
+                    return Poll::Ready(true);
+                }
+            }
+            if progress {
+                self.spin_deadline = None;
+                rounds += 1;
+                if rounds >= ROUNDS_PER_YIELD {
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+                continue;
+            }
+            // Nothing moved: spin a little, then park.
+            let deadline = *self.spin_deadline.get_or_insert(now + self.spin);
+            if now < deadline {
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            let wake_at = self.next_tick.map_or(now + STOP_POLL, |t| t.min(now + STOP_POLL));
+            let timer = match &mut self.timer {
+                Some((at, timer)) if *at == wake_at => timer,
+                slot => {
+                    &mut slot.insert((wake_at, glommio::timer::Timer::new(wake_at.saturating_duration_since(now)))).1
+                }
+            };
+            if timer.poll(cx).is_ready() {
+                self.timer = None;
+                continue;
+            }
+            return Poll::Pending;
+        }
+    }
+
+    fn tick(&mut self, now: Instant) {
+        let mut next: Option<Instant> = None;
+        let mut keep = |t: Option<Instant>| {
+            if let Some(t) = t {
+                next = Some(next.map_or(t, |n| n.min(t)));
+            }
+        };
+        for ticker in &self.tickers {
+            keep(ticker.borrow_mut().tick(now));
+        }
+        for (input, ended) in self.inputs.iter_mut().zip(&self.ended) {
+            if !ended {
+                keep(input.tick(now));
+            }
+        }
+        self.next_tick = next.map(|t| t.max(now + Duration::from_micros(100)));
+    }
+}

@@ -1,0 +1,58 @@
+//! The processor: pipelines of sources, operators and sinks, run on every shard.
+//!
+//! A [`Pipeline`] starts one pinned glommio executor per shard; on each, the build
+//! function constructs the same graph with that shard's [`Scope`]. Within a shard, records
+//! move between operators in batches of [`Event`]s by plain calls ([`Operator`]), with no
+//! copy or serialization; `key_by` is an exchange that moves whole batches through the
+//! rings to the shard owning each key. Watermarks, idleness and the end of a stream follow
+//! the data through the same paths, and every operator with several inputs passes on the
+//! minimum watermark of those that are not idle ([`Progress`]).
+//!
+//! One task per shard (the driver) runs it all: it drains the rings, pulls sources while
+//! nothing downstream is pending, and runs processing-time duties when due. No lock is
+//! taken on the data path; nothing is shared between shards but the rings.
+//!
+//! ```
+//! use std::sync::{Arc, Mutex};
+//! use sluice_engine::dataflow::{Generator, Pipeline, PipelineConfig, WatermarkStrategy};
+//! use sluice_io::EventTime;
+//!
+//! let total = Arc::new(Mutex::new(0u64));
+//! let sink = total.clone();
+//! Pipeline::new(PipelineConfig::with_shards(2))
+//!     .run(move |scope| {
+//!         let sink = sink.clone();
+//!         scope
+//!             .source(
+//!                 Generator::new(scope.shard(), scope.shards(), 1000, |i| i),
+//!                 WatermarkStrategy::monotonous(|i: &u64| EventTime::from_millis(*i as i64)),
+//!             )
+//!             .filter(|i| i % 2 == 0)
+//!             .key_by(|i| i % 10)
+//!             .into_stream()
+//!             .for_each(move |e| *sink.lock().unwrap() += e.value);
+//!     })
+//!     .unwrap();
+//! assert_eq!(*total.lock().unwrap(), (0..1000).filter(|i| i % 2 == 0).sum::<u64>());
+//! ```
+
+mod driver;
+mod event;
+mod exchange;
+mod metrics;
+mod operator;
+mod pipeline;
+mod scope;
+mod source;
+mod stream;
+mod watermark;
+
+pub use event::Event;
+pub use exchange::{key_group, shard_of_group};
+pub use metrics::Metrics;
+pub use operator::{Operator, Output, Port, Progress};
+pub use pipeline::{Pipeline, PipelineConfig, RunningPipeline};
+pub use scope::Scope;
+pub use source::{ChannelSource, Generator, Source};
+pub use stream::{KeyedStream, Stream};
+pub use watermark::WatermarkStrategy;

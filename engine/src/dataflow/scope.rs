@@ -1,0 +1,163 @@
+//! [`Scope`]: one shard's view of the pipeline while it is being built, and the parts the
+//! shard's driver runs once it is.
+//!
+//! The pipeline's build function runs once on every shard's thread, with that shard's
+//! scope, and must build the same graph on each: the `n`-th exchange (`key_by`) built on
+//! one shard is connected through the rings to the `n`-th exchange of every other one.
+
+use std::{
+    any::Any,
+    cell::RefCell,
+    collections::HashMap,
+    rc::Rc,
+    sync::{Arc, Mutex, PoisonError},
+    task::{Context, Poll},
+    time::Instant,
+};
+
+use super::{PipelineConfig, Stream, metrics::Metrics};
+use crate::ring::{Mesh, ShardRings};
+
+/// Something that holds records it could not hand over yet (an exchange facing a full
+/// ring, a sink waiting on its destination). The driver pulls no source records while any
+/// is pending.
+pub(crate) trait Pending {
+    /// Tries to hand everything over; `Ready` once nothing is pending. When `Pending`, a
+    /// wake-up of `cx` is arranged for when progress may be possible.
+    fn poll_flush(&mut self, cx: &mut Context<'_>) -> Poll<()>;
+}
+
+/// A processing-time participant: early window firings, processing-time timers, idle
+/// detection. `tick` runs whatever is due at `now` and says when it next needs to run.
+pub(crate) trait Ticker {
+    fn tick(&mut self, now: Instant) -> Option<Instant>;
+}
+
+/// An input the driver polls: a source, or the ring side of an exchange.
+pub(crate) trait Input {
+    /// Moves up to one unit of work (a source batch, or up to `budget` ring messages)
+    /// downstream. `Ready(true)` if it did something, `Ready(false)` once it has ended,
+    /// `Pending` (with a wake-up arranged) when it has nothing now.
+    fn poll_input(&mut self, cx: &mut Context<'_>, budget: usize) -> Poll<bool>;
+    /// Whether it is a source (paused while anything is pending) or a ring input (always
+    /// drained, which is what guarantees progress through a chain of exchanges).
+    fn is_source(&self) -> bool;
+    /// Processing-time duties (idle detection), like [`Ticker::tick`].
+    fn tick(&mut self, _now: Instant) -> Option<Instant> {
+        None
+    }
+    /// Ends a source early: `drain` ends it as if its data had run out (watermark to the
+    /// end of time, so windows fire), otherwise it just stops.
+    fn stop(&mut self, _drain: bool) {}
+}
+
+/// What the shards of one running pipeline share: set-up-time registries only. Nothing
+/// here is touched on the data path.
+#[derive(Debug, Default)]
+pub(crate) struct Shared {
+    /// Each exchange's mesh, built by the first shard to reach it; every shard takes its
+    /// own ends out.
+    exchanges: Mutex<HashMap<usize, Box<dyn Any + Send>>>,
+    pub(crate) metrics: Metrics,
+}
+
+pub(crate) struct ScopeState {
+    pub(crate) inputs: Vec<Box<dyn Input>>,
+    pub(crate) pending: Vec<Rc<RefCell<dyn Pending>>>,
+    pub(crate) tickers: Vec<Rc<RefCell<dyn Ticker>>>,
+    next_exchange: usize,
+}
+
+/// One shard's handle on the pipeline being built. Cheap to clone; not `Send`: it lives on
+/// its shard.
+#[derive(Clone)]
+pub struct Scope {
+    shard: usize,
+    shards: usize,
+    config: Arc<PipelineConfig>,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) state: Rc<RefCell<ScopeState>>,
+}
+
+impl std::fmt::Debug for Scope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scope").field("shard", &self.shard).field("shards", &self.shards).finish_non_exhaustive()
+    }
+}
+
+impl Scope {
+    pub(crate) fn new(shard: usize, config: Arc<PipelineConfig>, shared: Arc<Shared>) -> Self {
+        Scope {
+            shard,
+            shards: config.shards,
+            config,
+            shared,
+            state: Rc::new(RefCell::new(ScopeState {
+                inputs: Vec::new(),
+                pending: Vec::new(),
+                tickers: Vec::new(),
+                next_exchange: 0,
+            })),
+        }
+    }
+
+    /// This shard's index, from 0.
+    #[must_use]
+    pub fn shard(&self) -> usize {
+        self.shard
+    }
+
+    /// How many shards run the pipeline.
+    #[must_use]
+    pub fn shards(&self) -> usize {
+        self.shards
+    }
+
+    /// The pipeline's settings.
+    #[must_use]
+    pub fn config(&self) -> &PipelineConfig {
+        &self.config
+    }
+
+    /// The pipeline's metrics (shared by all shards).
+    #[must_use]
+    pub fn metrics(&self) -> &Metrics {
+        &self.shared.metrics
+    }
+
+    pub(crate) fn add_input(&self, input: Box<dyn Input>) {
+        self.state.borrow_mut().inputs.push(input);
+    }
+
+    pub(crate) fn add_pending(&self, pending: Rc<RefCell<dyn Pending>>) {
+        self.state.borrow_mut().pending.push(pending);
+    }
+
+    pub(crate) fn add_ticker(&self, ticker: Rc<RefCell<dyn Ticker>>) {
+        self.state.borrow_mut().tickers.push(ticker);
+    }
+
+    /// This shard's ends of the next exchange's mesh of rings.
+    pub(crate) fn next_exchange_rings<T: Send + 'static>(&self) -> ShardRings<T> {
+        let id = {
+            let mut state = self.state.borrow_mut();
+            state.next_exchange += 1;
+            state.next_exchange - 1
+        };
+        let mut exchanges = self.shared.exchanges.lock().unwrap_or_else(PoisonError::into_inner);
+        let slot = exchanges.entry(id).or_insert_with(|| {
+            let rings: Vec<Option<ShardRings<T>>> =
+                Mesh::new(self.shards).config(self.config.ring).build::<T>().into_iter().map(Some).collect();
+            Box::new(rings)
+        });
+        let rings = slot.downcast_mut::<Vec<Option<ShardRings<T>>>>().unwrap_or_else(|| {
+            panic!("exchange {id} carries different types on different shards: the build function must build the same graph on every shard")
+        });
+        rings[self.shard].take().expect("each shard takes its own rings once")
+    }
+
+    /// A stream fed by `port`, in this scope.
+    pub(crate) fn stream<T: 'static>(&self, port: super::Port<T>) -> Stream<T> {
+        Stream::from_port(self.clone(), port)
+    }
+}

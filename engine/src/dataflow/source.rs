@@ -1,0 +1,297 @@
+//! Sources: the [`Source`] trait, and the generator and in-process channel sources.
+//!
+//! A source instance runs on every shard and reads that shard's share of the input, split
+//! into *splits* (a topic's partitions, a set of channels, a generator's share), each with
+//! its own watermark. The driver pulls it one batch at a time, and only while nothing
+//! downstream is pending.
+
+use std::{
+    pin::Pin,
+    task::{Context, Poll},
+    time::{Duration, Instant},
+};
+
+use futures_lite::Stream as _;
+use sluice_io::EventTime;
+
+use super::{
+    Event, Port,
+    scope::Input,
+    watermark::{SourceClock, TimeSource, WatermarkKind, WatermarkStrategy},
+};
+
+/// One shard's instance of a source.
+pub trait Source<T>: 'static {
+    /// How many splits this instance reads; fixed for its life.
+    fn splits(&self) -> usize;
+
+    /// Appends up to `max` next records of one split to `out` and returns that split's
+    /// index; `Ready(None)` once every split has ended; `Pending` when no split has records
+    /// now, after arranging for `cx` to be woken when one may.
+    fn poll_next(&mut self, cx: &mut Context<'_>, out: &mut Vec<T>, max: usize) -> Poll<Option<usize>>;
+}
+
+/// Generates `count` records `make(i)` for `i` in `0..count`, split over the shards: shard
+/// `s` of `n` makes the `i` with `i % n == s`, in increasing order. For tests and benchmarks.
+pub struct Generator<T> {
+    next: u64,
+    step: u64,
+    count: u64,
+    make: Box<dyn FnMut(u64) -> T>,
+}
+
+impl<T> std::fmt::Debug for Generator<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Generator").field("next", &self.next).field("count", &self.count).finish_non_exhaustive()
+    }
+}
+
+impl<T> Generator<T> {
+    /// Shard `shard` of `shards`'s share of `count` records made by `make`.
+    pub fn new(shard: usize, shards: usize, count: u64, make: impl FnMut(u64) -> T + 'static) -> Self {
+        Generator { next: shard as u64, step: shards.max(1) as u64, count, make: Box::new(make) }
+    }
+}
+
+impl<T: 'static> Source<T> for Generator<T> {
+    fn splits(&self) -> usize {
+        1
+    }
+
+    fn poll_next(&mut self, _cx: &mut Context<'_>, out: &mut Vec<T>, max: usize) -> Poll<Option<usize>> {
+        if self.next >= self.count {
+            return Poll::Ready(None);
+        }
+        let mut i = self.next;
+        let end = self.count;
+        let step = self.step;
+        let make = &mut self.make;
+        out.extend(
+            std::iter::from_fn(|| {
+                (i < end).then(|| {
+                    let v = make(i);
+                    i += step;
+                    v
+                })
+            })
+            .take(max),
+        );
+        self.next = i;
+        Poll::Ready(Some(0))
+    }
+}
+
+/// Records host code sends through in-process channels, one split per channel. Ends when
+/// every channel is closed (all its senders dropped) and drained.
+pub struct ChannelSource<T> {
+    receivers: Vec<Option<Pin<Box<async_channel::Receiver<T>>>>>,
+    next: usize,
+}
+
+impl<T> std::fmt::Debug for ChannelSource<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChannelSource").field("splits", &self.receivers.len()).finish_non_exhaustive()
+    }
+}
+
+impl<T> ChannelSource<T> {
+    /// One split reading `receiver`. Several shards may read clones of one receiver; each
+    /// record goes to one of them.
+    #[must_use]
+    pub fn new(receiver: async_channel::Receiver<T>) -> Self {
+        Self::splits(vec![receiver])
+    }
+
+    /// One split per receiver, each with its own watermark (and idleness).
+    #[must_use]
+    pub fn splits(receivers: Vec<async_channel::Receiver<T>>) -> Self {
+        ChannelSource { receivers: receivers.into_iter().map(|r| Some(Box::pin(r))).collect(), next: 0 }
+    }
+}
+
+impl<T: 'static> Source<T> for ChannelSource<T> {
+    fn splits(&self) -> usize {
+        self.receivers.len()
+    }
+
+    fn poll_next(&mut self, cx: &mut Context<'_>, out: &mut Vec<T>, max: usize) -> Poll<Option<usize>> {
+        let n = self.receivers.len();
+        let mut open = false;
+        for k in 0..n {
+            let split = (self.next + k) % n;
+            let Some(rx) = &mut self.receivers[split] else { continue };
+            let before = out.len();
+            let mut closed = false;
+            while out.len() - before < max {
+                match rx.as_mut().poll_next(cx) {
+                    Poll::Ready(Some(v)) => out.push(v),
+                    Poll::Ready(None) => {
+                        closed = true;
+                        break;
+                    }
+                    Poll::Pending => break,
+                }
+            }
+            if closed {
+                self.receivers[split] = None;
+            } else {
+                open = true;
+            }
+            if out.len() > before {
+                self.next = (split + 1) % n;
+                return Poll::Ready(Some(split));
+            }
+        }
+        if open { Poll::Pending } else { Poll::Ready(None) }
+    }
+}
+
+/// The driver's side of a source: stamps records, keeps the per-split clocks, and pushes
+/// batches, watermarks and idleness downstream.
+pub(crate) struct SourceInput<T, S> {
+    source: S,
+    strategy: WatermarkStrategy<T>,
+    clock: SourceClock,
+    raw: Vec<T>,
+    batch: Vec<Event<T>>,
+    batch_records: usize,
+    out: Port<T>,
+    stopped: Option<bool>,
+    processing_tick: Duration,
+}
+
+impl<T: 'static, S: Source<T>> SourceInput<T, S> {
+    pub(crate) fn new(
+        source: S,
+        strategy: WatermarkStrategy<T>,
+        batch_records: usize,
+        processing_tick: Duration,
+        out: Port<T>,
+    ) -> Self {
+        let clock = SourceClock::new(source.splits());
+        SourceInput {
+            source,
+            strategy,
+            clock,
+            raw: Vec::with_capacity(batch_records),
+            batch: Vec::with_capacity(batch_records),
+            batch_records: batch_records.max(1),
+            out,
+            stopped: None,
+            processing_tick,
+        }
+    }
+
+    fn emit_progress(&mut self) {
+        let (watermark, idle) = self.clock.combined();
+        let mut out = self.out.borrow_mut();
+        if !idle {
+            out.set_idle(false);
+        }
+        out.watermark_to(watermark);
+        if idle {
+            out.set_idle(true);
+        }
+    }
+
+    fn finish(&mut self, drain: bool) -> Poll<bool> {
+        let mut out = self.out.borrow_mut();
+        if drain {
+            out.set_idle(false);
+            out.watermark_to(EventTime::MAX);
+        }
+        out.end();
+        Poll::Ready(false)
+    }
+}
+
+impl<T: 'static, S: Source<T>> Input for SourceInput<T, S> {
+    fn poll_input(&mut self, cx: &mut Context<'_>, _budget: usize) -> Poll<bool> {
+        if let Some(drain) = self.stopped {
+            return self.finish(drain);
+        }
+        self.raw.clear();
+        let split = match self.source.poll_next(cx, &mut self.raw, self.batch_records) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(None) => return self.finish(true),
+            Poll::Ready(Some(split)) => split,
+        };
+        if self.raw.is_empty() {
+            return Poll::Ready(true);
+        }
+        let now = Instant::now();
+        let clock = &mut self.clock.splits[split];
+        let was_idle = std::mem::replace(&mut clock.idle, false);
+        clock.last_record = now;
+        let mut max_time = clock.max_time;
+        let mut punctuation = clock.watermark;
+        match &self.strategy.time {
+            TimeSource::Extract(extract) => match &self.strategy.kind {
+                WatermarkKind::Punctuated(punctuate) => {
+                    for value in self.raw.drain(..) {
+                        let time = extract(&value);
+                        max_time = max_time.max(time);
+                        if let Some(w) = punctuate(&value, time) {
+                            punctuation = punctuation.max(w);
+                        }
+                        self.batch.push(Event { time, value });
+                    }
+                }
+                _ => {
+                    self.batch.extend(self.raw.drain(..).map(|value| {
+                        let time = extract(&value);
+                        max_time = max_time.max(time);
+                        Event { time, value }
+                    }));
+                }
+            },
+            TimeSource::Processing => {
+                let time = EventTime::now();
+                max_time = max_time.max(time);
+                self.batch.extend(self.raw.drain(..).map(|value| Event { time, value }));
+            }
+        }
+        clock.max_time = max_time;
+        clock.watermark = clock.watermark.max(match &self.strategy.kind {
+            WatermarkKind::Bounded(bound) => EventTime::from_millis(max_time.0.saturating_sub(bound.saturating_add(1))),
+            WatermarkKind::Punctuated(_) => punctuation,
+            WatermarkKind::Processing => EventTime::from_millis(max_time.0.saturating_sub(1)),
+        });
+        if was_idle {
+            self.out.borrow_mut().set_idle(false);
+        }
+        self.out.borrow_mut().push(&mut self.batch);
+        self.emit_progress();
+        Poll::Ready(true)
+    }
+
+    fn is_source(&self) -> bool {
+        true
+    }
+
+    fn tick(&mut self, now: Instant) -> Option<Instant> {
+        let mut next = None;
+        if matches!(self.strategy.kind, WatermarkKind::Processing) {
+            let time = EventTime::from_millis(EventTime::now().0.saturating_sub(1));
+            for split in &mut self.clock.splits {
+                split.watermark = split.watermark.max(time);
+            }
+            next = Some(now + self.processing_tick);
+        }
+        if let Some(timeout) = self.strategy.idle_timeout {
+            let due = self.clock.check_idle(now, timeout);
+            next = match (next, due) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            // An all-idle source is looked at again a timeout later, in case of new data.
+            next = next.or(Some(now + timeout));
+        }
+        self.emit_progress();
+        next
+    }
+
+    fn stop(&mut self, drain: bool) {
+        self.stopped = Some(drain);
+    }
+}

@@ -1,0 +1,235 @@
+//! [`Stream`] and [`KeyedStream`]: the typed builder. Each method attaches an operator to
+//! the stream's port on this shard and returns the stream of its output.
+
+use std::{cell::RefCell, hash::Hash, rc::Rc};
+
+use sluice_io::EventTime;
+
+use super::{Event, Operator, Output, Port, Progress, Scope, exchange::exchange};
+
+/// A stream of `T` on one shard, as the builder sees it.
+pub struct Stream<T> {
+    pub(crate) scope: Scope,
+    pub(crate) port: Port<T>,
+}
+
+impl<T> std::fmt::Debug for Stream<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stream").field("scope", &self.scope).finish_non_exhaustive()
+    }
+}
+
+/// Using a stream twice copies its records to each consumer.
+impl<T: Clone + 'static> Clone for Stream<T> {
+    fn clone(&self) -> Self {
+        self.port.borrow_mut().allow_copies();
+        Stream { scope: self.scope.clone(), port: self.port.clone() }
+    }
+}
+
+/// An operator with one input and one output that keeps no state across batches: `step`
+/// turns each input batch into output records.
+struct Stateless<T, U, F> {
+    step: F,
+    buf: Vec<Event<U>>,
+    out: Port<U>,
+    _in: std::marker::PhantomData<fn(T)>,
+}
+
+impl<T, U: 'static, F: FnMut(&mut Vec<Event<T>>, &mut Vec<Event<U>>)> Operator<T> for Stateless<T, U, F> {
+    fn on_batch(&mut self, batch: &mut Vec<Event<T>>) {
+        (self.step)(batch, &mut self.buf);
+        self.out.borrow_mut().push(&mut self.buf);
+    }
+    fn on_watermark(&mut self, watermark: EventTime) {
+        self.out.borrow_mut().watermark_to(watermark);
+    }
+    fn on_idle(&mut self, idle: bool) {
+        self.out.borrow_mut().set_idle(idle);
+    }
+    fn on_end(&mut self) {
+        self.out.borrow_mut().end();
+    }
+}
+
+/// Calls a function for every record; the end of a stream.
+struct ForEach<F>(F);
+
+impl<T, F: FnMut(Event<T>)> Operator<T> for ForEach<F> {
+    fn on_batch(&mut self, batch: &mut Vec<Event<T>>) {
+        batch.drain(..).for_each(&mut self.0);
+    }
+    fn on_watermark(&mut self, _: EventTime) {}
+    fn on_idle(&mut self, _: bool) {}
+    fn on_end(&mut self) {}
+}
+
+/// One input of a union.
+struct UnionInput<T> {
+    index: usize,
+    state: Rc<RefCell<(Progress, Port<T>)>>,
+}
+
+impl<T: 'static> Operator<T> for UnionInput<T> {
+    fn on_batch(&mut self, batch: &mut Vec<Event<T>>) {
+        self.state.borrow().1.borrow_mut().push(batch);
+    }
+    fn on_watermark(&mut self, watermark: EventTime) {
+        let mut state = self.state.borrow_mut();
+        state.0.watermark(self.index, watermark);
+        let (progress, out) = &*state;
+        progress.forward(&mut out.borrow_mut());
+    }
+    fn on_idle(&mut self, idle: bool) {
+        let mut state = self.state.borrow_mut();
+        state.0.idle(self.index, idle);
+        let (progress, out) = &*state;
+        progress.forward(&mut out.borrow_mut());
+    }
+    fn on_end(&mut self) {
+        let mut state = self.state.borrow_mut();
+        state.0.end(self.index);
+        let (progress, out) = &*state;
+        progress.forward(&mut out.borrow_mut());
+    }
+}
+
+impl<T: 'static> Stream<T> {
+    pub(crate) fn from_port(scope: Scope, port: Port<T>) -> Self {
+        Stream { scope, port }
+    }
+
+    /// The scope this stream is built in.
+    #[must_use]
+    pub fn scope(&self) -> &Scope {
+        &self.scope
+    }
+
+    /// Attaches an operator that turns each input batch into output records with `step`.
+    pub fn transform<U: 'static>(
+        self,
+        step: impl FnMut(&mut Vec<Event<T>>, &mut Vec<Event<U>>) + 'static,
+    ) -> Stream<U> {
+        let out = Output::port();
+        self.port.borrow_mut().attach(Box::new(Stateless {
+            step,
+            buf: Vec::new(),
+            out: out.clone(),
+            _in: std::marker::PhantomData,
+        }));
+        Stream { scope: self.scope, port: out }
+    }
+
+    /// Attaches a consumer of this stream's records; the stream ends here.
+    pub fn attach(self, operator: impl Operator<T> + 'static) {
+        self.port.borrow_mut().attach(Box::new(operator));
+    }
+
+    /// Each record mapped by `f`; event times are kept.
+    pub fn map<U: 'static>(self, mut f: impl FnMut(T) -> U + 'static) -> Stream<U> {
+        self.transform(move |batch, out| out.extend(batch.drain(..).map(|e| Event { time: e.time, value: f(e.value) })))
+    }
+
+    /// Each record mapped by `f`, which also sees its event time.
+    pub fn map_event<U: 'static>(self, mut f: impl FnMut(Event<T>) -> U + 'static) -> Stream<U> {
+        self.transform(move |batch, out| out.extend(batch.drain(..).map(|e| Event { time: e.time, value: f(e) })))
+    }
+
+    /// The records for which `keep` is true.
+    pub fn filter(self, mut keep: impl FnMut(&T) -> bool + 'static) -> Stream<T> {
+        self.transform(move |batch, out| {
+            batch.retain(|e| keep(&e.value));
+            out.append(batch);
+        })
+    }
+
+    /// Each record turned into any number of records, all at its event time.
+    pub fn flat_map<U: 'static, I: IntoIterator<Item = U>>(self, mut f: impl FnMut(T) -> I + 'static) -> Stream<U> {
+        self.transform(move |batch, out| {
+            for e in batch.drain(..) {
+                let time = e.time;
+                out.extend(f(e.value).into_iter().map(|value| Event { time, value }));
+            }
+        })
+    }
+
+    /// The records of both streams; its watermark is the smaller of theirs.
+    #[must_use]
+    pub fn union(self, other: Stream<T>) -> Stream<T> {
+        Self::union_all(vec![self, other])
+    }
+
+    /// The records of all `streams`; the watermark is the minimum of theirs.
+    ///
+    /// # Panics
+    ///
+    /// If `streams` is empty.
+    #[must_use]
+    pub fn union_all(streams: Vec<Stream<T>>) -> Stream<T> {
+        let scope = streams.first().expect("a union of at least one stream").scope.clone();
+        let out = Output::port();
+        let state = Rc::new(RefCell::new((Progress::new(streams.len()), out.clone())));
+        for (index, stream) in streams.into_iter().enumerate() {
+            stream.port.borrow_mut().attach(Box::new(UnionInput { index, state: state.clone() }));
+        }
+        Stream { scope, port: out }
+    }
+
+    /// Partitions the stream by key: every record goes to the shard that owns `key(record)`
+    /// (through the rings), where the keyed operators that follow keep its key's state.
+    pub fn key_by<K>(self, key: impl Fn(&T) -> K + 'static) -> KeyedStream<K, T>
+    where
+        T: Send,
+        K: Hash + Eq + Clone + 'static,
+    {
+        let key: Rc<dyn Fn(&T) -> K> = Rc::new(key);
+        let port = exchange(&self.scope, &self.port, key.clone());
+        KeyedStream { stream: Stream { scope: self.scope, port }, key }
+    }
+
+    /// Calls `f` for every record, on the shard that holds it: a callback sink.
+    pub fn for_each(self, f: impl FnMut(Event<T>) + 'static) {
+        self.attach(ForEach(f));
+    }
+
+    /// Writes every record to stdout, one line each, as `time<TAB>value` with the value's
+    /// `Display`.
+    pub fn print(self)
+    where
+        T: std::fmt::Display,
+    {
+        self.attach(ForEach(|e: Event<T>| println!("{}\t{}", e.time.millis(), e.value)));
+    }
+}
+
+/// A stream partitioned by key: each key's records are on the shard that owns the key.
+pub struct KeyedStream<K, T> {
+    pub(crate) stream: Stream<T>,
+    pub(crate) key: Rc<dyn Fn(&T) -> K>,
+}
+
+impl<K, T> std::fmt::Debug for KeyedStream<K, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyedStream").field("scope", &self.stream.scope).finish_non_exhaustive()
+    }
+}
+
+impl<K: 'static, T: 'static> KeyedStream<K, T> {
+    /// The records, no longer seen as keyed (they stay on the shards that own their keys).
+    #[must_use]
+    pub fn into_stream(self) -> Stream<T> {
+        self.stream
+    }
+
+    /// The key of a record.
+    #[must_use]
+    pub fn key_fn(&self) -> Rc<dyn Fn(&T) -> K> {
+        self.key.clone()
+    }
+
+    /// The scope this stream is built in.
+    #[must_use]
+    pub fn scope(&self) -> &Scope {
+        &self.stream.scope
+    }
+}
