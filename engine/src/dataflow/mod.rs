@@ -46,6 +46,7 @@ mod scope;
 mod source;
 mod stream;
 mod watermark;
+pub mod window;
 
 pub use event::Event;
 pub use exchange::{key_group, shard_of_group};
@@ -56,3 +57,7 @@ pub use scope::Scope;
 pub use source::{ChannelSource, Generator, Source};
 pub use stream::{KeyedStream, Stream};
 pub use watermark::WatermarkStrategy;
+pub use window::{
+    Aggregate, Count, CountTrigger, Firing, LatePolicy, Trigger, TriggerAction, Window, WindowResult, WindowedStream,
+    Windows,
+};

@@ -236,3 +236,28 @@ impl Progress {
         }
     }
 }
+
+/// An operator shared between the port that feeds it and the driver (as a
+/// [`Ticker`](super::scope::Ticker)), for operators with processing-time duties.
+pub(crate) struct Shared<O>(pub(crate) Rc<RefCell<O>>);
+
+impl<T, O: Operator<T>> Operator<T> for Shared<O> {
+    fn on_batch(&mut self, batch: &mut Vec<Event<T>>) {
+        self.0.borrow_mut().on_batch(batch);
+    }
+    fn on_watermark(&mut self, watermark: EventTime) {
+        self.0.borrow_mut().on_watermark(watermark);
+    }
+    fn on_idle(&mut self, idle: bool) {
+        self.0.borrow_mut().on_idle(idle);
+    }
+    fn on_end(&mut self) {
+        self.0.borrow_mut().on_end();
+    }
+}
+
+impl<O: super::scope::Ticker> super::scope::Ticker for Shared<O> {
+    fn tick(&mut self, now: std::time::Instant) -> Option<std::time::Instant> {
+        self.0.borrow_mut().tick(now)
+    }
+}

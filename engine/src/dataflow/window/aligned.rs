@@ -1,0 +1,174 @@
+//! Tumbling and sliding windows: windows aligned to fixed boundaries, the same for every
+//! key, so state is kept per window (a bucket) and, inside it, per key.
+//!
+//! Buckets are kept sorted by start; in-order input hits the most recent bucket, found
+//! without a search. A bucket fires when the watermark reaches its last instant and is
+//! then dropped, or, when late updates are allowed, kept until the lateness has passed.
+
+use std::{cell::RefCell, hash::Hash, rc::Rc, time::Instant};
+
+use rustc_hash::FxHashMap;
+use sluice_io::EventTime;
+
+use super::{Firing, Window, Windows, emit::Emit, function::WindowFunction};
+use crate::dataflow::{Event, Operator, Port, Scope, operator::Shared, scope::Ticker};
+
+struct Bucket<K, A> {
+    window: Window,
+    keys: FxHashMap<K, A>,
+    fired: bool,
+}
+
+pub(crate) struct Aligned<K, T, F: WindowFunction<K, T>> {
+    windows: Windows,
+    function: F,
+    emit: Emit<K, T, F::Out>,
+    buckets: Vec<Bucket<K, F::Acc>>,
+    hint: usize,
+    watermark: EventTime,
+    assigned: Vec<Window>,
+}
+
+pub(crate) fn attach<K, T, F>(scope: &Scope, input: &Port<T>, windows: Windows, function: F, emit: Emit<K, T, F::Out>)
+where
+    K: Hash + Eq + Clone + 'static,
+    T: 'static,
+    F: WindowFunction<K, T>,
+{
+    let early = emit.spec.early;
+    let op = Rc::new(RefCell::new(Aligned {
+        windows,
+        function,
+        emit,
+        buckets: Vec::new(),
+        hint: 0,
+        watermark: EventTime::MIN,
+        assigned: Vec::new(),
+    }));
+    if early.is_some() {
+        scope.add_ticker(op.clone());
+    }
+    input.borrow_mut().attach(Box::new(Shared(op)));
+}
+
+impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>> Aligned<K, T, F> {
+    /// The index of `window`'s bucket, created if need be.
+    #[inline]
+    fn bucket(&mut self, window: Window) -> usize {
+        if let Some(b) = self.buckets.get(self.hint)
+            && b.window == window
+        {
+            return self.hint;
+        }
+        let i = match self.buckets.binary_search_by(|b| b.window.cmp(&window)) {
+            Ok(i) => i,
+            Err(i) => {
+                self.buckets.insert(i, Bucket { window, keys: FxHashMap::default(), fired: false });
+                i
+            }
+        };
+        self.hint = i;
+        i
+    }
+
+    fn add(&mut self, event: Event<T>) {
+        let key = (self.emit.spec.key)(&event.value);
+        self.assigned.clear();
+        let assigned = &mut self.assigned;
+        self.windows.assign(event.time, |w| assigned.push(w));
+        let mut taken = false;
+        for i in 0..self.assigned.len() {
+            let window = self.assigned[i];
+            let max = window.max_timestamp();
+            if max > self.watermark {
+                let b = self.bucket(window);
+                let acc = self.buckets[b].keys.entry(key.clone()).or_insert_with(|| self.function.create());
+                self.function.add(acc, &event);
+                taken = true;
+            } else if self.emit.keeps_fired() && max.0.saturating_add(self.emit.spec.lateness) > self.watermark.0 {
+                let b = self.bucket(window);
+                let acc = self.buckets[b].keys.entry(key.clone()).or_insert_with(|| self.function.create());
+                self.function.add(acc, &event);
+                let value = self.function.result(&key, &window, acc);
+                self.emit.result(key.clone(), window, value, Firing::Update);
+                taken = true;
+            }
+        }
+        if !taken {
+            self.emit.late(event);
+        }
+    }
+
+    fn fire(&mut self, watermark: EventTime) {
+        let keep = self.emit.keeps_fired();
+        let lateness = self.emit.spec.lateness;
+        let mut i = 0;
+        while i < self.buckets.len() {
+            let bucket = &mut self.buckets[i];
+            let max = bucket.window.max_timestamp();
+            if max > watermark {
+                i += 1;
+                continue;
+            }
+            let window = bucket.window;
+            let retain = keep && max.0.saturating_add(lateness) > watermark.0;
+            if !bucket.fired {
+                if retain {
+                    for (key, acc) in &bucket.keys {
+                        let value = self.function.result(key, &window, acc);
+                        self.emit.result(key.clone(), window, value, Firing::OnTime);
+                    }
+                } else {
+                    for (key, acc) in bucket.keys.drain() {
+                        let value = self.function.result(&key, &window, &acc);
+                        self.emit.result(key, window, value, Firing::OnTime);
+                    }
+                }
+                bucket.fired = true;
+            }
+            if retain {
+                i += 1;
+            } else {
+                self.buckets.remove(i);
+            }
+        }
+        self.hint = self.buckets.len().saturating_sub(1);
+    }
+}
+
+impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>> Operator<T> for Aligned<K, T, F> {
+    fn on_batch(&mut self, batch: &mut Vec<Event<T>>) {
+        for event in batch.drain(..) {
+            self.add(event);
+        }
+        self.emit.flush();
+    }
+
+    fn on_watermark(&mut self, watermark: EventTime) {
+        self.watermark = self.watermark.max(watermark);
+        self.fire(self.watermark);
+        self.emit.watermark(self.watermark);
+    }
+
+    fn on_idle(&mut self, idle: bool) {
+        self.emit.idle(idle);
+    }
+
+    fn on_end(&mut self) {
+        self.emit.end();
+    }
+}
+
+impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>> Ticker for Aligned<K, T, F> {
+    fn tick(&mut self, now: Instant) -> Option<Instant> {
+        let interval = self.emit.spec.early?;
+        for bucket in self.buckets.iter().filter(|b| !b.fired) {
+            for (key, acc) in &bucket.keys {
+                let value = self.function.result(key, &bucket.window, acc);
+                self.emit.result(key.clone(), bucket.window, value, Firing::Early);
+            }
+        }
+        self.emit.flush();
+        Some(now + interval)
+    }
+}

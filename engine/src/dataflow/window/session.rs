@@ -1,0 +1,193 @@
+//! Session windows: per key, records closer than the gap form one session `[first, last +
+//! gap)`; a record whose own window `[t, t + gap)` touches several sessions merges them.
+//!
+//! Each key keeps its sessions sorted by start. Firing is driven by a timer map from a
+//! session's last instant to its keys; entries made stale by a merge or an extension are
+//! skipped when they come due, since the session they named has moved on.
+
+use std::{cell::RefCell, collections::BTreeMap, hash::Hash, rc::Rc, time::Instant};
+
+use rustc_hash::FxHashMap;
+use sluice_io::EventTime;
+
+use super::{Firing, Window, emit::Emit, function::WindowFunction};
+use crate::dataflow::{Event, Operator, Port, Scope, operator::Shared, scope::Ticker};
+
+struct Session<A> {
+    window: Window,
+    acc: A,
+    fired: bool,
+}
+
+pub(crate) struct Sessions<K, T, F: WindowFunction<K, T>> {
+    gap: i64,
+    function: F,
+    emit: Emit<K, T, F::Out>,
+    keys: FxHashMap<K, Vec<Session<F::Acc>>>,
+    /// Keys with a session whose last instant is the map's key (may be stale).
+    due: BTreeMap<EventTime, Vec<K>>,
+    /// Keys with a fired session kept for late updates until this time (may be stale).
+    cleanup: BTreeMap<EventTime, Vec<K>>,
+    watermark: EventTime,
+}
+
+pub(crate) fn attach<K, T, F>(scope: &Scope, input: &Port<T>, gap: i64, function: F, emit: Emit<K, T, F::Out>)
+where
+    K: Hash + Eq + Clone + 'static,
+    T: 'static,
+    F: WindowFunction<K, T>,
+{
+    let early = emit.spec.early;
+    let op = Rc::new(RefCell::new(Sessions {
+        gap,
+        function,
+        emit,
+        keys: FxHashMap::default(),
+        due: BTreeMap::new(),
+        cleanup: BTreeMap::new(),
+        watermark: EventTime::MIN,
+    }));
+    if early.is_some() {
+        scope.add_ticker(op.clone());
+    }
+    input.borrow_mut().attach(Box::new(Shared(op)));
+}
+
+fn touches(a: &Window, b: &Window) -> bool {
+    a.start <= b.end && b.start <= a.end
+}
+
+impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>> Sessions<K, T, F> {
+    fn add(&mut self, event: Event<T>) {
+        let key = (self.emit.spec.key)(&event.value);
+        let own = Window { start: event.time, end: EventTime::from_millis(event.time.0.saturating_add(self.gap)) };
+        let watermark = self.watermark;
+        let keeps_fired = self.emit.keeps_fired();
+        let lateness = self.emit.spec.lateness;
+        let sessions = self.keys.entry(key.clone()).or_default();
+        let mut merged = own;
+        for s in sessions.iter().filter(|s| touches(&s.window, &own)) {
+            merged.start = merged.start.min(s.window.start);
+            merged.end = merged.end.max(s.window.end);
+        }
+        let max = merged.max_timestamp();
+        let late = max <= watermark;
+        if late && !(keeps_fired && max.0.saturating_add(lateness) > watermark.0) {
+            if sessions.is_empty() {
+                self.keys.remove(&key);
+            }
+            self.emit.late(event);
+            return;
+        }
+        // Take the touched sessions out and fold them into one.
+        let mut acc = self.function.create();
+        let mut i = 0;
+        while i < sessions.len() {
+            if touches(&sessions[i].window, &own) {
+                let s = sessions.remove(i);
+                self.function.merge(&mut acc, s.acc);
+            } else {
+                i += 1;
+            }
+        }
+        self.function.add(&mut acc, &event);
+        if late {
+            // A late record within the lateness: the merged session fires again at once.
+            let value = self.function.result(&key, &merged, &acc);
+            self.emit.result(key.clone(), merged, value, Firing::Update);
+            self.cleanup.entry(EventTime::from_millis(max.0.saturating_add(lateness))).or_default().push(key.clone());
+        } else {
+            self.due.entry(max).or_default().push(key.clone());
+        }
+        // A late merge has already fired (above); an on-time one fires when it is due.
+        let fired = late;
+        let at = sessions.partition_point(|s| s.window.start < merged.start);
+        sessions.insert(at, Session { window: merged, acc, fired });
+    }
+
+    fn fire(&mut self, watermark: EventTime) {
+        let keep = self.emit.keeps_fired();
+        let lateness = self.emit.spec.lateness;
+        while let Some(entry) = self.due.first_entry() {
+            if *entry.key() > watermark {
+                break;
+            }
+            for key in entry.remove() {
+                let Some(sessions) = self.keys.get_mut(&key) else { continue };
+                let mut i = 0;
+                while i < sessions.len() {
+                    let s = &mut sessions[i];
+                    let max = s.window.max_timestamp();
+                    if s.fired || max > watermark {
+                        i += 1;
+                        continue;
+                    }
+                    let value = self.function.result(&key, &s.window, &s.acc);
+                    self.emit.result(key.clone(), s.window, value, Firing::OnTime);
+                    if keep && max.0.saturating_add(lateness) > watermark.0 {
+                        s.fired = true;
+                        self.cleanup
+                            .entry(EventTime::from_millis(max.0.saturating_add(lateness)))
+                            .or_default()
+                            .push(key.clone());
+                        i += 1;
+                    } else {
+                        sessions.remove(i);
+                    }
+                }
+                if sessions.is_empty() {
+                    self.keys.remove(&key);
+                }
+            }
+        }
+        while let Some(entry) = self.cleanup.first_entry() {
+            if *entry.key() > watermark {
+                break;
+            }
+            for key in entry.remove() {
+                let Some(sessions) = self.keys.get_mut(&key) else { continue };
+                sessions.retain(|s| !(s.fired && s.window.max_timestamp().0.saturating_add(lateness) <= watermark.0));
+                if sessions.is_empty() {
+                    self.keys.remove(&key);
+                }
+            }
+        }
+    }
+}
+
+impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>> Operator<T> for Sessions<K, T, F> {
+    fn on_batch(&mut self, batch: &mut Vec<Event<T>>) {
+        for event in batch.drain(..) {
+            self.add(event);
+        }
+        self.emit.flush();
+    }
+
+    fn on_watermark(&mut self, watermark: EventTime) {
+        self.watermark = self.watermark.max(watermark);
+        self.fire(self.watermark);
+        self.emit.watermark(self.watermark);
+    }
+
+    fn on_idle(&mut self, idle: bool) {
+        self.emit.idle(idle);
+    }
+
+    fn on_end(&mut self) {
+        self.emit.end();
+    }
+}
+
+impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>> Ticker for Sessions<K, T, F> {
+    fn tick(&mut self, now: Instant) -> Option<Instant> {
+        let interval = self.emit.spec.early?;
+        for (key, sessions) in &self.keys {
+            for s in sessions.iter().filter(|s| !s.fired) {
+                let value = self.function.result(key, &s.window, &s.acc);
+                self.emit.result(key.clone(), s.window, value, Firing::Early);
+            }
+        }
+        self.emit.flush();
+        Some(now + interval)
+    }
+}

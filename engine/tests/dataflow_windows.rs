@@ -1,0 +1,214 @@
+//! Window semantics end to end, on real pipelines (pinned executors, rings between shards).
+//!
+//! - The textbook case: clicks per minute, out of order, then one late click, under each
+//!   late policy.
+//! - Early firings and the global window with a count trigger.
+//!
+//! The randomized equivalence against a reference lives in `dataflow_random.rs`.
+
+use std::{
+    sync::{Arc, Mutex, mpsc},
+    time::Duration,
+};
+
+use sluice_engine::dataflow::{
+    ChannelSource, CountTrigger, Firing, Generator, LatePolicy, Pipeline, PipelineConfig, WatermarkStrategy,
+    WindowResult, Windows,
+};
+use sluice_io::EventTime;
+
+#[derive(Debug, Clone)]
+struct Click {
+    page: &'static str,
+    time: EventTime,
+}
+
+/// 14:00 on an arbitrary day, in ms.
+const T14: i64 = 1_700_000_000_000 / 3_600_000 * 3_600_000 + 14 * 3_600_000;
+
+fn at(minute: i64, second: i64) -> EventTime {
+    EventTime::from_millis(T14 + minute * 60_000 + second * 1000)
+}
+
+#[derive(Debug)]
+enum Out {
+    Result(WindowResult<&'static str, u64>),
+    Late(EventTime),
+}
+
+/// Runs clicks per minute with `policy` on `shards` shards and returns everything emitted
+/// and the late-dropped count.
+fn clicks_per_minute(policy: LatePolicy, shards: usize) -> (Vec<Out>, u64) {
+    let (tx, rx) = async_channel::unbounded::<Click>();
+    let (out_tx, out_rx) = mpsc::channel::<Out>();
+    let out_tx = Arc::new(Mutex::new(out_tx));
+    let running = Pipeline::new(PipelineConfig::with_shards(shards))
+        .spawn(move |scope| {
+            let strategy = WatermarkStrategy::bounded_out_of_orderness(Duration::from_secs(10), |c: &Click| c.time)
+                .with_idle_timeout(Duration::from_millis(50));
+            let mut windowed = scope
+                .source(ChannelSource::new(rx.clone()), strategy)
+                .key_by(|c| c.page)
+                .window(Windows::tumbling(Duration::from_secs(60)))
+                .allowed_lateness(Duration::from_secs(300))
+                .late_policy(policy);
+            if policy == LatePolicy::SideOutput {
+                let late = out_tx.clone();
+                windowed.late_stream().for_each(move |e| late.lock().unwrap().send(Out::Late(e.value.time)).unwrap());
+            }
+            let results = out_tx.clone();
+            windowed.count().for_each(move |e| results.lock().unwrap().send(Out::Result(e.value)).unwrap());
+        })
+        .unwrap();
+    let send = |second: i64| tx.send_blocking(Click { page: "home", time: at(0, second) }).unwrap();
+    // Three clicks in 14:00-14:01, the third (14:00:40) arriving before the second (14:00:20).
+    send(10);
+    send(40);
+    send(20);
+    // A click at 14:01:30 moves the watermark (10 s bound) past 14:01.
+    tx.send_blocking(Click { page: "home", time: at(1, 30) }).unwrap();
+    let first = out_rx.recv_timeout(Duration::from_secs(10)).expect("the 14:00 window fires");
+    // Then a click stamped 14:00:45 arrives late.
+    send(45);
+    if policy != LatePolicy::Drop {
+        // Wait for its effect before ending, so the end of input cannot overtake it.
+        let second = out_rx.recv_timeout(Duration::from_secs(10)).expect("the late click has an effect");
+        tx.close();
+        running.join().unwrap();
+        let mut all = vec![first, second];
+        all.extend(out_rx.try_iter());
+        return (all, 0);
+    }
+    // Under Drop nothing is emitted for it: wait until it has been counted.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while running.metrics().late_dropped() == 0 {
+        assert!(std::time::Instant::now() < deadline, "the late click is never counted");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let dropped = running.metrics().late_dropped();
+    tx.close();
+    running.join().unwrap();
+    let mut all = vec![first];
+    all.extend(out_rx.try_iter());
+    (all, dropped)
+}
+
+fn minute(m: i64) -> sluice_engine::dataflow::Window {
+    sluice_engine::dataflow::Window { start: at(m, 0), end: at(m + 1, 0) }
+}
+
+fn result(m: i64, value: u64, firing: Firing) -> String {
+    format!("{:?}", WindowResult { key: "home", window: minute(m), value, firing })
+}
+
+fn render(outs: &[Out]) -> Vec<String> {
+    outs.iter()
+        .map(|o| match o {
+            Out::Result(r) => format!("{r:?}"),
+            Out::Late(t) => format!("late {}", t.millis()),
+        })
+        .collect()
+}
+
+#[test]
+fn textbook_drop_keeps_three_and_counts_the_late_click() {
+    for shards in [1, 2] {
+        let (outs, dropped) = clicks_per_minute(LatePolicy::Drop, shards);
+        assert_eq!(render(&outs), vec![result(0, 3, Firing::OnTime), result(1, 1, Firing::OnTime)], "{shards} shards");
+        assert_eq!(dropped, 1, "{shards} shards");
+    }
+}
+
+#[test]
+fn textbook_update_emits_four_as_an_update() {
+    for shards in [1, 2] {
+        let (outs, _) = clicks_per_minute(LatePolicy::Update, shards);
+        assert_eq!(
+            render(&outs),
+            vec![result(0, 3, Firing::OnTime), result(0, 4, Firing::Update), result(1, 1, Firing::OnTime)],
+            "{shards} shards"
+        );
+    }
+}
+
+#[test]
+fn textbook_side_output_delivers_the_late_click() {
+    for shards in [1, 2] {
+        let (outs, _) = clicks_per_minute(LatePolicy::SideOutput, shards);
+        assert_eq!(
+            render(&outs),
+            vec![result(0, 3, Firing::OnTime), format!("late {}", at(0, 45).millis()), result(1, 1, Firing::OnTime)],
+            "{shards} shards"
+        );
+    }
+}
+
+#[test]
+fn early_firings_preview_an_open_window() {
+    let (tx, rx) = async_channel::unbounded::<Click>();
+    let results = Arc::new(Mutex::new(Vec::new()));
+    let sink = results.clone();
+    let running = Pipeline::new(PipelineConfig::with_shards(1))
+        .spawn(move |scope| {
+            let sink = sink.clone();
+            scope
+                .source(
+                    ChannelSource::new(rx.clone()),
+                    WatermarkStrategy::bounded_out_of_orderness(Duration::from_secs(10), |c: &Click| c.time),
+                )
+                .key_by(|c| c.page)
+                .window(Windows::tumbling(Duration::from_secs(60)))
+                .early_firing(Duration::from_millis(5))
+                .count()
+                .for_each(move |e| sink.lock().unwrap().push(e.value));
+        })
+        .unwrap();
+    tx.send_blocking(Click { page: "home", time: at(0, 1) }).unwrap();
+    tx.send_blocking(Click { page: "home", time: at(0, 2) }).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !results.lock().unwrap().iter().any(|r| r.firing == Firing::Early && r.value == 2) {
+        assert!(std::time::Instant::now() < deadline, "no early firing of the open window");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    tx.close();
+    running.join().unwrap();
+    let results = results.lock().unwrap();
+    let on_time: Vec<_> = results.iter().filter(|r| r.firing == Firing::OnTime).collect();
+    assert_eq!(on_time.len(), 1);
+    assert_eq!(on_time[0].value, 2);
+    assert!(results.iter().all(|r| r.window == minute(0) && r.value <= 2));
+}
+
+#[test]
+fn global_window_fires_on_its_trigger() {
+    let results = Arc::new(Mutex::new(Vec::new()));
+    let sink = results.clone();
+    Pipeline::new(PipelineConfig::with_shards(2))
+        .run(move |scope| {
+            let sink = sink.clone();
+            scope
+                .source(
+                    Generator::new(scope.shard(), scope.shards(), 100, |i| i),
+                    WatermarkStrategy::monotonous(|i: &u64| EventTime::from_millis(*i as i64)),
+                )
+                .key_by(|i| i % 3)
+                .window(Windows::global())
+                .trigger(CountTrigger(10))
+                .reduce(|a, b| a + b)
+                .for_each(move |e| sink.lock().unwrap().push((e.value.key, e.value.value)));
+        })
+        .unwrap();
+    let mut results = results.lock().unwrap().clone();
+    results.sort_unstable();
+    // Key k has the i < 100 with i % 3 == k: 34, 33 and 33 of them, so 3 full batches of
+    // ten each; the last few never fire (a global window fires only on its trigger).
+    assert_eq!(results.len(), 9);
+    for k in 0..3u64 {
+        let sums: Vec<u64> = results.iter().filter(|r| r.0 == k).map(|r| r.1).collect();
+        assert_eq!(sums.len(), 3);
+        // Each batch of ten is some ten of the key's values; together the first thirty.
+        let total: u64 = sums.iter().sum();
+        let values: Vec<u64> = (0..100).filter(|i| i % 3 == k).collect();
+        assert!(total >= values[..30].iter().sum::<u64>() && total <= values[values.len() - 30..].iter().sum::<u64>());
+    }
+}
