@@ -152,10 +152,10 @@ impl Pipeline {
 }
 
 impl RunningPipeline {
-    /// The pipeline's counters.
+    /// The pipeline's counters, readable while it runs and after it has finished.
     #[must_use]
-    pub fn metrics(&self) -> &Metrics {
-        &self.shared.metrics
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.shared.metrics.clone()
     }
 
     /// Asks every shard to stop its sources. With `drain`, the sources end as if their

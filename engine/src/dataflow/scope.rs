@@ -58,7 +58,7 @@ pub(crate) struct Shared {
     /// Each exchange's mesh, built by the first shard to reach it; every shard takes its
     /// own ends out.
     exchanges: Mutex<HashMap<usize, Box<dyn Any + Send>>>,
-    pub(crate) metrics: Metrics,
+    pub(crate) metrics: Arc<Metrics>,
 }
 
 pub(crate) struct ScopeState {
