@@ -212,3 +212,60 @@ fn global_window_fires_on_its_trigger() {
         assert!(total >= values[..30].iter().sum::<u64>() && total <= values[values.len() - 30..].iter().sum::<u64>());
     }
 }
+
+/// One source with two splits (partitions); only the first ever gets records.
+fn one_silent_split(
+    idle_timeout: Option<Duration>,
+    shards: usize,
+) -> (std::time::Duration, Vec<WindowResult<&'static str, u64>>) {
+    let (busy_tx, busy_rx) = async_channel::unbounded::<Click>();
+    let (silent_tx, silent_rx) = async_channel::unbounded::<Click>();
+    let (out_tx, out_rx) = mpsc::channel();
+    let out_tx = Arc::new(Mutex::new(out_tx));
+    let running = Pipeline::new(PipelineConfig::with_shards(shards))
+        .spawn(move |scope| {
+            let mut strategy = WatermarkStrategy::bounded_out_of_orderness(Duration::from_secs(1), |c: &Click| c.time);
+            if let Some(timeout) = idle_timeout {
+                strategy = strategy.with_idle_timeout(timeout);
+            }
+            let sink = out_tx.clone();
+            scope
+                .source(ChannelSource::splits(vec![busy_rx.clone(), silent_rx.clone()]), strategy)
+                .key_by(|c| c.page)
+                .window(Windows::tumbling(Duration::from_secs(60)))
+                .count()
+                .for_each(move |e| sink.lock().unwrap().send(e.value).unwrap());
+        })
+        .unwrap();
+    let started = std::time::Instant::now();
+    for second in [5, 15, 25] {
+        busy_tx.send_blocking(Click { page: "home", time: at(0, second) }).unwrap();
+    }
+    // Past the window's end on the busy split.
+    busy_tx.send_blocking(Click { page: "home", time: at(1, 30) }).unwrap();
+    let first = out_rx.recv_timeout(Duration::from_millis(1500));
+    let waited = started.elapsed();
+    drop((busy_tx, silent_tx));
+    running.join().unwrap();
+    let mut results: Vec<_> = first.into_iter().collect();
+    results.extend(out_rx.try_iter());
+    (waited, results)
+}
+
+#[test]
+fn a_silent_partition_stops_holding_results_back_after_its_idle_timeout() {
+    for shards in [1, 2] {
+        let (waited, results) = one_silent_split(Some(Duration::from_millis(100)), shards);
+        assert!(
+            waited < Duration::from_millis(1500),
+            "{shards} shards: the 14:00 window fired while the input was open"
+        );
+        assert_eq!(results[0].window, minute(0), "{shards} shards");
+        assert_eq!(results[0].value, 3, "{shards} shards");
+    }
+    // The control: without an idle timeout the silent split holds the watermark at its
+    // start, and the window fires only when the input ends.
+    let (waited, results) = one_silent_split(None, 1);
+    assert!(waited >= Duration::from_millis(1500), "fired with a silent partition and no idle timeout");
+    assert_eq!(results.iter().map(|r| (r.window, r.value)).collect::<Vec<_>>(), vec![(minute(0), 3), (minute(1), 1)]);
+}
