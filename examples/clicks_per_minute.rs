@@ -28,7 +28,7 @@ struct Click {
 
 /// 2026-11-30 14:00 UTC, in ms since the epoch, plus `minute:second`.
 fn at(minute: i64, second: i64) -> EventTime {
-    EventTime::from_millis(1_795_960_800_000 + minute * 60_000 + second * 1000)
+    EventTime::from_millis(1_796_047_200_000 + minute * 60_000 + second * 1000)
 }
 
 /// The clicks in the order they arrive.

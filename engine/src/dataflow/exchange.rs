@@ -73,11 +73,11 @@ impl<T: 'static> Receiving<T> {
 }
 
 /// The sending side on one shard.
-struct Sending<T, K> {
+struct Sending<T, KF> {
     shard: usize,
     shards: usize,
     groups: u32,
-    key: Rc<dyn Fn(&T) -> K>,
+    key: Rc<KF>,
     batch_records: usize,
     building: Vec<Vec<Event<T>>>,
     senders: Vec<Option<Sender<Event<T>>>>,
@@ -85,7 +85,7 @@ struct Sending<T, K> {
     local: Rc<RefCell<Receiving<T>>>,
 }
 
-impl<T: 'static, K: Hash> Sending<T, K> {
+impl<T: 'static, K: Hash, KF: Fn(&T) -> K> Sending<T, KF> {
     fn send(&mut self, to: usize, message: Message<Event<T>>) {
         let sender = self.senders[to].as_mut().expect("a ring to every other shard");
         if !self.pending[to].is_empty() {
@@ -123,7 +123,7 @@ impl<T: 'static, K: Hash> Sending<T, K> {
     }
 }
 
-impl<T: 'static, K: Hash> Operator<T> for Sending<T, K> {
+impl<T: 'static, K: Hash, KF: Fn(&T) -> K> Operator<T> for Sending<T, KF> {
     fn on_batch(&mut self, batch: &mut Vec<Event<T>>) {
         if self.shards == 1 {
             self.local.borrow_mut().push_local(self.shard, batch);
@@ -162,7 +162,7 @@ impl<T: 'static, K: Hash> Operator<T> for Sending<T, K> {
     }
 }
 
-impl<T: 'static, K: Hash> Pending for Sending<T, K> {
+impl<T: 'static, K: Hash, KF: Fn(&T) -> K> Pending for Sending<T, KF> {
     fn poll_flush(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         let mut all = true;
         for (to, queue) in self.pending.iter_mut().enumerate() {
@@ -188,9 +188,9 @@ impl<T: 'static, K: Hash> Pending for Sending<T, K> {
 }
 
 /// Adapts a shared [`Sending`] to the [`Operator`] the upstream port owns.
-struct SendingOperator<T, K>(Rc<RefCell<Sending<T, K>>>);
+struct SendingOperator<T, KF>(Rc<RefCell<Sending<T, KF>>>);
 
-impl<T: 'static, K: Hash> Operator<T> for SendingOperator<T, K> {
+impl<T: 'static, K: Hash, KF: Fn(&T) -> K> Operator<T> for SendingOperator<T, KF> {
     fn on_batch(&mut self, batch: &mut Vec<Event<T>>) {
         self.0.borrow_mut().on_batch(batch);
     }
@@ -251,10 +251,11 @@ impl<T: 'static> Input for RingInput<T> {
 
 /// Builds this shard's ends of an exchange: `upstream`'s records are routed by `key`, and
 /// the returned port carries the records this shard owns, from every shard.
-pub(crate) fn exchange<T, K>(scope: &Scope, upstream: &Port<T>, key: Rc<dyn Fn(&T) -> K>) -> Port<T>
+pub(crate) fn exchange<T, K, KF>(scope: &Scope, upstream: &Port<T>, key: Rc<KF>) -> Port<T>
 where
     T: Send + 'static,
     K: Hash + 'static,
+    KF: Fn(&T) -> K + 'static,
 {
     let shards = scope.shards();
     let shard = scope.shard();

@@ -33,27 +33,28 @@ pub trait Source<T>: 'static {
 
 /// Generates `count` records `make(i)` for `i` in `0..count`, split over the shards: shard
 /// `s` of `n` makes the `i` with `i % n == s`, in increasing order. For tests and benchmarks.
-pub struct Generator<T> {
+pub struct Generator<T, F> {
     next: u64,
     step: u64,
     count: u64,
-    make: Box<dyn FnMut(u64) -> T>,
+    make: F,
+    _out: std::marker::PhantomData<fn() -> T>,
 }
 
-impl<T> std::fmt::Debug for Generator<T> {
+impl<T, F> std::fmt::Debug for Generator<T, F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Generator").field("next", &self.next).field("count", &self.count).finish_non_exhaustive()
     }
 }
 
-impl<T> Generator<T> {
+impl<T, F: FnMut(u64) -> T + 'static> Generator<T, F> {
     /// Shard `shard` of `shards`'s share of `count` records made by `make`.
-    pub fn new(shard: usize, shards: usize, count: u64, make: impl FnMut(u64) -> T + 'static) -> Self {
-        Generator { next: shard as u64, step: shards.max(1) as u64, count, make: Box::new(make) }
+    pub fn new(shard: usize, shards: usize, count: u64, make: F) -> Self {
+        Generator { next: shard as u64, step: shards.max(1) as u64, count, make, _out: std::marker::PhantomData }
     }
 }
 
-impl<T: 'static> Source<T> for Generator<T> {
+impl<T: 'static, F: FnMut(u64) -> T + 'static> Source<T> for Generator<T, F> {
     fn splits(&self) -> usize {
         1
     }

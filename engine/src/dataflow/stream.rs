@@ -182,7 +182,7 @@ impl<T: 'static> Stream<T> {
         T: Send,
         K: Hash + Eq + Clone + 'static,
     {
-        let key: Rc<dyn Fn(&T) -> K> = Rc::new(key);
+        let key = Rc::new(key);
         let port = exchange(&self.scope, &self.port, key.clone());
         KeyedStream { stream: Stream { scope: self.scope, port }, key }
     }
