@@ -39,6 +39,16 @@ impl StopFlag {
     const RUN: u8 = 0;
     const STOP: u8 = 1;
     const DRAIN: u8 = 2;
+    const FAILED: u8 = 3;
+
+    /// A shard failed: every shard abandons the pipeline at once.
+    pub(crate) fn fail(&self) {
+        self.0.store(Self::FAILED, Ordering::Release);
+    }
+
+    fn failed(&self) -> bool {
+        self.0.load(Ordering::Acquire) == Self::FAILED
+    }
 
     pub(crate) fn stop(&self, drain: bool) {
         let _ = self.0.compare_exchange(
@@ -99,6 +109,10 @@ impl Driver {
     fn poll_step(&mut self, cx: &mut Context<'_>) -> Poll<bool> {
         let mut rounds = 0;
         loop {
+            if self.stop.failed() {
+                // Another shard failed; what is in flight here cannot complete.
+                return Poll::Ready(true);
+            }
             if !self.stopped
                 && let Some(drain) = self.stop.get()
             {

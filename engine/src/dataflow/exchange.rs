@@ -5,9 +5,9 @@
 //! and each shard owns a contiguous range of them, as in Flink: the unit later issues
 //! checkpoint and move when a pipeline is restored on a different number of shards.
 //!
-//! The sending side keeps one batch under construction per destination and sends it when
-//! full, and before any watermark, idleness change or end, which go to every destination
-//! after the data they follow. A message a full ring refuses waits in the destination's
+//! The sending side sorts each input batch into one batch per destination and sends them
+//! at the end of the input batch (or sooner, once full); watermarks, idleness changes and
+//! the end go to every destination after the data they follow. A message a full ring refuses waits in the destination's
 //! pending queue; the driver flushes it and pulls no source records meanwhile. The
 //! receiving side merges the progress of all shards (the minimum watermark over those
 //! not idle) before passing it on.
@@ -143,6 +143,13 @@ impl<T: 'static, K: Hash, KF: Fn(&T) -> K> Operator<T> for Sending<T, KF> {
         }
         self.local.borrow_mut().push_local(self.shard, &mut local);
         self.building[self.shard] = local;
+        // What did not fill a batch goes now rather than waiting for more: a record must
+        // not sit here while its input is quiet. Batching still follows the input's.
+        for to in 0..self.shards {
+            if to != self.shard {
+                self.ship(to);
+            }
+        }
     }
 
     fn on_watermark(&mut self, watermark: EventTime) {

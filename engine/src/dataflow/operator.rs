@@ -37,11 +37,14 @@ pub trait Operator<T> {
 pub struct Output<T> {
     consumers: Vec<Box<dyn Operator<T>>>,
     copy: Vec<Event<T>>,
-    cloner: Option<fn(&[Event<T>]) -> Vec<Event<T>>>,
+    cloner: Option<Cloner<T>>,
     watermark: EventTime,
     idle: bool,
     ended: bool,
 }
+
+/// Copies a batch for one more consumer.
+type Cloner<T> = fn(&[Event<T>]) -> Vec<Event<T>>;
 
 /// An [`Output`] shared between the operator that writes it and the builder that attaches
 /// consumers to it later.

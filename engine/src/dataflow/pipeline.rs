@@ -1,6 +1,8 @@
 //! [`Pipeline`]: starting a dataflow on every shard, and waiting for or stopping it.
 
-use std::{sync::Arc, thread::JoinHandle, time::Duration};
+use std::{panic::AssertUnwindSafe, sync::Arc, thread::JoinHandle, time::Duration};
+
+use futures_lite::FutureExt;
 
 use super::{
     Output, Scope, Stream,
@@ -127,12 +129,32 @@ impl Pipeline {
                 .io_memory(IO_MEMORY)
                 .ring_depth(32)
                 .spawn(move || async move {
-                    let scope = Scope::new(shard, config, shared);
-                    build(&scope);
-                    driver::run(scope, stop).await;
+                    // A panic in a user function (or a graph built differently here) fails
+                    // the whole pipeline: the other shards stop instead of waiting forever
+                    // for this one's records.
+                    let built = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                        let scope = Scope::new(shard, config, shared);
+                        build(&scope);
+                        scope
+                    }));
+                    let ran = match built {
+                        Ok(scope) => AssertUnwindSafe(driver::run(scope, stop.clone())).catch_unwind().await,
+                        Err(panic) => Err(panic),
+                    };
+                    ran.map_err(|panic| {
+                        stop.fail();
+                        let message = panic
+                            .downcast_ref::<&str>()
+                            .map(|s| (*s).to_string())
+                            .or_else(|| panic.downcast_ref::<String>().cloned())
+                            .unwrap_or_else(|| "a panic without a message".into());
+                        format!("pipeline shard {shard}: {message}")
+                    })
                 })
                 .map_err(|e| EngineError::InvalidConfig(format!("starting pipeline shard {shard}: {e}")))?;
-            threads.push(std::thread::spawn(move || handle.join().map_err(|e| format!("pipeline shard {shard}: {e}"))));
+            threads.push(std::thread::spawn(move || {
+                handle.join().map_err(|e| format!("pipeline shard {shard}: {e}")).and_then(|ran| ran)
+            }));
         }
         Ok(RunningPipeline { threads, stop, shared })
     }

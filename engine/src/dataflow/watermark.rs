@@ -21,11 +21,14 @@ pub(crate) enum TimeSource<T> {
     Processing,
 }
 
+/// Returns a record's punctuation: the watermark it carries, if any.
+pub(crate) type Punctuate<T> = Box<dyn Fn(&T, EventTime) -> Option<EventTime>>;
+
 pub(crate) enum WatermarkKind<T> {
     /// `max seen - bound - 1ms`.
     Bounded(i64),
     /// Punctuation from the records themselves.
-    Punctuated(Box<dyn Fn(&T, EventTime) -> Option<EventTime>>),
+    Punctuated(Punctuate<T>),
     /// The shard's clock: `now - 1ms`, also while no records arrive.
     Processing,
 }
