@@ -71,6 +71,7 @@ impl<K: Hash + Eq + Clone> TimerQueue<K> {
     }
 
     /// How many timers are registered.
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.by_time.len()
     }

@@ -1,0 +1,181 @@
+//! The operator that runs a keyed process function on one shard: the state of every key
+//! the shard owns, both timer queues, and the order of output and watermarks.
+//!
+//! It is fed by the keyed stream's port and, for processing-time timers, ticked by the
+//! shard's driver; both share it through an `Rc<RefCell<_>>`, and the driver is one task,
+//! so they never overlap. Output emitted by the function collects in one batch, pushed
+//! downstream when a call sequence ends (or a batch is full), and always before the
+//! watermark that made timers fire, so what a timer emits is never late downstream because
+//! of the watermark that caused it.
+
+use std::{
+    cell::RefCell,
+    hash::Hash,
+    rc::Rc,
+    time::{Duration, Instant},
+};
+
+use rustc_hash::FxHashMap;
+use sluice_io::EventTime;
+
+use super::{KeyedProcessFunction, KeyedState, ProcessContext, TimeDomain, Timer, context::Timers, timers::TimerQueue};
+use crate::dataflow::{Event, Operator, Port, scope::Ticker};
+
+pub(crate) struct ProcessOperator<K, T, F: KeyedProcessFunction<K, T>> {
+    function: F,
+    key: Rc<dyn Fn(&T) -> K>,
+    states: FxHashMap<K, F::State>,
+    timers: Timers<K>,
+    /// The input's last watermark.
+    watermark: EventTime,
+    buf: Vec<Event<F::Out>>,
+    batch_records: usize,
+    /// How often the driver ticks the operator, to see processing-time timers registered
+    /// since the last tick (the driver learns each ticker's next deadline only at a tick).
+    poll: Duration,
+    out: Port<F::Out>,
+    ended: bool,
+}
+
+impl<K, T, F> ProcessOperator<K, T, F>
+where
+    K: Hash + Eq + Clone + 'static,
+    T: 'static,
+    F: KeyedProcessFunction<K, T>,
+{
+    pub(crate) fn new(
+        function: F,
+        key: Rc<dyn Fn(&T) -> K>,
+        out: Port<F::Out>,
+        batch_records: usize,
+        poll: Duration,
+    ) -> Self {
+        ProcessOperator {
+            function,
+            key,
+            states: FxHashMap::default(),
+            timers: Timers::default(),
+            watermark: EventTime::MIN,
+            buf: Vec::new(),
+            batch_records: batch_records.max(1),
+            poll,
+            out,
+            ended: false,
+        }
+    }
+
+    /// Runs `call` on `key`'s state (a fresh one if the key holds none), then keeps the
+    /// state only if it is not empty.
+    fn with_state(
+        &mut self,
+        key: K,
+        time: EventTime,
+        call: impl FnOnce(&mut F, &K, &mut F::State, &mut ProcessContext<'_, K, F::Out>),
+    ) {
+        // Taking the state out (rather than borrowing it in place) lets the context borrow
+        // the timers and the output next to it, and makes dropping an emptied key free.
+        let mut state = self.states.remove(&key).unwrap_or_default();
+        let mut ctx =
+            ProcessContext { key: &key, time, watermark: self.watermark, timers: &mut self.timers, out: &mut self.buf };
+        call(&mut self.function, &key, &mut state, &mut ctx);
+        if !state.is_empty() {
+            self.states.insert(key, state);
+        }
+    }
+
+    /// Fires every timer of `domain` due at `upto`, including those the firing timers
+    /// register at or before it, in time order.
+    fn fire(&mut self, domain: TimeDomain, upto: EventTime) {
+        loop {
+            let queue: &mut TimerQueue<K> = match domain {
+                TimeDomain::EventTime => &mut self.timers.event,
+                TimeDomain::ProcessingTime => &mut self.timers.processing,
+            };
+            let Some((time, key)) = queue.pop_due(upto) else { break };
+            self.with_state(key, time, |f, key, state, ctx| f.on_timer(key, Timer { time, domain }, state, ctx));
+            if self.buf.len() >= self.batch_records {
+                self.out.borrow_mut().push(&mut self.buf);
+            }
+        }
+        self.out.borrow_mut().push(&mut self.buf);
+    }
+}
+
+impl<K, T, F> Operator<T> for ProcessOperator<K, T, F>
+where
+    K: Hash + Eq + Clone + 'static,
+    T: 'static,
+    F: KeyedProcessFunction<K, T>,
+{
+    fn on_batch(&mut self, batch: &mut Vec<Event<T>>) {
+        for event in batch.drain(..) {
+            let key = (self.key)(&event.value);
+            let time = event.time;
+            self.with_state(key, time, |f, key, state, ctx| f.process_element(key, event, state, ctx));
+        }
+        self.out.borrow_mut().push(&mut self.buf);
+    }
+
+    fn on_watermark(&mut self, watermark: EventTime) {
+        self.watermark = watermark;
+        self.fire(TimeDomain::EventTime, watermark);
+        self.out.borrow_mut().watermark_to(watermark);
+    }
+
+    fn on_idle(&mut self, idle: bool) {
+        self.out.borrow_mut().set_idle(idle);
+    }
+
+    fn on_end(&mut self) {
+        // A drained input has already passed the end of time as its watermark, which fired
+        // every event-time timer; one stopped without draining discards them, as windows
+        // discard their open windows. Processing-time timers do not outlive the input (as in
+        // Flink): the pipeline is finishing and nothing downstream would take their output.
+        self.ended = true;
+        self.timers.event.clear();
+        self.timers.processing.clear();
+        self.states = FxHashMap::default();
+        self.out.borrow_mut().end();
+    }
+}
+
+impl<K, T, F> Ticker for ProcessOperator<K, T, F>
+where
+    K: Hash + Eq + Clone + 'static,
+    T: 'static,
+    F: KeyedProcessFunction<K, T>,
+{
+    fn tick(&mut self, now: Instant) -> Option<Instant> {
+        if self.ended {
+            return None;
+        }
+        let wall = EventTime::now();
+        if self.timers.processing.next_time().is_some_and(|t| t <= wall) {
+            self.fire(TimeDomain::ProcessingTime, wall);
+        }
+        let poll = now + self.poll;
+        let next = self.timers.processing.next_time().map(|t| {
+            let wait = u64::try_from(t.millis().saturating_sub(wall.millis())).unwrap_or(0);
+            now + Duration::from_millis(wait)
+        });
+        Some(next.map_or(poll, |n| n.min(poll)))
+    }
+}
+
+/// The operator, shared by the port that feeds it and the driver that ticks it.
+pub(crate) struct SharedProcess<O>(pub(crate) Rc<RefCell<O>>);
+
+impl<T, O: Operator<T>> Operator<T> for SharedProcess<O> {
+    fn on_batch(&mut self, batch: &mut Vec<Event<T>>) {
+        self.0.borrow_mut().on_batch(batch);
+    }
+    fn on_watermark(&mut self, watermark: EventTime) {
+        self.0.borrow_mut().on_watermark(watermark);
+    }
+    fn on_idle(&mut self, idle: bool) {
+        self.0.borrow_mut().on_idle(idle);
+    }
+    fn on_end(&mut self) {
+        self.0.borrow_mut().on_end();
+    }
+}
