@@ -1,0 +1,225 @@
+//! [`TopicReader`]: one shard's instance of a topic source, reading its partitions with
+//! fetches to the engine's shards.
+//!
+//! Each partition keeps the records of one answered fetch, decoded, and one fetch in
+//! flight behind them (read-ahead), so the engine reads the next batches while the
+//! pipeline works on the current ones; a partition never holds more than that, which is
+//! what bounds the source's memory. Fetches are futures polled on this shard's driver
+//! task: an answer wakes the driver, which pulls the source again.
+
+use std::{
+    collections::VecDeque,
+    future::Future,
+    pin::Pin,
+    task::{Context, Poll},
+    time::Duration,
+};
+
+use sluice_io::{Offset, OwnedBatches};
+
+use super::{Failure, PartitionPlan, TopicRecord, TopicSource};
+use crate::{
+    dataflow::Source,
+    engine::EngineHandle,
+    error::{EngineError, Result},
+};
+
+type FetchFuture = Pin<Box<dyn Future<Output = Result<OwnedBatches>>>>;
+
+/// What a shard's partitions fetch from: shared by all of them.
+struct Fetcher {
+    handle: EngineHandle,
+    topic: std::sync::Arc<str>,
+    max_bytes: usize,
+    max_wait: Duration,
+    failure: Failure,
+}
+
+impl Fetcher {
+    fn fetch(&self, partition: u32, at: Offset) -> FetchFuture {
+        let (handle, topic, max_bytes, max_wait) =
+            (self.handle.clone(), self.topic.clone(), self.max_bytes, self.max_wait);
+        Box::pin(async move { handle.fetch(&topic, partition, at, max_bytes, max_wait).await })
+    }
+}
+
+/// A partition's fetch: none, one in flight, or one answered before its records were
+/// wanted.
+enum Fetch {
+    Idle,
+    InFlight(FetchFuture),
+    Answered(Result<OwnedBatches>),
+}
+
+/// One partition (one split) of a reader.
+struct PartitionReader {
+    partition: u32,
+    /// The offset to fetch from next: one past the last record decoded.
+    next: Offset,
+    /// Where a bounded source stops.
+    end: Option<Offset>,
+    records: VecDeque<TopicRecord>,
+    fetch: Fetch,
+}
+
+impl PartitionReader {
+    /// Whether every record up to the bound has been fetched (never, when unbounded).
+    fn fetched_all(&self) -> bool {
+        self.end.is_some_and(|end| self.next >= end)
+    }
+
+    /// Whether the partition has nothing more to give.
+    fn finished(&self) -> bool {
+        self.records.is_empty() && matches!(self.fetch, Fetch::Idle) && self.fetched_all()
+    }
+
+    /// Makes records available if it can: `true` when some are. With none, any fetch the
+    /// partition waits on has been polled with `cx`, so its answer wakes the driver.
+    fn poll_records(&mut self, cx: &mut Context<'_>, fetcher: &Fetcher) -> bool {
+        loop {
+            if !self.records.is_empty() {
+                return true;
+            }
+            let answer = match std::mem::replace(&mut self.fetch, Fetch::Idle) {
+                Fetch::Answered(answer) => answer,
+                Fetch::InFlight(mut fetch) => match fetch.as_mut().poll(cx) {
+                    Poll::Ready(answer) => answer,
+                    Poll::Pending => {
+                        self.fetch = Fetch::InFlight(fetch);
+                        return false;
+                    }
+                },
+                Fetch::Idle if self.fetched_all() => return false,
+                Fetch::Idle => {
+                    self.fetch = Fetch::InFlight(fetcher.fetch(self.partition, self.next));
+                    continue;
+                }
+            };
+            self.accept(answer, fetcher);
+            if !self.fetched_all() {
+                // Read ahead: the request goes out now (the first poll sends it), and its
+                // answer waits until these records are taken.
+                let mut fetch = fetcher.fetch(self.partition, self.next);
+                self.fetch = match fetch.as_mut().poll(cx) {
+                    Poll::Ready(answer) => Fetch::Answered(answer),
+                    Poll::Pending => Fetch::InFlight(fetch),
+                };
+            }
+        }
+    }
+
+    /// Decodes a fetch's answer into records and moves the position past them.
+    fn accept(&mut self, answer: Result<OwnedBatches>, fetcher: &Fetcher) {
+        let topic = &*fetcher.topic;
+        let batches = match answer {
+            Ok(batches) => batches,
+            // The log no longer holds the position (retention moved its start past a
+            // reader that fell behind): go on from what it holds, as Kafka's consumer does
+            // with `auto.offset.reset = earliest`.
+            Err(EngineError::OffsetOutOfRange { requested, start, end, .. }) => {
+                self.next = if requested < start { start } else { end };
+                return;
+            }
+            Err(e) => fetcher
+                .failure
+                .fail(format_args!("topic source: fetching {topic}-{} at {}", self.partition, self.next), e),
+        };
+        let from = self.next;
+        for batch in batches.batches() {
+            let batch = batch.unwrap_or_else(|e| {
+                let error = EngineError::log(topic, self.partition, e);
+                fetcher.failure.fail(format_args!("topic source: reading at {from}"), error)
+            });
+            // Transaction markers are not records.
+            if batch.header().attributes.is_control() {
+                continue;
+            }
+            for record in batch.records() {
+                let offset = record.offset();
+                if offset < from {
+                    continue;
+                }
+                if self.end.is_some_and(|end| offset >= end) {
+                    break;
+                }
+                self.records.push_back(TopicRecord {
+                    partition: self.partition,
+                    offset,
+                    key: record.key().map(<[u8]>::to_vec),
+                    value: record.value().to_vec(),
+                    time: record.event_time(),
+                });
+            }
+        }
+        self.next = self.next.max(batches.next_offset());
+    }
+}
+
+/// One shard's instance of a [`TopicSource`]: its partitions, each a split.
+pub struct TopicReader {
+    fetcher: Fetcher,
+    partitions: Vec<PartitionReader>,
+    /// The split to look at first on the next pull, so no partition starves the others.
+    next_split: usize,
+}
+
+impl std::fmt::Debug for TopicReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let positions: Vec<(u32, Offset)> = self.partitions.iter().map(|p| (p.partition, p.next)).collect();
+        f.debug_struct("TopicReader").field("topic", &self.fetcher.topic).field("positions", &positions).finish()
+    }
+}
+
+impl TopicReader {
+    pub(super) fn new(source: &TopicSource, partitions: impl Iterator<Item = (u32, PartitionPlan)>) -> Self {
+        let bounded = source.bounded;
+        TopicReader {
+            fetcher: Fetcher {
+                handle: source.handle.clone(),
+                topic: source.topic.clone(),
+                max_bytes: source.fetch_max_bytes,
+                max_wait: source.fetch_max_wait,
+                failure: source.failure.clone(),
+            },
+            partitions: partitions
+                .map(|(partition, plan)| PartitionReader {
+                    partition,
+                    next: plan.start,
+                    end: bounded.then_some(plan.end_at_open),
+                    records: VecDeque::new(),
+                    fetch: Fetch::Idle,
+                })
+                .collect(),
+            next_split: 0,
+        }
+    }
+
+    /// The partitions this instance reads, in split order.
+    #[must_use]
+    pub fn partitions(&self) -> Vec<u32> {
+        self.partitions.iter().map(|p| p.partition).collect()
+    }
+}
+
+impl Source<TopicRecord> for TopicReader {
+    fn splits(&self) -> usize {
+        self.partitions.len()
+    }
+
+    fn poll_next(&mut self, cx: &mut Context<'_>, out: &mut Vec<TopicRecord>, max: usize) -> Poll<Option<usize>> {
+        let n = self.partitions.len();
+        let mut running = false;
+        for k in 0..n {
+            let split = (self.next_split + k) % n;
+            let partition = &mut self.partitions[split];
+            if partition.poll_records(cx, &self.fetcher) {
+                let take = max.min(partition.records.len());
+                out.extend(partition.records.drain(..take));
+                self.next_split = (split + 1) % n;
+                return Poll::Ready(Some(split));
+            }
+            running |= !partition.finished();
+        }
+        if running { Poll::Pending } else { Poll::Ready(None) }
+    }
+}
