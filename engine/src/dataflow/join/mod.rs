@@ -1,0 +1,240 @@
+//! Joins of two keyed streams: the window join and the interval join, as in Flink.
+//!
+//! Both inputs must be keyed (`key_by`) on the same key type. Every exchange of a pipeline
+//! routes a key to the same shard (the same key groups, the same hash), so the records of
+//! a key from both sides meet on one shard, where a single operator with two inputs keeps
+//! their state. Its event-time clock is the minimum of the two inputs' watermarks
+//! ([`Progress`]): a side that is idle or has ended holds nothing back.
+//!
+//! - [`KeyedStream::window_join`]: every pair of a left and a right record with the same key
+//!   in the same tumbling or sliding window, emitted when the window fires (the watermark
+//!   reaches its last instant), at that instant.
+//! - [`KeyedStream::interval_join`]: every pair `(l, r)` with the same key and
+//!   `l.time + lower <= r.time <= l.time + upper`, emitted as soon as the second of the two
+//!   arrives, at the later of their times. A record is kept only while a record still to
+//!   come could match it.
+//!
+//! A record at or below the operator's watermark is *late*: it breaks its input's promise
+//! that no such record would come. A window join drops a record whose windows have all
+//! fired; an interval join drops every late record, which is what makes its output exact:
+//! a pair is emitted if and only if neither of its records was late, however the inputs
+//! interleave. Dropped records are counted in `Metrics::late_dropped`.
+//!
+//! ```
+//! use std::sync::{Arc, Mutex};
+//! use sluice_engine::dataflow::{Generator, Pipeline, PipelineConfig, WatermarkStrategy};
+//! use sluice_io::EventTime;
+//!
+//! // Orders and payments (user, ms); a payment matches an order of its user paid within 5 ms.
+//! const ORDERS: [(u32, i64); 3] = [(1, 10), (2, 20), (1, 30)];
+//! const PAYMENTS: [(u32, i64); 3] = [(1, 12), (1, 33), (2, 40)];
+//! let paid = Arc::new(Mutex::new(Vec::new()));
+//! let sink = paid.clone();
+//! Pipeline::new(PipelineConfig::with_shards(2))
+//!     .run(move |scope| {
+//!         let sink = sink.clone();
+//!         let (shard, shards) = (scope.shard(), scope.shards());
+//!         let time = |r: &(u32, i64)| EventTime::from_millis(r.1);
+//!         let orders = scope
+//!             .source(Generator::new(shard, shards, 3, |i| ORDERS[i as usize]), WatermarkStrategy::monotonous(time))
+//!             .key_by(|o| o.0);
+//!         let payments = scope
+//!             .source(Generator::new(shard, shards, 3, |i| PAYMENTS[i as usize]), WatermarkStrategy::monotonous(time))
+//!             .key_by(|p| p.0);
+//!         orders
+//!             .interval_join(payments, 0, 5, |user, order, payment| (*user, order.1, payment.1))
+//!             .for_each(move |e| sink.lock().unwrap().push(e.value));
+//!     })
+//!     .unwrap();
+//! let mut paid = paid.lock().unwrap().clone();
+//! paid.sort_unstable();
+//! assert_eq!(paid, vec![(1, 10, 12), (1, 30, 33)]);
+//! ```
+
+mod interval;
+mod window;
+
+use std::{cell::RefCell, hash::Hash, rc::Rc, sync::Arc};
+
+use sluice_io::EventTime;
+
+use super::{Event, KeyedStream, Metrics, Operator, Output, Port, Progress, Stream, Windows};
+
+impl<K: Hash + Eq + Clone + 'static, L: 'static> KeyedStream<K, L> {
+    /// Every pair of a record of this stream and one of `other` with equal keys in the same
+    /// window, `f(key, left, right)`, emitted when the window fires (the watermark reaches
+    /// its last instant) and carrying that instant as its event time. A key present on one
+    /// side only yields nothing. Records are cloned into each window they fall in (one for
+    /// tumbling windows, `size / slide` for sliding ones). A record whose windows have all
+    /// fired is late: it is dropped and counted in `Metrics::late_dropped`.
+    ///
+    /// # Panics
+    ///
+    /// If `windows` are not tumbling or sliding (session and global windows are not known
+    /// from a record's time alone).
+    pub fn window_join<R, O>(
+        self,
+        other: KeyedStream<K, R>,
+        windows: Windows,
+        f: impl FnMut(&K, &L, &R) -> O + 'static,
+    ) -> Stream<O>
+    where
+        L: Clone,
+        R: Clone + 'static,
+        O: 'static,
+    {
+        assert!(
+            matches!(windows, Windows::Tumbling { .. } | Windows::Sliding { .. }),
+            "window_join takes tumbling or sliding windows, not {windows:?}"
+        );
+        let core = window::WindowJoin::new(windows, self.key.clone(), other.key.clone(), f);
+        attach(self, other, core)
+    }
+
+    /// Every pair of a record `l` of this stream and `r` of `other` with equal keys and
+    /// `l.time + lower_ms <= r.time <= l.time + upper_ms`, `f(key, l, r)`, emitted as soon as
+    /// both have arrived and carrying the later of their times. A negative `lower_ms` lets
+    /// `r` come before `l`. A record is dropped once the watermark rules out every match
+    /// still to come: `l` when it reaches `l.time + upper_ms`, `r` when it reaches
+    /// `r.time - lower_ms`. A record at or below the watermark when it arrives is late: it
+    /// is dropped and counted in `Metrics::late_dropped`, so a pair is emitted exactly when
+    /// neither of its records was late.
+    ///
+    /// # Panics
+    ///
+    /// If `lower_ms > upper_ms`: no pair could ever match.
+    pub fn interval_join<R, O>(
+        self,
+        other: KeyedStream<K, R>,
+        lower_ms: i64,
+        upper_ms: i64,
+        f: impl FnMut(&K, &L, &R) -> O + 'static,
+    ) -> Stream<O>
+    where
+        R: 'static,
+        O: 'static,
+    {
+        assert!(lower_ms <= upper_ms, "interval_join needs lower_ms <= upper_ms, got [{lower_ms}, {upper_ms}]");
+        let core = interval::IntervalJoin::new(lower_ms, upper_ms, self.key.clone(), other.key.clone(), f);
+        attach(self, other, core)
+    }
+}
+
+/// The state and logic of one join on one shard. [`Joint`] feeds it the records of both
+/// inputs and the combined watermark, and sends what it emits downstream.
+trait JoinCore: 'static {
+    type Left: 'static;
+    type Right: 'static;
+    type Out: 'static;
+    /// A left record; `false` if it was late and dropped.
+    fn left(&mut self, event: Event<Self::Left>, out: &mut Vec<Event<Self::Out>>) -> bool;
+    /// A right record; `false` if it was late and dropped.
+    fn right(&mut self, event: Event<Self::Right>, out: &mut Vec<Event<Self::Out>>) -> bool;
+    /// The combined watermark has advanced to `watermark`: emit what it completes and drop
+    /// the state it makes useless.
+    fn advance(&mut self, watermark: EventTime, out: &mut Vec<Event<Self::Out>>);
+}
+
+/// A join operator with its two inputs' progress and its output, shared by the two input
+/// adapters ([`LeftInput`], [`RightInput`]) the upstream ports own.
+struct Joint<C: JoinCore> {
+    core: C,
+    progress: Progress,
+    /// The combined watermark the core last advanced to.
+    watermark: EventTime,
+    results: Vec<Event<C::Out>>,
+    out: Port<C::Out>,
+    metrics: Arc<Metrics>,
+}
+
+const LEFT: usize = 0;
+const RIGHT: usize = 1;
+
+impl<C: JoinCore> Joint<C> {
+    fn batch<T>(
+        &mut self,
+        batch: &mut Vec<Event<T>>,
+        mut each: impl FnMut(&mut C, Event<T>, &mut Vec<Event<C::Out>>) -> bool,
+    ) {
+        let mut late = 0;
+        for event in batch.drain(..) {
+            if !each(&mut self.core, event, &mut self.results) {
+                late += 1;
+            }
+        }
+        self.metrics.add_late_dropped(late);
+        self.out.borrow_mut().push(&mut self.results);
+    }
+
+    /// Applies a change of one input's progress: the core fires on the new combined
+    /// watermark, and what it emitted goes downstream before that watermark does. Once both
+    /// inputs have ended the output ends; state still held then is discarded, as a window
+    /// operator discards its open windows (a drained input sends the end of time first,
+    /// which has already fired everything).
+    fn progress(&mut self, change: impl FnOnce(&mut Progress)) {
+        change(&mut self.progress);
+        if !self.progress.all_ended() {
+            let watermark = self.progress.combined();
+            if watermark > self.watermark {
+                self.watermark = watermark;
+                self.core.advance(watermark, &mut self.results);
+            }
+        }
+        let mut out = self.out.borrow_mut();
+        out.push(&mut self.results);
+        self.progress.forward(&mut out);
+    }
+}
+
+/// The left input of a [`Joint`].
+struct LeftInput<C: JoinCore>(Rc<RefCell<Joint<C>>>);
+
+impl<C: JoinCore> Operator<C::Left> for LeftInput<C> {
+    fn on_batch(&mut self, batch: &mut Vec<Event<C::Left>>) {
+        self.0.borrow_mut().batch(batch, C::left);
+    }
+    fn on_watermark(&mut self, watermark: EventTime) {
+        self.0.borrow_mut().progress(|p| p.watermark(LEFT, watermark));
+    }
+    fn on_idle(&mut self, idle: bool) {
+        self.0.borrow_mut().progress(|p| p.idle(LEFT, idle));
+    }
+    fn on_end(&mut self) {
+        self.0.borrow_mut().progress(|p| p.end(LEFT));
+    }
+}
+
+/// The right input of a [`Joint`].
+struct RightInput<C: JoinCore>(Rc<RefCell<Joint<C>>>);
+
+impl<C: JoinCore> Operator<C::Right> for RightInput<C> {
+    fn on_batch(&mut self, batch: &mut Vec<Event<C::Right>>) {
+        self.0.borrow_mut().batch(batch, C::right);
+    }
+    fn on_watermark(&mut self, watermark: EventTime) {
+        self.0.borrow_mut().progress(|p| p.watermark(RIGHT, watermark));
+    }
+    fn on_idle(&mut self, idle: bool) {
+        self.0.borrow_mut().progress(|p| p.idle(RIGHT, idle));
+    }
+    fn on_end(&mut self) {
+        self.0.borrow_mut().progress(|p| p.end(RIGHT));
+    }
+}
+
+/// Attaches `core` to both keyed streams and returns its output.
+fn attach<K, C: JoinCore>(left: KeyedStream<K, C::Left>, right: KeyedStream<K, C::Right>, core: C) -> Stream<C::Out> {
+    let scope = left.stream.scope.clone();
+    let out = Output::port();
+    let joint = Rc::new(RefCell::new(Joint {
+        core,
+        progress: Progress::new(2),
+        watermark: EventTime::MIN,
+        results: Vec::new(),
+        out: out.clone(),
+        metrics: scope.shared.metrics.clone(),
+    }));
+    left.stream.port.borrow_mut().attach(Box::new(LeftInput(joint.clone())));
+    right.stream.port.borrow_mut().attach(Box::new(RightInput(joint)));
+    scope.stream(out)
+}

@@ -1,0 +1,191 @@
+//! The window join's state: per window (a bucket, as in the aligned window operator) and,
+//! inside it, per key, the records of each side that fell in it.
+//!
+//! Buckets are kept sorted by window; all windows of one join have the same length, so
+//! the order of their starts is the order of their last instants, and the buckets a
+//! watermark completes are a prefix. A record goes into each of its windows that has not
+//! fired; with none left, it is late.
+
+use std::{hash::Hash, rc::Rc};
+
+use rustc_hash::FxHashMap;
+use sluice_io::EventTime;
+
+use super::JoinCore;
+use crate::dataflow::{Event, Window, Windows};
+
+/// One key's records of both sides in one window.
+struct Sides<L, R> {
+    left: Vec<L>,
+    right: Vec<R>,
+}
+
+impl<L, R> Default for Sides<L, R> {
+    fn default() -> Self {
+        Sides { left: Vec::new(), right: Vec::new() }
+    }
+}
+
+struct Bucket<K, L, R> {
+    window: Window,
+    keys: FxHashMap<K, Sides<L, R>>,
+}
+
+pub(super) struct WindowJoin<K, L, R, O, F> {
+    windows: Windows,
+    left_key: Rc<dyn Fn(&L) -> K>,
+    right_key: Rc<dyn Fn(&R) -> K>,
+    f: F,
+    buckets: Vec<Bucket<K, L, R>>,
+    /// The bucket the last record went to: in-order input finds its bucket without a search.
+    hint: usize,
+    /// Scratch: the open windows of the record being added.
+    open: Vec<Window>,
+    watermark: EventTime,
+    _out: std::marker::PhantomData<fn() -> O>,
+}
+
+impl<K, L, R, O, F> WindowJoin<K, L, R, O, F>
+where
+    K: Hash + Eq + Clone + 'static,
+    L: Clone + 'static,
+    R: Clone + 'static,
+    F: FnMut(&K, &L, &R) -> O,
+{
+    pub(super) fn new(windows: Windows, left_key: Rc<dyn Fn(&L) -> K>, right_key: Rc<dyn Fn(&R) -> K>, f: F) -> Self {
+        WindowJoin {
+            windows,
+            left_key,
+            right_key,
+            f,
+            buckets: Vec::new(),
+            hint: 0,
+            open: Vec::new(),
+            watermark: EventTime::MIN,
+            _out: std::marker::PhantomData,
+        }
+    }
+
+    /// The index of `window`'s bucket, created if need be.
+    fn bucket(&mut self, window: Window) -> usize {
+        if let Some(b) = self.buckets.get(self.hint)
+            && b.window == window
+        {
+            return self.hint;
+        }
+        let i = match self.buckets.binary_search_by(|b| b.window.cmp(&window)) {
+            Ok(i) => i,
+            Err(i) => {
+                self.buckets.insert(i, Bucket { window, keys: FxHashMap::default() });
+                i
+            }
+        };
+        self.hint = i;
+        i
+    }
+
+    /// Puts `value` into each of its windows still open, cloned for all but the last, on
+    /// the side `side` picks; `false` if none is open.
+    fn add<T: Clone>(&mut self, time: EventTime, value: T, key: K, side: fn(&mut Sides<L, R>) -> &mut Vec<T>) -> bool {
+        self.open.clear();
+        let (open, watermark) = (&mut self.open, self.watermark);
+        self.windows.assign(time, |w| {
+            if w.max_timestamp() > watermark {
+                open.push(w);
+            }
+        });
+        let Some(&last) = self.open.last() else { return false };
+        for i in 0..self.open.len() - 1 {
+            let b = self.bucket(self.open[i]);
+            side(self.buckets[b].keys.entry(key.clone()).or_default()).push(value.clone());
+        }
+        let b = self.bucket(last);
+        side(self.buckets[b].keys.entry(key).or_default()).push(value);
+        true
+    }
+
+    #[cfg(test)]
+    fn buckets(&self) -> usize {
+        self.buckets.len()
+    }
+}
+
+impl<K, L, R, O, F> JoinCore for WindowJoin<K, L, R, O, F>
+where
+    K: Hash + Eq + Clone + 'static,
+    L: Clone + 'static,
+    R: Clone + 'static,
+    O: 'static,
+    F: FnMut(&K, &L, &R) -> O + 'static,
+{
+    type Left = L;
+    type Right = R;
+    type Out = O;
+
+    fn left(&mut self, event: Event<L>, _: &mut Vec<Event<O>>) -> bool {
+        let key = (self.left_key)(&event.value);
+        self.add(event.time, event.value, key, |s| &mut s.left)
+    }
+
+    fn right(&mut self, event: Event<R>, _: &mut Vec<Event<O>>) -> bool {
+        let key = (self.right_key)(&event.value);
+        self.add(event.time, event.value, key, |s| &mut s.right)
+    }
+
+    fn advance(&mut self, watermark: EventTime, out: &mut Vec<Event<O>>) {
+        self.watermark = watermark;
+        let complete = self.buckets.partition_point(|b| b.window.max_timestamp() <= watermark);
+        for bucket in self.buckets.drain(..complete) {
+            let time = bucket.window.max_timestamp();
+            for (key, sides) in bucket.keys {
+                for l in &sides.left {
+                    for r in &sides.right {
+                        out.push(Event::new(time, (self.f)(&key, l, r)));
+                    }
+                }
+            }
+        }
+        self.hint = self.buckets.len().saturating_sub(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(ms: i64) -> EventTime {
+        EventTime::from_millis(ms)
+    }
+
+    /// A test record: (key, time in ms); a pair is (left time, right time).
+    type Rec = (u32, i64);
+    type Join = WindowJoin<u32, Rec, Rec, (i64, i64), fn(&u32, &Rec, &Rec) -> (i64, i64)>;
+
+    fn join() -> Join {
+        let windows = Windows::Sliding { size: 10, slide: 5 };
+        WindowJoin::new(windows, Rc::new(|l: &Rec| l.0), Rc::new(|r: &Rec| r.0), |_, l, r| (l.1, r.1))
+    }
+
+    #[test]
+    fn fired_windows_free_their_state_and_refuse_late_records() {
+        let mut join = join();
+        let mut out = Vec::new();
+        assert!(join.left(Event::new(at(7), (1, 7)), &mut out));
+        assert!(join.right(Event::new(at(8), (1, 8)), &mut out));
+        // 7 and 8 fall in [0, 10) and [5, 15).
+        assert_eq!(join.buckets(), 2);
+        join.advance(at(9), &mut out);
+        assert_eq!(out, vec![Event::new(at(9), (7, 8))]);
+        assert_eq!(join.buckets(), 1);
+        // 3 falls in [-5, 5) and [0, 10), both fired: late.
+        assert!(!join.left(Event::new(at(3), (1, 3)), &mut out));
+        // 6 still falls in [5, 15): it goes there alone.
+        assert!(join.right(Event::new(at(6), (1, 6)), &mut out));
+        assert_eq!(join.buckets(), 1);
+        out.clear();
+        join.advance(at(14), &mut out);
+        out.sort_unstable();
+        assert_eq!(out, vec![Event::new(at(14), (7, 6)), Event::new(at(14), (7, 8))]);
+        assert_eq!(join.buckets(), 0);
+    }
+}
