@@ -5,7 +5,7 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 use sluice_bench::{
     harness::write_json,
-    workloads::{log, ring},
+    workloads::{log, pipeline, ring},
 };
 
 /// sluice's load and latency harness.
@@ -24,6 +24,9 @@ enum Workload {
     /// Records per second from shard 0 to shard 1 through the ring mesh, against a plain
     /// chunked rtrb ring
     Ring(ring::RingArgs),
+    /// Events per second and result latency of a windowed keyed count through the
+    /// processor, against the same job written with timely dataflow (--compare timely)
+    Pipeline(pipeline::PipelineArgs),
 }
 
 fn main() -> Result<()> {
@@ -44,6 +47,13 @@ fn main() -> Result<()> {
         }
         Workload::Ring(args) => {
             let report = ring::run(&args)?;
+            report.table().print();
+            if let Some(path) = &args.json {
+                write_json(path, &report)?;
+            }
+        }
+        Workload::Pipeline(args) => {
+            let report = pipeline::run(&args)?;
             report.table().print();
             if let Some(path) = &args.json {
                 write_json(path, &report)?;

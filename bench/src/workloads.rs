@@ -8,6 +8,10 @@
 pub mod e2e;
 pub mod log;
 pub mod log_shard;
+pub mod pipeline;
+pub mod pipeline_job;
+pub mod pipeline_sluice;
+pub mod pipeline_timely;
 pub mod ring;
 
 use std::{io, path::PathBuf};

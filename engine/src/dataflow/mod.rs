@@ -39,12 +39,16 @@
 mod driver;
 mod event;
 mod exchange;
+mod join;
 mod metrics;
 mod operator;
 mod pipeline;
+mod process;
 mod scope;
+mod sink;
 mod source;
 mod stream;
+pub mod topic;
 mod watermark;
 pub mod window;
 
@@ -53,6 +57,9 @@ pub use exchange::{key_group, shard_of_group};
 pub use metrics::Metrics;
 pub use operator::{Operator, Output, Port, Progress};
 pub use pipeline::{Pipeline, PipelineConfig, RunningPipeline};
+pub use process::{
+    KeyedProcessFunction, KeyedState, ListState, MapState, ProcessContext, TimeDomain, Timer, ValueState,
+};
 pub use scope::Scope;
 pub use source::{ChannelSource, Generator, Source};
 pub use stream::{KeyedStream, Stream};

@@ -1,0 +1,212 @@
+//! `sluice-bench pipeline`: the windowed keyed count through sluice's processor, against
+//! the same job written with the `timely` dataflow crate.
+//!
+//! [The job](super::pipeline_job): `--events N` events `i`, key `i mod 10 000`, event time
+//! `i` microseconds (a million events per second of event time, so each one-second
+//! tumbling window counts 100 events per key), bounded-out-of-orderness watermarks, and a
+//! counting sink that checks every result. The sluice side ([`pipeline_sluice`]) runs on
+//! `--shards` pinned shards; with `--compare timely` the baseline ([`pipeline_timely`])
+//! runs on as many timely workers pinned to the same CPUs, round after round with sluice, so
+//! both see the same spells of noise. Each side's figure is its best round.
+//!
+//! With `--rate R` the run measures latency instead: an open-loop source sends event `i` at
+//! `i / R` seconds (its event time too), and each window result's latency runs from the
+//! scheduled send time of its window's last event to the result reaching the sink. The
+//! baseline has no latency mode.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, ensure};
+use clap::{Args, ValueEnum, builder::RangedU64ValueParser};
+use serde::Serialize;
+use sluice_engine::dataflow::PipelineConfig;
+
+use super::{pipeline_job::Job, pipeline_sluice, pipeline_timely};
+use crate::harness::{LatencySummary, Table};
+
+/// Options of `sluice-bench pipeline`.
+#[derive(Debug, Clone, Args)]
+pub struct PipelineArgs {
+    /// Events to generate
+    #[arg(long, default_value_t = 20_000_000, value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub events: u64,
+    /// Shards running the pipeline, each a glommio executor pinned to a CPU (and timely
+    /// workers, with --compare timely)
+    #[arg(long, default_value_t = 1, value_name = "N",
+          value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
+    pub shards: usize,
+    /// Latency mode: send the events at this rate (events/s, open loop) and report
+    /// event-to-result latency
+    #[arg(long, value_name = "EVENTS_PER_SEC", value_parser = clap::value_parser!(u64).range(1..))]
+    pub rate: Option<u64>,
+    /// How far the watermark trails the largest event time seen, in milliseconds
+    #[arg(long, default_value_t = 10, value_name = "MS")]
+    pub out_of_orderness_ms: u64,
+    /// Records per batch: the pipeline's `batch_records`, and the timely input's chunk
+    /// between two `advance_to`s
+    #[arg(long, default_value_t = PipelineConfig::DEFAULT_BATCH_RECORDS, value_name = "N",
+          value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
+    pub batch: usize,
+    /// Rounds in the throughput mode, each running sluice and then the baseline; each
+    /// side's best round is its figure
+    #[arg(long, default_value_t = 3, value_name = "N",
+          value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
+    pub rounds: usize,
+    /// Also run the same job with this baseline, side by side (throughput mode only)
+    #[arg(long, value_name = "BASELINE")]
+    pub compare: Option<Baseline>,
+    /// Also write the report as JSON to this file
+    #[arg(long, value_name = "PATH")]
+    pub json: Option<PathBuf>,
+}
+
+/// A baseline to compare against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Baseline {
+    /// The same job written with the `timely` dataflow crate.
+    Timely,
+}
+
+/// Result of `sluice-bench pipeline`; this is the `--json` schema.
+#[derive(Debug, Clone, Serialize)]
+pub struct PipelineReport {
+    /// Always `"pipeline"`.
+    pub workload: &'static str,
+    /// `--shards` (and timely workers).
+    pub shards: usize,
+    /// `--events`.
+    pub events: u64,
+    /// `--batch`.
+    pub batch_records: usize,
+    /// `--out-of-orderness-ms`.
+    pub out_of_orderness_ms: u64,
+    /// `--rate`, in the latency mode.
+    pub rate: Option<u64>,
+    /// Rounds run (1 in the latency mode).
+    pub rounds: usize,
+    /// Events per second through sluice, from every shard being ready to the last result,
+    /// in the best round. In the latency mode, the rate achieved.
+    pub events_per_sec: f64,
+    /// Window results the sink received (every key with events in a window, per window).
+    pub results: u64,
+    /// The sum of their counts, equal to `events` (or the run fails).
+    pub results_sum: u64,
+    /// From each result's window's last event's scheduled time to the result at the sink,
+    /// microseconds; only in the latency mode.
+    pub latency_us: Option<LatencySummary>,
+    /// `--compare`.
+    pub baseline: Option<Baseline>,
+    /// Events per second through the baseline, in its best round.
+    pub baseline_events_per_sec: Option<f64>,
+    /// `events_per_sec / baseline_events_per_sec`.
+    pub ratio_to_baseline: Option<f64>,
+    /// Sluice's events per second in every round, in order.
+    pub round_events_per_sec: Vec<f64>,
+    /// The baseline's events per second in every round, in order.
+    pub round_baseline_events_per_sec: Vec<f64>,
+}
+
+/// Runs the workload as `args` say.
+///
+/// # Errors
+///
+/// Bad options, a pipeline that failed, or results that do not match the job.
+pub fn run(args: &PipelineArgs) -> anyhow::Result<PipelineReport> {
+    let job = Job::new(args.events, args.rate, args.out_of_orderness_ms, args.batch)?;
+    let mut report = PipelineReport {
+        workload: "pipeline",
+        shards: args.shards,
+        events: args.events,
+        batch_records: args.batch,
+        out_of_orderness_ms: args.out_of_orderness_ms,
+        rate: args.rate,
+        rounds: 1,
+        events_per_sec: 0.0,
+        results: 0,
+        results_sum: 0,
+        latency_us: None,
+        baseline: args.compare,
+        baseline_events_per_sec: None,
+        ratio_to_baseline: None,
+        round_events_per_sec: Vec::new(),
+        round_baseline_events_per_sec: Vec::new(),
+    };
+    let rate = |elapsed: std::time::Duration| args.events as f64 / elapsed.as_secs_f64().max(1e-9);
+    if args.rate.is_some() {
+        ensure!(args.compare.is_none(), "--compare measures throughput: run it without --rate");
+        let sluice = pipeline_sluice::run(&job, args.shards, true)?;
+        report.events_per_sec = rate(sluice.elapsed);
+        report.round_events_per_sec.push(report.events_per_sec);
+        (report.results, report.results_sum) = (sluice.tally.results, sluice.tally.sum);
+        report.latency_us = sluice.latency.map(|l| l.summary());
+        return Ok(report);
+    }
+    let cpus: Vec<usize> = core_affinity::get_core_ids()
+        .filter(|ids| !ids.is_empty())
+        .context("reading the CPUs this process may run on")?
+        .into_iter()
+        .map(|core| core.id)
+        .collect();
+    for _ in 0..args.rounds {
+        let sluice = pipeline_sluice::run(&job, args.shards, false)?;
+        report.round_events_per_sec.push(rate(sluice.elapsed));
+        (report.results, report.results_sum) = (sluice.tally.results, sluice.tally.sum);
+        if let Some(Baseline::Timely) = args.compare {
+            let timely = pipeline_timely::run(&job, args.shards, &cpus)?;
+            report.round_baseline_events_per_sec.push(rate(timely.elapsed));
+        }
+    }
+    let best = |rates: &[f64]| rates.iter().copied().fold(0.0, f64::max);
+    report.rounds = args.rounds;
+    report.events_per_sec = best(&report.round_events_per_sec);
+    if args.compare.is_some() {
+        let baseline = best(&report.round_baseline_events_per_sec);
+        report.baseline_events_per_sec = Some(baseline);
+        report.ratio_to_baseline = Some(report.events_per_sec / baseline);
+    }
+    Ok(report)
+}
+
+impl PipelineReport {
+    /// The human-readable form of the report.
+    pub fn table(&self) -> Table {
+        let Self { shards, events, batch_records, out_of_orderness_ms, rounds, .. } = self;
+        let mode = match self.rate {
+            Some(rate) => format!("{rate} events/s offered"),
+            None => format!("best of {rounds} rounds"),
+        };
+        let mut table = Table::titled(format!(
+            "pipeline: windowed keyed count, {shards} shards, {events} events, 10000 keys, 1 s tumbling windows, \
+             watermark bound {out_of_orderness_ms} ms, batches of {batch_records}, {mode}"
+        ));
+        let name = if self.rate.is_some() { "sluice (achieved)" } else { "sluice" };
+        table.row(name, format!("{:.0}", self.events_per_sec), "events/s");
+        table.row("sluice per shard", format!("{:.0}", self.events_per_sec / *shards as f64), "events/s");
+        if let (Some(baseline), Some(ratio)) = (self.baseline_events_per_sec, self.ratio_to_baseline) {
+            table.row(format!("timely ({shards} workers)"), format!("{baseline:.0}"), "events/s");
+            table.row("sluice / timely", format!("{ratio:.2}"), "x");
+            let rounds: Vec<String> = (self.round_events_per_sec.iter().zip(&self.round_baseline_events_per_sec))
+                .map(|(sluice, timely)| format!("{:.1}/{:.1}", sluice / 1e6, timely / 1e6))
+                .collect();
+            table.row("rounds (sluice/timely)", rounds.join(" "), "M events/s");
+        } else if self.round_events_per_sec.len() > 1 {
+            let rounds: Vec<String> = self.round_events_per_sec.iter().map(|r| format!("{:.1}", r / 1e6)).collect();
+            table.row("rounds", rounds.join(" "), "M events/s");
+        }
+        let ok = if self.results_sum == self.events { "ok" } else { "MISMATCH" };
+        table.row("results (sum of counts)", format!("{} ({}, {ok})", self.results, self.results_sum), "");
+        if let Some(l) = &self.latency_us {
+            for (name, v) in [
+                ("result latency p50", l.p50),
+                ("result latency p99", l.p99),
+                ("result latency p99.9", l.p999),
+                ("result latency max", l.max),
+            ] {
+                table.row(name, v, "us");
+            }
+        }
+        table
+    }
+}

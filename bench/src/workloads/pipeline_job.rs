@@ -1,0 +1,220 @@
+//! The job both sides of `sluice-bench pipeline` run, defined once so they cannot drift
+//! apart: a count per key and one-second tumbling window over the events `0..events`, with
+//! `key = i mod 10 000`, and the expected answer, which both sinks check every result
+//! against.
+//!
+//! Event `i` is *scheduled* at `i x ps_per_event` picoseconds after the run's epoch, and
+//! its event time is that schedule in whole milliseconds. The throughput mode schedules a
+//! million events per second of event time (event `i` at `i` microseconds, so each full
+//! window counts 100 events per key) and sends them as fast as it can; the latency mode
+//! (`--rate R`) schedules `R` per second and sends each at its scheduled wall time. One
+//! definition for both means the latency mode's windows are wall-clock seconds, so its
+//! latencies mean the same at any rate, while the throughput mode's windows are exactly
+//! those of the spec.
+
+use std::time::Duration;
+
+use anyhow::ensure;
+
+/// Distinct keys: event `i` has key `i % KEYS`.
+pub const KEYS: u64 = 10_000;
+/// The tumbling window's length, in event-time milliseconds.
+pub const WINDOW_MS: i64 = 1000;
+/// Picoseconds between two events' scheduled times in the throughput mode: a million events
+/// per second of event time.
+pub const THROUGHPUT_PS_PER_EVENT: u64 = 1_000_000;
+
+const PS_PER_MS: u64 = 1_000_000_000;
+
+/// What one run computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Job {
+    /// Events `0..events` are generated.
+    pub events: u64,
+    /// Picoseconds between consecutive events' scheduled times.
+    pub ps_per_event: u64,
+    /// How far the watermark trails the largest event time seen.
+    pub out_of_orderness_ms: u64,
+    /// Records per batch: sluice's `batch_records`, and the timely input's chunk between
+    /// two `advance_to`s.
+    pub batch: usize,
+}
+
+impl Job {
+    /// A job of `events` events, `rate` per second of event time (`None`: a million).
+    ///
+    /// # Errors
+    ///
+    /// A zero rate or batch, or a schedule too long to express in picoseconds.
+    pub fn new(events: u64, rate: Option<u64>, out_of_orderness_ms: u64, batch: usize) -> anyhow::Result<Self> {
+        let ps_per_event = match rate {
+            None => THROUGHPUT_PS_PER_EVENT,
+            Some(rate) => {
+                ensure!(rate > 0, "--rate must be positive");
+                ensure!(rate <= 1_000_000_000_000, "--rate is at most 10^12 events per second");
+                1_000_000_000_000 / rate
+            }
+        };
+        ensure!(batch > 0, "--batch must be positive");
+        ensure!(
+            events.checked_mul(ps_per_event).is_some(),
+            "{events} events at {ps_per_event} ps apart overflow the schedule: fewer events or a higher rate"
+        );
+        Ok(Job { events, ps_per_event, out_of_orderness_ms, batch })
+    }
+
+    /// The key of event `i`.
+    #[inline]
+    pub fn key(i: u64) -> u64 {
+        i % KEYS
+    }
+
+    /// Event `i`'s event time, in milliseconds from the epoch.
+    #[inline]
+    pub fn time_ms(&self, i: u64) -> i64 {
+        // Cannot overflow for i < events (checked in `new`); the division is by a constant.
+        (i.wrapping_mul(self.ps_per_event) / PS_PER_MS) as i64
+    }
+
+    /// Event `i`'s scheduled send time, from the epoch.
+    pub fn scheduled(&self, i: u64) -> Duration {
+        Duration::from_nanos(i.saturating_mul(self.ps_per_event) / 1000)
+    }
+
+    /// The first event whose event time is at or after `ms` (may be `events`: none).
+    pub fn first_event_at(&self, ms: i64) -> u64 {
+        let ms = u128::try_from(ms).unwrap_or(0);
+        let first = (ms * u128::from(PS_PER_MS)).div_ceil(u128::from(self.ps_per_event));
+        u64::try_from(first).unwrap_or(u64::MAX).min(self.events)
+    }
+
+    /// The events of the window starting at `start_ms`, as a range of `i`.
+    pub fn window_events(&self, start_ms: i64) -> std::ops::Range<u64> {
+        self.first_event_at(start_ms)..self.first_event_at(start_ms.saturating_add(WINDOW_MS))
+    }
+
+    /// The start of the window holding event time `ms`.
+    #[inline]
+    pub fn window_start(ms: i64) -> i64 {
+        ms - ms.rem_euclid(WINDOW_MS)
+    }
+
+    /// The count the window starting at `start_ms` must report for `key`.
+    pub fn expected_count(&self, key: u64, start_ms: i64) -> u64 {
+        // Events below n with key `key`.
+        let below = |n: u64| if n > key { (n - 1 - key) / KEYS + 1 } else { 0 };
+        let range = self.window_events(start_ms);
+        below(range.end) - below(range.start)
+    }
+
+    /// How many (key, window) results the job produces: every key with at least one event
+    /// in a window, in every window.
+    pub fn expected_results(&self) -> u64 {
+        if self.events == 0 {
+            return 0;
+        }
+        let last = Self::window_start(self.time_ms(self.events - 1));
+        (0..=last / WINDOW_MS).map(|w| (self.window_events(w * WINDOW_MS).count() as u64).min(KEYS)).sum()
+    }
+
+    /// The window's last event (the one scheduled last), if it has any: its result cannot be
+    /// complete before this event was sent, so the latency mode measures from its schedule.
+    pub fn last_event_of_window(&self, start_ms: i64) -> Option<u64> {
+        let range = self.window_events(start_ms);
+        (!range.is_empty()).then(|| range.end - 1)
+    }
+}
+
+/// What a counting sink saw, checked against the job at the end.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// Window results received.
+    pub results: u64,
+    /// The sum of their counts: every event is counted once, so this must equal `events`.
+    pub sum: u64,
+    /// Results whose count differs from [`Job::expected_count`].
+    pub wrong: u64,
+}
+
+impl Tally {
+    /// Counts one result: `key`'s count `count` in the window starting at `start_ms`.
+    #[inline]
+    pub fn add(&mut self, job: &Job, key: u64, start_ms: i64, count: u64) {
+        self.results += 1;
+        self.sum += count;
+        self.wrong += u64::from(count != job.expected_count(key, start_ms));
+    }
+
+    /// Adds another sink's tally.
+    pub fn merge(&mut self, other: &Tally) {
+        self.results += other.results;
+        self.sum += other.sum;
+        self.wrong += other.wrong;
+    }
+
+    /// Fails unless every event was counted once, in the right window, under the right key.
+    pub fn check(&self, job: &Job, what: &str) -> anyhow::Result<()> {
+        ensure!(self.sum == job.events, "{what}: the results count {} events, expected {}", self.sum, job.events);
+        let expected = job.expected_results();
+        ensure!(self.results == expected, "{what}: {} results, expected {expected}", self.results);
+        ensure!(self.wrong == 0, "{what}: {} of {} results have a wrong count", self.wrong, self.results);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_throughput_schedule_is_one_event_per_microsecond() {
+        let job = Job::new(2_500_000, None, 0, 1024).unwrap();
+        assert_eq!((job.time_ms(0), job.time_ms(999), job.time_ms(1000), job.time_ms(1_999_999)), (0, 0, 1, 1999));
+        assert_eq!(job.window_events(0), 0..1_000_000);
+        assert_eq!(job.window_events(2000), 2_000_000..2_500_000);
+        assert_eq!(job.expected_count(7, 0), 100);
+        assert_eq!(job.expected_count(7, 2000), 50);
+        assert_eq!(job.expected_results(), 3 * KEYS);
+        assert_eq!(job.last_event_of_window(1000), Some(1_999_999));
+        assert_eq!(job.last_event_of_window(3000), None);
+        assert_eq!(job.scheduled(1500), Duration::from_micros(1500));
+    }
+
+    #[test]
+    fn a_paced_schedule_puts_rate_events_in_each_second() {
+        // 2500 per second: 400 000 000 ps apart, no rounding.
+        let job = Job::new(6000, Some(2500), 0, 16).unwrap();
+        assert_eq!(job.window_events(0), 0..2500);
+        assert_eq!(job.window_events(2000), 5000..6000);
+        assert_eq!((job.time_ms(2499), job.time_ms(2500)), (999, 1000));
+        assert_eq!(job.scheduled(2500), Duration::from_secs(1));
+        // 2500 + 2500 + 1000 events: every window has fewer events than keys.
+        assert_eq!(job.expected_results(), 6000);
+        let sum: u64 =
+            (0..3).flat_map(|w| (0..KEYS).map(move |k| (k, w * 1000))).map(|(k, s)| job.expected_count(k, s)).sum();
+        assert_eq!(sum, 6000);
+    }
+
+    #[test]
+    fn a_tally_fails_on_a_missing_or_miscounted_event() {
+        let job = Job::new(20_000, None, 0, 1024).unwrap();
+        let mut tally = Tally::default();
+        for key in 0..KEYS {
+            tally.add(&job, key, 0, 2);
+        }
+        tally.check(&job, "all").unwrap();
+        let mut short = tally;
+        short.sum -= 1;
+        assert!(short.check(&job, "short").is_err());
+        let mut wrong = Tally::default();
+        wrong.add(&job, 0, 0, 3);
+        assert_eq!(wrong.wrong, 1);
+    }
+
+    #[test]
+    fn schedules_that_overflow_are_refused() {
+        assert!(Job::new(u64::MAX / 2, Some(1), 0, 1).is_err());
+        assert!(Job::new(10, Some(0), 0, 1).is_err());
+        assert!(Job::new(10, None, 0, 0).is_err());
+    }
+}

@@ -1,0 +1,214 @@
+//! The sluice side of `sluice-bench pipeline`: the job as a pipeline,
+//!
+//! ```text
+//! source(events) -> key_by(i % 10 000) -> window(tumbling 1 s) -> count -> counting sink
+//! ```
+//!
+//! on `shards` pinned shards. The throughput mode's source is the engine's [`Generator`];
+//! the latency mode's is [`PacedGenerator`], an open-loop source that releases each event at
+//! its scheduled time. Both are stamped by a bounded-out-of-orderness
+//! [`WatermarkStrategy`]. The sink (`CountingSink`) checks every result against the job
+//! and, in the latency mode, records the latency of each: from the scheduled send time of
+//! its window's last event to the moment the result reaches the sink. A window's result
+//! cannot exist before its last event was sent, so this is the event-to-result latency of
+//! the event that waited least; measuring from the schedule, not from the actual send,
+//! charges a stalled source to every event it delayed (coordinated omission corrected).
+
+use std::{
+    future::Future,
+    pin::Pin,
+    sync::{Arc, Barrier, Mutex, PoisonError},
+    task::{Context, Poll},
+    time::{Duration, Instant},
+};
+
+use anyhow::Context as _;
+use sluice_engine::dataflow::{
+    Event, Generator, Operator, Pipeline, PipelineConfig, Source, WatermarkStrategy, WindowResult, Windows,
+};
+use sluice_io::EventTime;
+
+use super::pipeline_job::{Job, Tally, WINDOW_MS};
+use crate::harness::LatencyRecorder;
+
+/// How long after the pipeline starts the latency mode's schedule begins, so that every
+/// shard is up before its first event is due.
+const PACED_START_DELAY: Duration = Duration::from_millis(50);
+
+/// One run of the sluice side.
+#[derive(Debug, Clone)]
+pub struct SluiceRun {
+    /// Throughput mode: from the moment every shard was ready to the last shard's end.
+    /// Latency mode: from the schedule's start to the last shard's end.
+    pub elapsed: Duration,
+    /// What the sinks saw (already checked against the job).
+    pub tally: Tally,
+    /// Result latencies, in the latency mode.
+    pub latency: Option<LatencyRecorder>,
+}
+
+/// What each shard's sink hands back when its stream ends.
+#[derive(Debug)]
+struct SinkEnd {
+    tally: Tally,
+    latency: Option<LatencyRecorder>,
+    at: Instant,
+}
+
+/// Runs the job on `shards` shards; `paced` selects the latency mode (events sent at their
+/// scheduled times) over the throughput mode (as fast as the pipeline takes them).
+///
+/// # Errors
+///
+/// A pipeline that failed, or results that do not match the job.
+pub fn run(job: &Job, shards: usize, paced: bool) -> anyhow::Result<SluiceRun> {
+    let job = *job;
+    let ends: Arc<Mutex<Vec<SinkEnd>>> = Arc::new(Mutex::new(Vec::new()));
+    let starts: Arc<Mutex<Vec<Instant>>> = Arc::new(Mutex::new(Vec::new()));
+    // Every shard has built its graph before the clock starts.
+    let ready = Arc::new(Barrier::new(shards));
+    let epoch = Instant::now() + PACED_START_DELAY;
+    let config = PipelineConfig { batch_records: job.batch, ..PipelineConfig::with_shards(shards) };
+    let (sink_ends, shard_starts) = (ends.clone(), starts.clone());
+    Pipeline::new(config)
+        .run(move |scope| {
+            let bound = Duration::from_millis(job.out_of_orderness_ms);
+            let strategy = WatermarkStrategy::bounded_out_of_orderness(bound, move |i: &u64| {
+                EventTime::from_millis(job.time_ms(*i))
+            });
+            let events = if paced {
+                scope.source(PacedGenerator::new(scope.shard(), scope.shards(), job, epoch), strategy)
+            } else {
+                scope.source(Generator::new(scope.shard(), scope.shards(), job.events, |i| i), strategy)
+            };
+            let sink = CountingSink {
+                job,
+                tally: Tally::default(),
+                latency: paced.then(|| (epoch, LatencyRecorder::new())),
+                ends: sink_ends.clone(),
+            };
+            events
+                .key_by(|i| Job::key(*i))
+                .window(Windows::tumbling(Duration::from_millis(WINDOW_MS as u64)))
+                .count()
+                .attach(sink);
+            ready.wait();
+            shard_starts.lock().unwrap_or_else(PoisonError::into_inner).push(Instant::now());
+        })
+        .context("running the sluice pipeline")?;
+
+    let ends = std::mem::take(&mut *ends.lock().unwrap_or_else(PoisonError::into_inner));
+    anyhow::ensure!(ends.len() == shards, "{} of {shards} shards' sinks ended", ends.len());
+    let mut tally = Tally::default();
+    let mut latency = paced.then(LatencyRecorder::new);
+    for end in &ends {
+        tally.merge(&end.tally);
+        if let (Some(all), Some(shard)) = (&mut latency, &end.latency) {
+            all.merge(shard);
+        }
+    }
+    tally.check(&job, "sluice")?;
+    let started = if paced {
+        epoch
+    } else {
+        let starts = starts.lock().unwrap_or_else(PoisonError::into_inner);
+        starts.iter().copied().min().context("no shard started")?
+    };
+    let ended = ends.iter().map(|e| e.at).max().context("no shard ended")?;
+    Ok(SluiceRun { elapsed: ended.saturating_duration_since(started), tally, latency })
+}
+
+/// The counting sink: checks and counts each result; in the latency mode, also records its
+/// latency. Hands its figures over when the stream ends.
+struct CountingSink {
+    job: Job,
+    tally: Tally,
+    latency: Option<(Instant, LatencyRecorder)>,
+    ends: Arc<Mutex<Vec<SinkEnd>>>,
+}
+
+impl Operator<WindowResult<u64, u64>> for CountingSink {
+    fn on_batch(&mut self, batch: &mut Vec<Event<WindowResult<u64, u64>>>) {
+        for result in batch.iter().map(|e| &e.value) {
+            self.tally.add(&self.job, result.key, result.window.start.0, result.value);
+        }
+        if let Some((epoch, latency)) = &mut self.latency {
+            let now = Instant::now();
+            for result in batch.iter().map(|e| &e.value) {
+                if let Some(last) = self.job.last_event_of_window(result.window.start.0) {
+                    latency.record(now.saturating_duration_since(*epoch + self.job.scheduled(last)));
+                }
+            }
+        }
+        batch.clear();
+    }
+
+    fn on_watermark(&mut self, _: EventTime) {}
+
+    fn on_idle(&mut self, _: bool) {}
+
+    fn on_end(&mut self) {
+        let end =
+            SinkEnd { tally: self.tally, latency: self.latency.as_ref().map(|(_, l)| l.clone()), at: Instant::now() };
+        self.ends.lock().unwrap_or_else(PoisonError::into_inner).push(end);
+    }
+}
+
+/// An open-loop source: shard `s` of `n` releases the events `i` with `i % n == s`, each
+/// once `epoch + job.scheduled(i)` has come, whatever happened to the earlier ones. With
+/// nothing due it sleeps on a glommio timer until the next event is.
+pub struct PacedGenerator {
+    job: Job,
+    epoch: Instant,
+    next: u64,
+    step: u64,
+    timer: Option<glommio::timer::Timer>,
+}
+
+impl std::fmt::Debug for PacedGenerator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PacedGenerator").field("next", &self.next).field("step", &self.step).finish_non_exhaustive()
+    }
+}
+
+impl PacedGenerator {
+    /// Shard `shard` of `shards`'s share of `job`'s events, on the schedule starting at
+    /// `epoch`.
+    pub fn new(shard: usize, shards: usize, job: Job, epoch: Instant) -> Self {
+        PacedGenerator { job, epoch, next: shard as u64, step: shards.max(1) as u64, timer: None }
+    }
+}
+
+impl Source<u64> for PacedGenerator {
+    fn splits(&self) -> usize {
+        1
+    }
+
+    fn poll_next(&mut self, cx: &mut Context<'_>, out: &mut Vec<u64>, max: usize) -> Poll<Option<usize>> {
+        loop {
+            if self.next >= self.job.events {
+                return Poll::Ready(None);
+            }
+            let now = Instant::now();
+            let before = out.len();
+            while self.next < self.job.events
+                && out.len() - before < max
+                && self.epoch + self.job.scheduled(self.next) <= now
+            {
+                out.push(self.next);
+                self.next += self.step;
+            }
+            if out.len() > before {
+                self.timer = None;
+                return Poll::Ready(Some(0));
+            }
+            let due = self.epoch + self.job.scheduled(self.next);
+            let timer =
+                self.timer.get_or_insert_with(|| glommio::timer::Timer::new(due.saturating_duration_since(now)));
+            if Pin::new(timer).poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            self.timer = None;
+        }
+    }
+}

@@ -1,0 +1,97 @@
+//! `sluice-bench pipeline` with tiny parameters, so the workload cannot rot: both sides
+//! must produce every window result with the right count (each run checks them all and
+//! fails otherwise), on one shard and on two. The latency mode is held to what its
+//! definition implies, not to timing: a window's result waits for the watermark, which
+//! trails by the out-of-orderness bound, and an open-loop source cannot beat its schedule.
+
+use clap::Parser;
+use sluice_bench::workloads::{
+    pipeline::{self, Baseline, PipelineArgs},
+    pipeline_job::KEYS,
+};
+
+#[derive(Debug, Parser)]
+struct Cli {
+    #[command(flatten)]
+    args: PipelineArgs,
+}
+
+fn args(line: &[&str]) -> PipelineArgs {
+    Cli::try_parse_from(std::iter::once("pipeline").chain(line.iter().copied())).expect("valid arguments").args
+}
+
+#[test]
+fn both_sides_count_every_window_on_one_and_two_shards() {
+    // A full window (100 events per key) and a partial one (5 per key).
+    for shards in ["1", "2"] {
+        let line = ["--events", "1050000", "--shards", shards, "--rounds", "2", "--compare", "timely"];
+        let report = pipeline::run(&args(&line)).expect("pipeline workload");
+        assert_eq!(report.workload, "pipeline");
+        assert_eq!(report.shards.to_string(), shards);
+        assert_eq!((report.events, report.results, report.results_sum), (1_050_000, 2 * KEYS, 1_050_000));
+        assert_eq!(report.baseline, Some(Baseline::Timely));
+        assert_eq!((report.round_events_per_sec.len(), report.round_baseline_events_per_sec.len()), (2, 2));
+        let baseline = report.baseline_events_per_sec.expect("a baseline figure");
+        assert!(report.events_per_sec > 0.0 && baseline > 0.0, "{report:?}");
+        assert_eq!(report.ratio_to_baseline, Some(report.events_per_sec / baseline));
+        assert_eq!(report.latency_us, None);
+        let table = report.table().to_string();
+        assert!(table.contains("sluice / timely") && table.contains("ok"), "{table}");
+    }
+}
+
+#[test]
+fn fewer_events_than_keys_or_shards_still_add_up() {
+    for (events, shards, bound) in [("1", "2", "0"), ("2500", "2", "0"), ("777", "1", "3")] {
+        let line = ["--events", events, "--shards", shards, "--out-of-orderness-ms", bound, "--rounds", "1"];
+        let report = pipeline::run(&args(&[&line[..], &["--compare", "timely"]].concat())).expect("run");
+        let events: u64 = events.parse().unwrap();
+        assert_eq!((report.results, report.results_sum), (events, events), "{report:?}");
+    }
+}
+
+#[test]
+fn the_latency_mode_measures_from_the_schedule_and_waits_for_the_watermark() {
+    // 25 000 events/s for 2.2 s: two full windows fired by the watermark, and a partial one
+    // fired when the source ends.
+    let line = ["--events", "55000", "--rate", "25000", "--shards", "2", "--out-of-orderness-ms", "10"];
+    let report = pipeline::run(&args(&line)).expect("latency run");
+    assert_eq!((report.rate, report.results, report.results_sum), (Some(25_000), 2 * KEYS + 5000, 55_000));
+    let latency = report.latency_us.expect("latencies in the latency mode");
+    assert_eq!(latency.count, report.results, "one latency per result");
+    // Four fifths of the results come from windows that cannot fire before an event 10 ms
+    // past their end was sent: at least 10 ms after their last event's schedule.
+    assert!(latency.p50 >= 10_000, "{latency:?}");
+    assert!(latency.max >= latency.p99 && latency.p99 >= latency.p50, "{latency:?}");
+    // An open-loop source never sends ahead of its schedule: 55 000 events take 2.2 s.
+    assert!(report.events_per_sec > 0.0 && report.events_per_sec <= 25_000.0 * 1.01, "{report:?}");
+    let table = report.table().to_string();
+    assert!(table.contains("result latency p99"), "{table}");
+}
+
+#[test]
+fn the_baseline_is_a_throughput_comparison_only() {
+    let err = pipeline::run(&args(&["--events", "10", "--rate", "1000", "--compare", "timely"]))
+        .expect_err("--compare with --rate");
+    assert!(err.to_string().contains("without --rate"), "{err}");
+}
+
+#[test]
+fn the_defaults_are_the_specified_job() {
+    let a = args(&[]);
+    assert_eq!((a.events, a.shards, a.rate, a.compare), (20_000_000, 1, None, None));
+    assert!(Cli::try_parse_from(["pipeline", "--compare", "flink"]).is_err());
+    assert!(Cli::try_parse_from(["pipeline", "--shards", "0"]).is_err());
+}
+
+#[test]
+fn the_json_report_has_the_documented_fields() {
+    let report = pipeline::run(&args(&["--events", "5000", "--rounds", "1", "--compare", "timely"])).expect("run");
+    let json = serde_json::to_value(&report).expect("serialize");
+    for field in ["workload", "shards", "events", "events_per_sec", "latency_us", "baseline_events_per_sec"] {
+        assert!(json.get(field).is_some(), "missing {field}: {json}");
+    }
+    assert_eq!(json["workload"], "pipeline");
+    assert_eq!(json["baseline"], "timely");
+    assert!(json["latency_us"].is_null(), "{json}");
+}
