@@ -3,6 +3,7 @@
 use std::{panic::AssertUnwindSafe, sync::Arc, thread::JoinHandle, time::Duration};
 
 use futures_lite::FutureExt;
+use sluice_io::EventTime;
 
 use super::{
     Output, Scope, Stream,
@@ -209,7 +210,12 @@ impl RunningPipeline {
 impl Scope {
     /// A stream read from `source` (this shard's instance), stamped and watermarked by
     /// `strategy`.
-    pub fn source<T: 'static, S: Source<T>>(&self, source: S, strategy: WatermarkStrategy<T>) -> Stream<T> {
+    pub fn source<T, S, E>(&self, source: S, strategy: WatermarkStrategy<T, E>) -> Stream<T>
+    where
+        T: 'static,
+        S: Source<T>,
+        E: Fn(&T) -> EventTime + 'static,
+    {
         let out = Output::port();
         let config = self.config();
         self.add_input(Box::new(SourceInput::new(

@@ -149,9 +149,9 @@ impl<T: 'static> Source<T> for ChannelSource<T> {
 
 /// The driver's side of a source: stamps records, keeps the per-split clocks, and pushes
 /// batches, watermarks and idleness downstream.
-pub(crate) struct SourceInput<T, S> {
+pub(crate) struct SourceInput<T, S, E> {
     source: S,
-    strategy: WatermarkStrategy<T>,
+    strategy: WatermarkStrategy<T, E>,
     clock: SourceClock,
     raw: Vec<T>,
     batch: Vec<Event<T>>,
@@ -161,10 +161,10 @@ pub(crate) struct SourceInput<T, S> {
     processing_tick: Duration,
 }
 
-impl<T: 'static, S: Source<T>> SourceInput<T, S> {
+impl<T: 'static, S: Source<T>, E: Fn(&T) -> EventTime + 'static> SourceInput<T, S, E> {
     pub(crate) fn new(
         source: S,
-        strategy: WatermarkStrategy<T>,
+        strategy: WatermarkStrategy<T, E>,
         batch_records: usize,
         processing_tick: Duration,
         out: Port<T>,
@@ -206,7 +206,7 @@ impl<T: 'static, S: Source<T>> SourceInput<T, S> {
     }
 }
 
-impl<T: 'static, S: Source<T>> Input for SourceInput<T, S> {
+impl<T: 'static, S: Source<T>, E: Fn(&T) -> EventTime + 'static> Input for SourceInput<T, S, E> {
     fn poll_input(&mut self, cx: &mut Context<'_>, _budget: usize) -> Poll<bool> {
         if let Some(drain) = self.stopped {
             return self.finish(drain);

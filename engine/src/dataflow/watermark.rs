@@ -10,14 +10,18 @@ use std::time::{Duration, Instant};
 use sluice_io::EventTime;
 
 /// How a source stamps its records and derives its watermarks.
-pub struct WatermarkStrategy<T> {
-    pub(crate) time: TimeSource<T>,
+///
+/// `E` is the timestamp extractor's type: kept concrete (not boxed) so the source calls it
+/// inline for every record. The default, a function pointer, names the strategies that
+/// need no extractor ([`WatermarkStrategy::processing_time`]) or take a plain `fn`.
+pub struct WatermarkStrategy<T, E = fn(&T) -> EventTime> {
+    pub(crate) time: TimeSource<E>,
     pub(crate) kind: WatermarkKind<T>,
     pub(crate) idle_timeout: Option<Duration>,
 }
 
-pub(crate) enum TimeSource<T> {
-    Extract(Box<dyn Fn(&T) -> EventTime>),
+pub(crate) enum TimeSource<E> {
+    Extract(E),
     Processing,
 }
 
@@ -33,7 +37,7 @@ pub(crate) enum WatermarkKind<T> {
     Processing,
 }
 
-impl<T> std::fmt::Debug for WatermarkStrategy<T> {
+impl<T, E> std::fmt::Debug for WatermarkStrategy<T, E> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let kind = match &self.kind {
             WatermarkKind::Bounded(b) => format!("bounded out-of-orderness {b}ms"),
@@ -48,12 +52,12 @@ fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
-impl<T> WatermarkStrategy<T> {
+impl<T, E: Fn(&T) -> EventTime + 'static> WatermarkStrategy<T, E> {
     /// Event time from `extract`; the watermark trails the largest time seen by `bound`,
     /// so records at most `bound` out of order are on time.
-    pub fn bounded_out_of_orderness(bound: Duration, extract: impl Fn(&T) -> EventTime + 'static) -> Self {
+    pub fn bounded_out_of_orderness(bound: Duration, extract: E) -> Self {
         WatermarkStrategy {
-            time: TimeSource::Extract(Box::new(extract)),
+            time: TimeSource::Extract(extract),
             kind: WatermarkKind::Bounded(millis(bound)),
             idle_timeout: None,
         }
@@ -61,30 +65,31 @@ impl<T> WatermarkStrategy<T> {
 
     /// Event time from `extract`, for records that arrive in time order: the watermark
     /// is just below the largest time seen.
-    pub fn monotonous(extract: impl Fn(&T) -> EventTime + 'static) -> Self {
+    pub fn monotonous(extract: E) -> Self {
         Self::bounded_out_of_orderness(Duration::ZERO, extract)
     }
 
     /// Event time from `extract`; the records themselves carry the watermarks: `punctuate`
     /// returns one for a record that is a punctuation mark.
-    pub fn punctuated(
-        extract: impl Fn(&T) -> EventTime + 'static,
-        punctuate: impl Fn(&T, EventTime) -> Option<EventTime> + 'static,
-    ) -> Self {
+    pub fn punctuated(extract: E, punctuate: impl Fn(&T, EventTime) -> Option<EventTime> + 'static) -> Self {
         WatermarkStrategy {
-            time: TimeSource::Extract(Box::new(extract)),
+            time: TimeSource::Extract(extract),
             kind: WatermarkKind::Punctuated(Box::new(punctuate)),
             idle_timeout: None,
         }
     }
+}
 
+impl<T> WatermarkStrategy<T> {
     /// Processing time: each record is stamped with the shard's clock as it enters, and
     /// the watermark follows the clock, so windows close on the wall clock.
     #[must_use]
     pub fn processing_time() -> Self {
         WatermarkStrategy { time: TimeSource::Processing, kind: WatermarkKind::Processing, idle_timeout: None }
     }
+}
 
+impl<T, E> WatermarkStrategy<T, E> {
     /// A split with no records for `timeout` goes idle and stops holding the watermark back.
     #[must_use]
     pub fn with_idle_timeout(mut self, timeout: Duration) -> Self {

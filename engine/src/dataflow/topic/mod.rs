@@ -286,7 +286,14 @@ impl TopicSource {
 impl Scope {
     /// The records of `source`'s partitions that this shard reads, stamped and
     /// watermarked by `strategy` (usually from [`TopicRecord::event_time`]).
-    pub fn topic_source(&self, source: &TopicSource, strategy: WatermarkStrategy<TopicRecord>) -> Stream<TopicRecord> {
+    pub fn topic_source<E>(
+        &self,
+        source: &TopicSource,
+        strategy: WatermarkStrategy<TopicRecord, E>,
+    ) -> Stream<TopicRecord>
+    where
+        E: Fn(&TopicRecord) -> EventTime + 'static,
+    {
         self.source(source.reader(self.shard(), self.shards()), strategy)
     }
 }

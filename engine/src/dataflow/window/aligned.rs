@@ -71,8 +71,24 @@ impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>> Aligne
         i
     }
 
+    #[inline]
     fn add(&mut self, event: Event<T>) {
         let key = (self.emit.spec.key)(&event.value);
+        // The common case, in-order input to tumbling windows: the record falls in the
+        // window of the one before it, still open, with no division or search.
+        if let Windows::Tumbling { .. } = self.windows
+            && let Some(bucket) = self.buckets.get_mut(self.hint)
+            && !bucket.fired
+            && bucket.window.contains(event.time)
+        {
+            let acc = bucket.keys.entry(key).or_insert_with(|| self.function.create());
+            self.function.add(acc, &event);
+            return;
+        }
+        self.add_slow(key, event);
+    }
+
+    fn add_slow(&mut self, key: K, event: Event<T>) {
         self.assigned.clear();
         let assigned = &mut self.assigned;
         self.windows.assign(event.time, |w| assigned.push(w));
