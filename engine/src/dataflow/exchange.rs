@@ -77,6 +77,8 @@ struct Sending<T, KF> {
     shard: usize,
     shards: usize,
     groups: u32,
+    /// `shard_of_group` for every group, looked up rather than divided per record.
+    owners: Vec<u16>,
     key: Rc<KF>,
     batch_records: usize,
     building: Vec<Vec<Event<T>>>,
@@ -131,7 +133,7 @@ impl<T: 'static, K: Hash, KF: Fn(&T) -> K> Operator<T> for Sending<T, KF> {
         }
         let mut local = std::mem::take(&mut self.building[self.shard]);
         for event in batch.drain(..) {
-            let to = shard_of_group(key_group(&(self.key)(&event.value), self.groups), self.groups, self.shards);
+            let to = usize::from(self.owners[key_group(&(self.key)(&event.value), self.groups) as usize]);
             if to == self.shard {
                 local.push(event);
             } else {
@@ -279,6 +281,9 @@ where
         shard,
         shards,
         groups: scope.config().key_groups,
+        owners: (0..scope.config().key_groups)
+            .map(|g| u16::try_from(shard_of_group(g, scope.config().key_groups, shards)).expect("at most 65536 shards"))
+            .collect(),
         key,
         batch_records,
         building: (0..shards).map(|_| Vec::with_capacity(batch_records)).collect(),

@@ -71,7 +71,7 @@ impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>> Aligne
         i
     }
 
-    #[inline]
+    #[inline(always)]
     fn add(&mut self, event: Event<T>) {
         let key = (self.emit.spec.key)(&event.value);
         // The common case, in-order input to tumbling windows: the record falls in the
@@ -153,6 +153,7 @@ impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>> Aligne
 }
 
 impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>> Operator<T> for Aligned<K, T, F> {
+    #[inline]
     fn on_batch(&mut self, batch: &mut Vec<Event<T>>) {
         for event in batch.drain(..) {
             self.add(event);
