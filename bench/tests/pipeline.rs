@@ -24,7 +24,18 @@ fn args(line: &[&str]) -> PipelineArgs {
 fn both_sides_count_every_window_on_one_and_two_shards() {
     // A full window (100 events per key) and a partial one (5 per key).
     for shards in ["1", "2"] {
-        let line = ["--events", "1050000", "--shards", shards, "--rounds", "2", "--compare", "timely"];
+        let line = [
+            "--events",
+            "1050000",
+            "--shards",
+            shards,
+            "--rounds",
+            "2",
+            "--compare",
+            "timely",
+            "--latency-seconds",
+            "0",
+        ];
         let report = pipeline::run(&args(&line)).expect("pipeline workload");
         assert_eq!(report.workload, "pipeline");
         assert_eq!(report.shards.to_string(), shards);
@@ -43,7 +54,18 @@ fn both_sides_count_every_window_on_one_and_two_shards() {
 #[test]
 fn fewer_events_than_keys_or_shards_still_add_up() {
     for (events, shards, bound) in [("1", "2", "0"), ("2500", "2", "0"), ("777", "1", "3")] {
-        let line = ["--events", events, "--shards", shards, "--out-of-orderness-ms", bound, "--rounds", "1"];
+        let line = [
+            "--events",
+            events,
+            "--shards",
+            shards,
+            "--out-of-orderness-ms",
+            bound,
+            "--rounds",
+            "1",
+            "--latency-seconds",
+            "0",
+        ];
         let report = pipeline::run(&args(&[&line[..], &["--compare", "timely"]].concat())).expect("run");
         let events: u64 = events.parse().unwrap();
         assert_eq!((report.results, report.results_sum), (events, events), "{report:?}");
@@ -79,14 +101,17 @@ fn the_baseline_is_a_throughput_comparison_only() {
 #[test]
 fn the_defaults_are_the_specified_job() {
     let a = args(&[]);
-    assert_eq!((a.events, a.shards, a.rate, a.compare), (20_000_000, 1, None, None));
+    let cores = core_affinity::get_core_ids().map_or(1, |ids| ids.len().max(1));
+    assert_eq!((a.events, a.shards, a.rate, a.compare), (20_000_000, cores, None, None));
+    assert!(a.latency_seconds > 0.0, "the default run also reports latency");
     assert!(Cli::try_parse_from(["pipeline", "--compare", "flink"]).is_err());
     assert!(Cli::try_parse_from(["pipeline", "--shards", "0"]).is_err());
 }
 
 #[test]
 fn the_json_report_has_the_documented_fields() {
-    let report = pipeline::run(&args(&["--events", "5000", "--rounds", "1", "--compare", "timely"])).expect("run");
+    let line = ["--events", "5000", "--rounds", "1", "--compare", "timely", "--latency-seconds", "0"];
+    let report = pipeline::run(&args(&line)).expect("run");
     let json = serde_json::to_value(&report).expect("serialize");
     for field in ["workload", "shards", "events", "events_per_sec", "latency_us", "baseline_events_per_sec"] {
         assert!(json.get(field).is_some(), "missing {field}: {json}");
@@ -94,4 +119,15 @@ fn the_json_report_has_the_documented_fields() {
     assert_eq!(json["workload"], "pipeline");
     assert_eq!(json["baseline"], "timely");
     assert!(json["latency_us"].is_null(), "{json}");
+}
+
+#[test]
+fn a_throughput_run_ends_with_a_latency_phase_at_half_its_rate() {
+    let line = ["--events", "20000", "--rounds", "1", "--shards", "2", "--latency-seconds", "0.2"];
+    let report = pipeline::run(&args(&line)).expect("run");
+    let rate = report.latency_rate.expect("the latency phase's rate");
+    assert_eq!(rate, ((report.events_per_sec / 2.0) as u64).max(1));
+    let latency = report.latency_us.expect("latency percentiles");
+    assert!(latency.p50 <= latency.p99 && latency.p99 <= latency.max, "{latency:?}");
+    assert!(report.table().to_string().contains("result latency p99"));
 }

@@ -13,6 +13,11 @@
 //! `i / R` seconds (its event time too), and each window result's latency runs from the
 //! scheduled send time of its window's last event to the result reaching the sink. The
 //! baseline has no latency mode.
+//!
+//! Without `--rate`, the throughput rounds are followed by a latency phase of
+//! `--latency-seconds` (default 3, 0 to skip) at half the best rate just measured, so the
+//! default run reports both what the pipeline sustains and its result latency when not
+//! saturated.
 
 use std::path::PathBuf;
 
@@ -33,7 +38,7 @@ pub struct PipelineArgs {
     pub events: u64,
     /// Shards running the pipeline, each a glommio executor pinned to a CPU (and timely
     /// workers, with --compare timely)
-    #[arg(long, default_value_t = 1, value_name = "N",
+    #[arg(long, default_value_t = default_shards(), value_name = "N",
           value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
     pub shards: usize,
     /// Latency mode: send the events at this rate (events/s, open loop) and report
@@ -57,8 +62,16 @@ pub struct PipelineArgs {
     #[arg(long, value_name = "BASELINE")]
     pub compare: Option<Baseline>,
     /// Also write the report as JSON to this file
+    /// Without --rate: seconds of a latency phase at half the measured rate (0: none).
+    #[arg(long, default_value_t = 3.0, value_name = "SECONDS")]
+    pub latency_seconds: f64,
     #[arg(long, value_name = "PATH")]
     pub json: Option<PathBuf>,
+}
+
+/// The CPUs this process may run on: one shard each.
+fn default_shards() -> usize {
+    core_affinity::get_core_ids().map_or(1, |ids| ids.len().max(1))
 }
 
 /// A baseline to compare against.
@@ -94,8 +107,10 @@ pub struct PipelineReport {
     /// The sum of their counts, equal to `events` (or the run fails).
     pub results_sum: u64,
     /// From each result's window's last event's scheduled time to the result at the sink,
-    /// microseconds; only in the latency mode.
+    /// microseconds; from `--rate` runs and the latency phase of throughput runs.
     pub latency_us: Option<LatencySummary>,
+    /// The offered rate `latency_us` was measured at, events per second.
+    pub latency_rate: Option<u64>,
     /// `--compare`.
     pub baseline: Option<Baseline>,
     /// Events per second through the baseline, in its best round.
@@ -127,6 +142,7 @@ pub fn run(args: &PipelineArgs) -> anyhow::Result<PipelineReport> {
         results: 0,
         results_sum: 0,
         latency_us: None,
+        latency_rate: args.rate,
         baseline: args.compare,
         baseline_events_per_sec: None,
         ratio_to_baseline: None,
@@ -166,6 +182,16 @@ pub fn run(args: &PipelineArgs) -> anyhow::Result<PipelineReport> {
         report.baseline_events_per_sec = Some(baseline);
         report.ratio_to_baseline = Some(report.events_per_sec / baseline);
     }
+    ensure!(args.latency_seconds.is_finite() && args.latency_seconds >= 0.0, "--latency-seconds must be 0 or more");
+    if args.latency_seconds > 0.0 {
+        // Half of what was just sustained, for the given time.
+        let rate = ((report.events_per_sec / 2.0) as u64).max(1);
+        let events = ((rate as f64 * args.latency_seconds) as u64).max(1);
+        let job = Job::new(events, Some(rate), args.out_of_orderness_ms, args.batch)?;
+        let run = pipeline_sluice::run(&job, args.shards, true)?;
+        report.latency_us = run.latency.map(|l| l.summary());
+        report.latency_rate = Some(rate);
+    }
     Ok(report)
 }
 
@@ -198,6 +224,11 @@ impl PipelineReport {
         let ok = if self.results_sum == self.events { "ok" } else { "MISMATCH" };
         table.row("results (sum of counts)", format!("{} ({}, {ok})", self.results, self.results_sum), "");
         if let Some(l) = &self.latency_us {
+            if self.rate.is_none()
+                && let Some(rate) = self.latency_rate
+            {
+                table.row("latency phase offered", rate, "events/s (half the best rate)");
+            }
             for (name, v) in [
                 ("result latency p50", l.p50),
                 ("result latency p99", l.p99),

@@ -15,7 +15,7 @@ use std::{
         Arc,
         atomic::{AtomicU8, Ordering},
     },
-    task::{Context, Poll},
+    task::{Context, Poll, Waker},
     time::{Duration, Instant},
 };
 
@@ -67,6 +67,12 @@ impl StopFlag {
     }
 }
 
+enum Round {
+    Done,
+    Progress,
+    Idle,
+}
+
 struct Driver {
     inputs: Vec<Box<dyn Input>>,
     ended: Vec<bool>,
@@ -106,8 +112,15 @@ pub(crate) async fn run(scope: Scope, stop: Arc<StopFlag>) {
 
 impl Driver {
     /// Works until nothing is left to do now; `Ready(true)` when the shard is done.
+    ///
+    /// Work is polled with a waker that does nothing: only when the driver is about to
+    /// park does it poll once more with its own waker, so that rings, sources and sinks
+    /// know whom to wake. Registering on every poll would let a busy peer queue a foreign
+    /// wake-up per message while this shard spins, and glommio, which drains those only
+    /// when the executor goes idle, would overflow the task's waker count.
     fn poll_step(&mut self, cx: &mut Context<'_>) -> Poll<bool> {
         let mut rounds = 0;
+        let mut quiet = Context::from_waker(Waker::noop());
         loop {
             if self.stop.failed() {
                 // Another shard failed; what is in flight here cannot complete.
@@ -125,42 +138,18 @@ impl Driver {
             if self.next_tick.is_some_and(|t| t <= now) {
                 self.tick(now);
             }
-            let mut blocked = false;
-            for p in &self.pending {
-                blocked |= p.borrow_mut().poll_flush(cx).is_pending();
-            }
-            let mut progress = false;
-            for (input, ended) in self.inputs.iter_mut().zip(&mut self.ended) {
-                if *ended || (blocked && input.is_source()) {
+            match self.round(&mut quiet) {
+                Round::Done => return Poll::Ready(true),
+                Round::Progress => {
+                    self.spin_deadline = None;
+                    rounds += 1;
+                    if rounds >= ROUNDS_PER_YIELD {
+                        cx.waker().wake_by_ref();
+                        return Poll::Pending;
+                    }
                     continue;
                 }
-                match input.poll_input(cx, RING_BUDGET) {
-                    Poll::Ready(true) => progress = true,
-                    Poll::Ready(false) => {
-                        *ended = true;
-                        progress = true;
-                    }
-                    Poll::Pending => {}
-                }
-            }
-            if !blocked && self.ended.iter().all(|&e| e) {
-                // Ending inputs may have left records pending: flush once more.
-                let mut flushed = true;
-                for p in &self.pending {
-                    flushed &= p.borrow_mut().poll_flush(cx).is_ready();
-                }
-                if flushed {
-                    return Poll::Ready(true);
-                }
-            }
-            if progress {
-                self.spin_deadline = None;
-                rounds += 1;
-                if rounds >= ROUNDS_PER_YIELD {
-                    cx.waker().wake_by_ref();
-                    return Poll::Pending;
-                }
-                continue;
+                Round::Idle => {}
             }
             // Nothing moved: spin a little, then park.
             let deadline = *self.spin_deadline.get_or_insert(now + self.spin);
@@ -168,9 +157,19 @@ impl Driver {
                 cx.waker().wake_by_ref();
                 return Poll::Pending;
             }
+            match self.round(cx) {
+                Round::Done => return Poll::Ready(true),
+                Round::Progress => {
+                    self.spin_deadline = None;
+                    continue;
+                }
+                Round::Idle => {}
+            }
             let wake_at = self.next_tick.map_or(now + STOP_POLL, |t| t.min(now + STOP_POLL));
             let timer = match &mut self.timer {
-                Some((at, timer)) if *at == wake_at => timer,
+                // A timer already set for no later than needed will do (an early wake-up
+                // costs one idle round); replacing it on every park would churn timers.
+                Some((at, timer)) if *at <= wake_at && *at > now => timer,
                 slot => {
                     &mut slot.insert((wake_at, glommio::timer::Timer::new(wake_at.saturating_duration_since(now)))).1
                 }
@@ -181,6 +180,39 @@ impl Driver {
             }
             return Poll::Pending;
         }
+    }
+
+    /// One pass over the pending outputs and the inputs, polled with `cx`.
+    fn round(&mut self, cx: &mut Context<'_>) -> Round {
+        let mut blocked = false;
+        for p in &self.pending {
+            blocked |= p.borrow_mut().poll_flush(cx).is_pending();
+        }
+        let mut progress = false;
+        for (input, ended) in self.inputs.iter_mut().zip(&mut self.ended) {
+            if *ended || (blocked && input.is_source()) {
+                continue;
+            }
+            match input.poll_input(cx, RING_BUDGET) {
+                Poll::Ready(true) => progress = true,
+                Poll::Ready(false) => {
+                    *ended = true;
+                    progress = true;
+                }
+                Poll::Pending => {}
+            }
+        }
+        if !blocked && self.ended.iter().all(|&e| e) {
+            // Ending inputs may have left records pending: flush once more.
+            let mut flushed = true;
+            for p in &self.pending {
+                flushed &= p.borrow_mut().poll_flush(cx).is_ready();
+            }
+            if flushed {
+                return Round::Done;
+            }
+        }
+        if progress { Round::Progress } else { Round::Idle }
     }
 
     fn tick(&mut self, now: Instant) {
