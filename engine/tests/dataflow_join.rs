@@ -54,7 +54,7 @@ fn table(scope: &Scope, rows: &Arc<Vec<Rec>>, disorder_ms: u64) -> Keyed {
     let rows = rows.clone();
     let generator = Generator::new(scope.shard(), scope.shards(), rows.len() as u64, move |i| rows[i as usize]);
     let strategy = WatermarkStrategy::bounded_out_of_orderness(Duration::from_millis(disorder_ms), time_of);
-    scope.source(generator, strategy).key_by(|r| r.key)
+    scope.source(generator, strategy).key_by(|r: &Rec| r.key).boxed()
 }
 
 /// Joins `left` and `right` with `join` on a pipeline with `config`; everything emitted,
@@ -243,7 +243,7 @@ impl Fed {
                 let source = |rx: &async_channel::Receiver<Rec>| {
                     let rx = if scope.shard() == 0 { rx.clone() } else { async_channel::unbounded().1 };
                     let strategy = WatermarkStrategy::monotonous(time_of);
-                    scope.source(ChannelSource::new(rx), strategy).key_by(|r| r.key)
+                    scope.source(ChannelSource::new(rx), strategy).key_by(|r: &Rec| r.key).boxed()
                 };
                 join(source(&left_rx), source(&right_rx)).attach(Probe { shard: scope.shard(), tx: tx.clone() });
             })

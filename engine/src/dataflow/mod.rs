@@ -62,7 +62,7 @@ pub use process::{
 };
 pub use scope::Scope;
 pub use source::{ChannelSource, Generator, Source};
-pub use stream::{KeyedStream, Stream};
+pub use stream::{BoxedKey, KeyedStream, Stream};
 pub use watermark::WatermarkStrategy;
 pub use window::{
     Aggregate, Count, CountTrigger, Firing, LatePolicy, Trigger, TriggerAction, Window, WindowResult, WindowedStream,

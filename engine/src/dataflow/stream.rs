@@ -177,14 +177,15 @@ impl<T: 'static> Stream<T> {
 
     /// Partitions the stream by key: every record goes to the shard that owns `key(record)`
     /// (through the rings), where the keyed operators that follow keep its key's state.
-    pub fn key_by<K>(self, key: impl Fn(&T) -> K + 'static) -> KeyedStream<K, T>
+    pub fn key_by<K, KS>(self, key: KS) -> KeyedStream<K, T, KS>
     where
         T: Send,
         K: Hash + Eq + Clone + 'static,
+        KS: Fn(&T) -> K + 'static,
     {
         let key = Rc::new(key);
         let port = exchange(&self.scope, &self.port, key.clone());
-        KeyedStream { stream: Stream { scope: self.scope, port }, key }
+        KeyedStream { stream: Stream { scope: self.scope, port }, key, _key: std::marker::PhantomData }
     }
 
     /// Calls `f` for every record, on the shard that holds it: a callback sink.
@@ -202,19 +203,27 @@ impl<T: 'static> Stream<T> {
     }
 }
 
+/// A key selector behind a pointer: the type [`KeyedStream::boxed`] gives, so that a keyed
+/// stream's type can be written down.
+pub type BoxedKey<T, K> = Box<dyn Fn(&T) -> K>;
+
 /// A stream partitioned by key: each key's records are on the shard that owns the key.
-pub struct KeyedStream<K, T> {
+///
+/// `KS` is the key selector's type, kept concrete so the keyed operators after it call it
+/// inline for every record; [`KeyedStream::boxed`] turns it into the nameable default.
+pub struct KeyedStream<K, T, KS = BoxedKey<T, K>> {
     pub(crate) stream: Stream<T>,
-    pub(crate) key: Rc<dyn Fn(&T) -> K>,
+    pub(crate) key: Rc<KS>,
+    _key: std::marker::PhantomData<fn() -> K>,
 }
 
-impl<K, T> std::fmt::Debug for KeyedStream<K, T> {
+impl<K, T, KS> std::fmt::Debug for KeyedStream<K, T, KS> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KeyedStream").field("scope", &self.stream.scope).finish_non_exhaustive()
     }
 }
 
-impl<K: 'static, T: 'static> KeyedStream<K, T> {
+impl<K: 'static, T: 'static, KS: Fn(&T) -> K + 'static> KeyedStream<K, T, KS> {
     /// The records, no longer seen as keyed (they stay on the shards that own their keys).
     #[must_use]
     pub fn into_stream(self) -> Stream<T> {
@@ -225,6 +234,15 @@ impl<K: 'static, T: 'static> KeyedStream<K, T> {
     #[must_use]
     pub fn key_fn(&self) -> Rc<dyn Fn(&T) -> K> {
         self.key.clone()
+    }
+
+    /// The same keyed stream with its key selector boxed, so its type can be named
+    /// (`KeyedStream<K, T>`), at the cost of a call through a pointer per record.
+    #[must_use]
+    pub fn boxed(self) -> KeyedStream<K, T> {
+        let key = self.key;
+        let boxed: BoxedKey<T, K> = Box::new(move |value| key(value));
+        KeyedStream { stream: self.stream, key: Rc::new(boxed), _key: std::marker::PhantomData }
     }
 
     /// The scope this stream is built in.

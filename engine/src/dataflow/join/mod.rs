@@ -60,7 +60,7 @@ use sluice_io::EventTime;
 
 use super::{Event, KeyedStream, Metrics, Operator, Output, Port, Progress, Stream, Windows};
 
-impl<K: Hash + Eq + Clone + 'static, L: 'static> KeyedStream<K, L> {
+impl<K: Hash + Eq + Clone + 'static, L: 'static, KL: Fn(&L) -> K + 'static> KeyedStream<K, L, KL> {
     /// Every pair of a record of this stream and one of `other` with equal keys in the same
     /// window, `f(key, left, right)`, emitted when the window fires (the watermark reaches
     /// its last instant) and carrying that instant as its event time. A key present on one
@@ -72,22 +72,23 @@ impl<K: Hash + Eq + Clone + 'static, L: 'static> KeyedStream<K, L> {
     ///
     /// If `windows` are not tumbling or sliding (session and global windows are not known
     /// from a record's time alone).
-    pub fn window_join<R, O>(
+    pub fn window_join<R, KR, O>(
         self,
-        other: KeyedStream<K, R>,
+        other: KeyedStream<K, R, KR>,
         windows: Windows,
         f: impl FnMut(&K, &L, &R) -> O + 'static,
     ) -> Stream<O>
     where
         L: Clone,
         R: Clone + 'static,
+        KR: Fn(&R) -> K + 'static,
         O: 'static,
     {
         assert!(
             matches!(windows, Windows::Tumbling { .. } | Windows::Sliding { .. }),
             "window_join takes tumbling or sliding windows, not {windows:?}"
         );
-        let core = window::WindowJoin::new(windows, self.key.clone(), other.key.clone(), f);
+        let core = window::WindowJoin::new(windows, self.key_fn(), other.key_fn(), f);
         attach(self, other, core)
     }
 
@@ -103,19 +104,20 @@ impl<K: Hash + Eq + Clone + 'static, L: 'static> KeyedStream<K, L> {
     /// # Panics
     ///
     /// If `lower_ms > upper_ms`: no pair could ever match.
-    pub fn interval_join<R, O>(
+    pub fn interval_join<R, KR, O>(
         self,
-        other: KeyedStream<K, R>,
+        other: KeyedStream<K, R, KR>,
         lower_ms: i64,
         upper_ms: i64,
         f: impl FnMut(&K, &L, &R) -> O + 'static,
     ) -> Stream<O>
     where
         R: 'static,
+        KR: Fn(&R) -> K + 'static,
         O: 'static,
     {
         assert!(lower_ms <= upper_ms, "interval_join needs lower_ms <= upper_ms, got [{lower_ms}, {upper_ms}]");
-        let core = interval::IntervalJoin::new(lower_ms, upper_ms, self.key.clone(), other.key.clone(), f);
+        let core = interval::IntervalJoin::new(lower_ms, upper_ms, self.key_fn(), other.key_fn(), f);
         attach(self, other, core)
     }
 }
@@ -223,7 +225,11 @@ impl<C: JoinCore> Operator<C::Right> for RightInput<C> {
 }
 
 /// Attaches `core` to both keyed streams and returns its output.
-fn attach<K, C: JoinCore>(left: KeyedStream<K, C::Left>, right: KeyedStream<K, C::Right>, core: C) -> Stream<C::Out> {
+fn attach<K, KL, KR, C: JoinCore>(
+    left: KeyedStream<K, C::Left, KL>,
+    right: KeyedStream<K, C::Right, KR>,
+    core: C,
+) -> Stream<C::Out> {
     let scope = left.stream.scope.clone();
     let out = Output::port();
     let joint = Rc::new(RefCell::new(Joint {

@@ -105,7 +105,7 @@ pub trait KeyedProcessFunction<K, T>: 'static {
     }
 }
 
-impl<K: Hash + Eq + Clone + 'static, T: 'static> KeyedStream<K, T> {
+impl<K: Hash + Eq + Clone + 'static, T: 'static, KS: Fn(&T) -> K + 'static> KeyedStream<K, T, KS> {
     /// Runs `function` on every record and timer of every key, with the key's state; the
     /// stream of what it emits (on the shards that own the keys).
     pub fn process<F: KeyedProcessFunction<K, T>>(self, function: F) -> Stream<F::Out> {
@@ -114,7 +114,7 @@ impl<K: Hash + Eq + Clone + 'static, T: 'static> KeyedStream<K, T> {
         let config = scope.config();
         let operator = Rc::new(RefCell::new(ProcessOperator::new(
             function,
-            self.key,
+            self.key_fn(),
             out.clone(),
             config.batch_records,
             config.processing_tick,

@@ -19,7 +19,9 @@ struct Bucket<K, A> {
     fired: bool,
 }
 
-pub(crate) struct Aligned<K, T, F: WindowFunction<K, T>> {
+pub(crate) struct Aligned<K, T, F: WindowFunction<K, T>, KS> {
+    /// The key selector, concrete so it is called inline.
+    key: Rc<KS>,
     windows: Windows,
     function: F,
     emit: Emit<K, T, F::Out>,
@@ -29,14 +31,22 @@ pub(crate) struct Aligned<K, T, F: WindowFunction<K, T>> {
     assigned: Vec<Window>,
 }
 
-pub(crate) fn attach<K, T, F>(scope: &Scope, input: &Port<T>, windows: Windows, function: F, emit: Emit<K, T, F::Out>)
-where
+pub(crate) fn attach<K, T, F, KS>(
+    scope: &Scope,
+    input: &Port<T>,
+    key: Rc<KS>,
+    windows: Windows,
+    function: F,
+    emit: Emit<K, T, F::Out>,
+) where
     K: Hash + Eq + Clone + 'static,
     T: 'static,
     F: WindowFunction<K, T>,
+    KS: Fn(&T) -> K + 'static,
 {
     let early = emit.spec.early;
     let op = Rc::new(RefCell::new(Aligned {
+        key,
         windows,
         function,
         emit,
@@ -51,7 +61,9 @@ where
     input.borrow_mut().attach(Box::new(Shared(op)));
 }
 
-impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>> Aligned<K, T, F> {
+impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>, KS: Fn(&T) -> K + 'static>
+    Aligned<K, T, F, KS>
+{
     /// The index of `window`'s bucket, created if need be.
     #[inline]
     fn bucket(&mut self, window: Window) -> usize {
@@ -73,7 +85,7 @@ impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>> Aligne
 
     #[inline(always)]
     fn add(&mut self, event: Event<T>) {
-        let key = (self.emit.spec.key)(&event.value);
+        let key = (self.key)(&event.value);
         // The common case, in-order input to tumbling windows: the record falls in the
         // window of the one before it, still open, with no division or search.
         if let Windows::Tumbling { .. } = self.windows
@@ -81,8 +93,13 @@ impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>> Aligne
             && !bucket.fired
             && bucket.window.contains(event.time)
         {
-            let acc = bucket.keys.entry(key).or_insert_with(|| self.function.create());
-            self.function.add(acc, &event);
+            match bucket.keys.get_mut(&key) {
+                Some(acc) => self.function.add(acc, &event),
+                None => {
+                    let acc = bucket.keys.entry(key).or_insert_with(|| self.function.create());
+                    self.function.add(acc, &event);
+                }
+            }
             return;
         }
         self.add_slow(key, event);
@@ -152,7 +169,9 @@ impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>> Aligne
     }
 }
 
-impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>> Operator<T> for Aligned<K, T, F> {
+impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>, KS: Fn(&T) -> K + 'static> Operator<T>
+    for Aligned<K, T, F, KS>
+{
     #[inline]
     fn on_batch(&mut self, batch: &mut Vec<Event<T>>) {
         for event in batch.drain(..) {
@@ -176,7 +195,9 @@ impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>> Operat
     }
 }
 
-impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>> Ticker for Aligned<K, T, F> {
+impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>, KS: Fn(&T) -> K + 'static> Ticker
+    for Aligned<K, T, F, KS>
+{
     fn tick(&mut self, now: Instant) -> Option<Instant> {
         let interval = self.emit.spec.early?;
         for bucket in self.buckets.iter().filter(|b| !b.fired) {

@@ -30,7 +30,7 @@ pub use function::{Aggregate, Count};
 use function::{AggregateFn, ProcessFn, ReduceFn, WindowFunction};
 pub use global::{CountTrigger, Trigger, TriggerAction};
 
-use super::{Event, KeyedStream, Output, Port, Stream};
+use super::{BoxedKey, Event, KeyedStream, Output, Port, Stream};
 
 /// A window's span of event time, `[start, end)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -191,8 +191,8 @@ impl Windows {
 
 /// A keyed stream cut into windows, being configured; one of `aggregate`, `reduce`,
 /// `process` or `count` completes it.
-pub struct WindowedStream<K, T> {
-    keyed: KeyedStream<K, T>,
+pub struct WindowedStream<K, T, KS = BoxedKey<T, K>> {
+    keyed: KeyedStream<K, T, KS>,
     windows: Windows,
     lateness: i64,
     policy: LatePolicy,
@@ -201,7 +201,7 @@ pub struct WindowedStream<K, T> {
     trigger: Option<Box<dyn Trigger>>,
 }
 
-impl<K, T> std::fmt::Debug for WindowedStream<K, T> {
+impl<K, T, KS> std::fmt::Debug for WindowedStream<K, T, KS> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WindowedStream")
             .field("windows", &self.windows)
@@ -212,13 +212,14 @@ impl<K, T> std::fmt::Debug for WindowedStream<K, T> {
     }
 }
 
-impl<K, T> KeyedStream<K, T>
+impl<K, T, KS> KeyedStream<K, T, KS>
 where
     K: std::hash::Hash + Eq + Clone + 'static,
     T: 'static,
+    KS: Fn(&T) -> K + 'static,
 {
     /// Cuts each key's records into `windows`.
-    pub fn window(self, windows: Windows) -> WindowedStream<K, T> {
+    pub fn window(self, windows: Windows) -> WindowedStream<K, T, KS> {
         WindowedStream {
             keyed: self,
             windows,
@@ -240,10 +241,11 @@ pub(crate) struct WindowSpec<K, T> {
     pub(crate) early: Option<Duration>,
 }
 
-impl<K, T> WindowedStream<K, T>
+impl<K, T, KS> WindowedStream<K, T, KS>
 where
     K: std::hash::Hash + Eq + Clone + 'static,
     T: 'static,
+    KS: Fn(&T) -> K + 'static,
 {
     /// How long after a window fires late records may still update it (with
     /// [`LatePolicy::Update`]); its state is kept that long. Default 0.
@@ -314,11 +316,11 @@ where
         let WindowedStream { keyed, windows, lateness, policy, late, early, trigger } = self;
         let scope = keyed.stream.scope.clone();
         let out = Output::port();
-        let spec = WindowSpec { key: keyed.key, lateness, policy, late, early };
+        let spec = WindowSpec { key: keyed.key_fn(), lateness, policy, late, early };
         let emit = emit::Emit::new(out.clone(), spec, scope.shared.clone());
         match windows {
             Windows::Tumbling { .. } | Windows::Sliding { .. } => {
-                aligned::attach(&scope, &keyed.stream.port, windows, function, emit);
+                aligned::attach(&scope, &keyed.stream.port, keyed.key.clone(), windows, function, emit);
             }
             Windows::Session { gap } => session::attach(&scope, &keyed.stream.port, gap, function, emit),
             Windows::Global => {
