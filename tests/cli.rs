@@ -147,3 +147,27 @@ fn groups_resume_where_they_committed() {
     fails(&sluice(&["group", "describe", "nobody", "--data-dir", d], ""), "unknown group");
     fails(&sluice(&["group", "reset-offsets", "g1", "--data-dir", d, "--topic", "events"], ""), "required");
 }
+
+#[test]
+fn count_runs_a_windowed_pipeline_over_a_topic_and_prints_each_window() {
+    let dir = data_dir("count");
+    let d = dir.to_str().unwrap();
+    ok(&sluice(&["topic", "create", "clicks", "--data-dir", d, "--partitions", "3", "--fsync", "never"], ""));
+    let input: String = (0..500).map(|i| format!("page{}\tclick {i}\n", i % 4)).collect();
+    ok(&sluice(&["produce", "clicks", "--data-dir", d], &input));
+    // One-hour windows: the records (stamped at produce time) fall in one or two of them.
+    let out = ok(&sluice(&["count", "clicks", "--data-dir", d, "--window-ms", "3600000"], ""));
+    let mut per_page = std::collections::BTreeMap::<String, u64>::new();
+    for line in out.lines() {
+        let fields: Vec<&str> = line.split('\t').collect();
+        assert_eq!(fields.len(), 4, "{line:?}");
+        let (start, end): (i64, i64) = (fields[0].parse().unwrap(), fields[1].parse().unwrap());
+        assert_eq!(end - start, 3_600_000, "{line:?}");
+        assert_eq!(start % 3_600_000, 0, "{line:?}");
+        *per_page.entry(fields[2].to_string()).or_default() += fields[3].parse::<u64>().unwrap();
+    }
+    let expected: std::collections::BTreeMap<String, u64> = (0..4).map(|p| (format!("page{p}"), 125)).collect();
+    assert_eq!(per_page, expected, "{out}");
+    fails(&sluice(&["count", "nope", "--data-dir", d], ""), "unknown topic");
+    let _ = std::fs::remove_dir_all(&dir);
+}

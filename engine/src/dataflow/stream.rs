@@ -193,13 +193,13 @@ impl<T: 'static> Stream<T> {
         self.attach(ForEach(f));
     }
 
-    /// Writes every record to stdout, one line each, as `time<TAB>value` with the value's
-    /// `Display`.
+    /// Writes every record to stdout with its `Display`, one line each: the sink for
+    /// command-line programs. Lines from different shards interleave, whole.
     pub fn print(self)
     where
         T: std::fmt::Display,
     {
-        self.attach(ForEach(|e: Event<T>| println!("{}\t{}", e.time.millis(), e.value)));
+        self.attach(ForEach(|e: Event<T>| println!("{}", e.value)));
     }
 }
 
