@@ -21,6 +21,9 @@ use sluice_engine::dataflow::{
 };
 use sluice_io::EventTime;
 
+mod common;
+use common::Rng;
+
 /// A record of either side: its key, an id to tell it apart, its event time in ms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Rec {
@@ -347,21 +350,6 @@ fn interval_join_drops_late_records() {
         assert_eq!(late, 2, "{shards} shards");
     }
 }
-/// SplitMix64: a small, good, seedable generator.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> i64 {
-        (self.next() % n) as i64
-    }
-}
 
 const KEYS: [&str; 3] = ["k0", "k1", "k2"];
 const DISORDER_MS: u64 = 6;
@@ -374,9 +362,9 @@ fn records(rng: &mut Rng, n: u32) -> Vec<Rec> {
     let mut clock = 1_000;
     (0..n)
         .map(|id| {
-            clock += rng.below(4);
-            let behind = if rng.below(3) == 0 { DISORDER_MS as i64 } else { rng.below(DISORDER_MS + 1) };
-            rec(KEYS[rng.below(KEYS.len() as u64) as usize], id, clock - behind)
+            clock += rng.below_i64(4);
+            let behind = if rng.below_i64(3) == 0 { DISORDER_MS as i64 } else { rng.below_i64(DISORDER_MS + 1) };
+            rec(KEYS[rng.below_i64(KEYS.len() as u64) as usize], id, clock - behind)
         })
         .collect()
 }
@@ -404,20 +392,17 @@ fn window_reference(left: &[Rec], right: &[Rec], windows: Windows) -> Vec<Joined
 
 #[test]
 fn randomized_joins_match_a_brute_force_reference() {
-    let seed = std::env::var("SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
-    });
-    println!("SEED={seed}");
-    let mut rng = Rng(seed);
+    let seed = common::seed_from_env();
+    let mut rng = Rng::seeded(seed);
     for round in 0..4 {
         let left = records(&mut rng, 300);
         let right = records(&mut rng, 300);
-        let size = 5 + rng.below(20);
-        let slide = 1 + rng.below(size as u64);
-        let tumbling = Windows::Tumbling { size, offset: rng.below(size as u64) };
+        let size = 5 + rng.below_i64(20);
+        let slide = 1 + rng.below_i64(size as u64);
+        let tumbling = Windows::Tumbling { size, offset: rng.below_i64(size as u64) };
         let sliding = Windows::Sliding { size, slide };
-        let lower = rng.below(21) - 10;
-        let upper = lower + rng.below(16);
+        let lower = rng.below_i64(21) - 10;
+        let upper = lower + rng.below_i64(16);
         let interval = brute_force(&left, &right, |l, r, out| {
             if (l.time + lower..=l.time + upper).contains(&r.time) {
                 out.push((l.time.max(r.time), l.key, l.id, r.id));
@@ -444,7 +429,7 @@ fn randomized_joins_match_a_brute_force_reference() {
             assert!(!expected.is_empty(), "SEED={seed} round {round} {name}: the reference has pairs to find");
             for shards in [1, 2] {
                 // Small batches, so watermarks interleave with the records of both sides.
-                let batch_records = [1, 8][rng.below(2) as usize];
+                let batch_records = [1, 8][rng.below_i64(2) as usize];
                 let config = PipelineConfig { batch_records, ..PipelineConfig::with_shards(shards) };
                 let join = join.clone();
                 let (out, late) = run_tables(config, &left, &right, DISORDER_MS, move |l, r| join(l, r));

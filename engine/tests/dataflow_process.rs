@@ -56,6 +56,9 @@ enum Seen<O> {
 
 use Seen::{End, Rec, Wm};
 
+mod common;
+use common::Rng;
+
 /// Records everything that reaches the end of the pipeline on one shard.
 struct Recorder<O> {
     shard: usize,
@@ -200,26 +203,6 @@ fn value_state_keeps_a_running_sum_per_key() {
     ];
     for shards in [1, 2] {
         check(&run(shards, &input, || RunningSum), &expected, |o| o.0);
-    }
-}
-
-/// xorshift64*, seeded from `SEED` or the clock.
-struct Rng(u64);
-
-impl Rng {
-    fn from_env() -> Rng {
-        let seed = std::env::var("SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
-        });
-        println!("SEED={seed}");
-        Rng(seed ^ 0x9e37_79b9_7f4a_7c15 | 1)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
     }
 }
 

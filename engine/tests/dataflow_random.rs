@@ -27,21 +27,8 @@ use sluice_engine::dataflow::{
 };
 use sluice_io::EventTime;
 
-/// SplitMix64: a small, good, seedable generator.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+mod common;
+use common::Rng;
 
 const KEYS: u64 = 7;
 const DISORDER_MS: i64 = 20;
@@ -154,11 +141,7 @@ fn last_results(results: &[WindowResult<u64, u64>]) -> BTreeMap<(u64, Window), u
 }
 
 fn seed() -> u64 {
-    let seed = std::env::var("SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
-    });
-    println!("SEED={seed}");
-    seed
+    common::seed_from_env()
 }
 
 const WINDOWS: [Windows; 3] =
@@ -168,7 +151,7 @@ const POLICIES: [LatePolicy; 3] = [LatePolicy::Drop, LatePolicy::Update, LatePol
 #[test]
 fn bounded_disorder_equals_the_reference_for_every_window_policy_and_shard_count() {
     let seed = seed();
-    let mut rng = Rng(seed);
+    let mut rng = Rng::seeded(seed);
     let events = Arc::new(events(&mut rng, 3000, false));
     for windows in WINDOWS {
         let expected = reference(&events, windows);
@@ -188,7 +171,7 @@ fn bounded_disorder_equals_the_reference_for_every_window_policy_and_shard_count
 #[test]
 fn very_late_events_keep_each_policys_promise() {
     let seed = seed();
-    let mut rng = Rng(seed ^ 0x5EED);
+    let mut rng = Rng::seeded(seed ^ 0x5EED);
     let events = Arc::new(events(&mut rng, 3000, true));
     for windows in WINDOWS {
         let expected = reference(&events, windows);

@@ -11,6 +11,7 @@
 //! dataflow_topic` replays it.
 
 mod common;
+use common::Rng;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -25,26 +26,6 @@ use sluice_engine::{
     Consumer, Engine, EngineConfig, EngineError, EngineHandle, OffsetReset, OwnedRecord, SeekTo, TopicConfig,
 };
 use sluice_io::{BatchMeta, EventTime, Offset, Timestamp};
-
-/// xorshift64*: small, seedable, good enough for test inputs.
-struct Rng(u64);
-
-impl Rng {
-    fn from_env() -> Rng {
-        let seed = std::env::var("SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
-        });
-        println!("SEED={seed}");
-        Rng(seed ^ 0x9e37_79b9_7f4a_7c15 | 1)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
-    }
-}
 
 fn open(name: &str) -> (common::TestDir, Engine) {
     let dir = common::data_dir("dataflow_topic", name);

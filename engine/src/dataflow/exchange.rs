@@ -25,6 +25,7 @@ use sluice_io::EventTime;
 
 use super::{
     Event, Operator, Output, Port, Progress,
+    operator::Shared,
     scope::{Input, Pending, Scope},
 };
 use crate::ring::{Inbox, Message, Sender, TryRecvError, TrySendError};
@@ -196,24 +197,6 @@ impl<T: 'static, K: Hash, KF: Fn(&T) -> K> Pending for Sending<T, KF> {
     }
 }
 
-/// Adapts a shared [`Sending`] to the [`Operator`] the upstream port owns.
-struct SendingOperator<T, KF>(Rc<RefCell<Sending<T, KF>>>);
-
-impl<T: 'static, K: Hash, KF: Fn(&T) -> K> Operator<T> for SendingOperator<T, KF> {
-    fn on_batch(&mut self, batch: &mut Vec<Event<T>>) {
-        self.0.borrow_mut().on_batch(batch);
-    }
-    fn on_watermark(&mut self, watermark: EventTime) {
-        self.0.borrow_mut().on_watermark(watermark);
-    }
-    fn on_idle(&mut self, idle: bool) {
-        self.0.borrow_mut().on_idle(idle);
-    }
-    fn on_end(&mut self) {
-        self.0.borrow_mut().on_end();
-    }
-}
-
 /// The ring side of the receiving end, which the driver drains.
 struct RingInput<T> {
     inbox: Inbox<Event<T>>,
@@ -291,7 +274,7 @@ where
         pending: (0..shards).map(|_| VecDeque::new()).collect(),
         local: receiving.clone(),
     }));
-    upstream.borrow_mut().attach(Box::new(SendingOperator(sending.clone())));
+    upstream.borrow_mut().attach(Box::new(Shared(sending.clone())));
     if let Some(inbox) = inbox {
         scope.add_pending(sending);
         scope.add_input(Box::new(RingInput { inbox, receiving, ended: false }));

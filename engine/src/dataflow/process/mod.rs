@@ -79,7 +79,8 @@ use std::{cell::RefCell, hash::Hash, rc::Rc};
 pub use context::{ProcessContext, TimeDomain, Timer};
 pub use state::{KeyedState, ListState, MapState, ValueState};
 
-use self::operator::{ProcessOperator, SharedProcess};
+use self::operator::ProcessOperator;
+use super::operator::Shared;
 use super::{Event, KeyedStream, Output, Stream};
 
 /// A function run per record and per timer with its key's state, on the shard that owns
@@ -119,7 +120,7 @@ impl<K: Hash + Eq + Clone + 'static, T: 'static, KS: Fn(&T) -> K + 'static> Keye
             config.batch_records,
             config.processing_tick,
         )));
-        self.stream.port.borrow_mut().attach(Box::new(SharedProcess(operator.clone())));
+        self.stream.port.borrow_mut().attach(Box::new(Shared(operator.clone())));
         scope.add_ticker(operator);
         scope.stream(out)
     }

@@ -9,7 +9,6 @@
 //! of the watermark that caused it.
 
 use std::{
-    cell::RefCell,
     hash::Hash,
     rc::Rc,
     time::{Duration, Instant},
@@ -159,23 +158,5 @@ where
             now + Duration::from_millis(wait)
         });
         Some(next.map_or(poll, |n| n.min(poll)))
-    }
-}
-
-/// The operator, shared by the port that feeds it and the driver that ticks it.
-pub(crate) struct SharedProcess<O>(pub(crate) Rc<RefCell<O>>);
-
-impl<T, O: Operator<T>> Operator<T> for SharedProcess<O> {
-    fn on_batch(&mut self, batch: &mut Vec<Event<T>>) {
-        self.0.borrow_mut().on_batch(batch);
-    }
-    fn on_watermark(&mut self, watermark: EventTime) {
-        self.0.borrow_mut().on_watermark(watermark);
-    }
-    fn on_idle(&mut self, idle: bool) {
-        self.0.borrow_mut().on_idle(idle);
-    }
-    fn on_end(&mut self) {
-        self.0.borrow_mut().on_end();
     }
 }
