@@ -78,6 +78,7 @@ struct Driver {
     ended: Vec<bool>,
     pending: Vec<Rc<RefCell<dyn Pending>>>,
     tickers: Vec<Rc<RefCell<dyn Ticker>>>,
+    tick_request: super::scope::TickRequest,
     stop: Arc<StopFlag>,
     stopped: bool,
     spin: Duration,
@@ -89,15 +90,21 @@ struct Driver {
 /// Runs one shard's part of the pipeline until all its inputs have ended and nothing is
 /// pending.
 pub(crate) async fn run(scope: Scope, stop: Arc<StopFlag>) {
-    let (inputs, pending, tickers) = {
+    let (inputs, pending, tickers, tick_request) = {
         let mut state = scope.state.borrow_mut();
-        (std::mem::take(&mut state.inputs), std::mem::take(&mut state.pending), std::mem::take(&mut state.tickers))
+        (
+            std::mem::take(&mut state.inputs),
+            std::mem::take(&mut state.pending),
+            std::mem::take(&mut state.tickers),
+            state.tick_request.clone(),
+        )
     };
     let mut driver = Driver {
         ended: vec![false; inputs.len()],
         inputs,
         pending,
         tickers,
+        tick_request,
         stop,
         stopped: false,
         spin: scope.config().ring.spin_before_park,
@@ -135,6 +142,9 @@ impl Driver {
                 }
             }
             let now = Instant::now();
+            if let Some(at) = self.tick_request.take() {
+                self.next_tick = Some(self.next_tick.map_or(at, |t| t.min(at)));
+            }
             if self.next_tick.is_some_and(|t| t <= now) {
                 self.tick(now);
             }

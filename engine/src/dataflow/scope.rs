@@ -61,8 +61,18 @@ pub(crate) struct Shared {
     pub(crate) metrics: Arc<Metrics>,
 }
 
+/// An earlier processing-time tick an operator asks for (a timer registered between
+/// ticks); the driver reads and clears it every round.
+pub(crate) type TickRequest = Rc<std::cell::Cell<Option<Instant>>>;
+
+/// Asks for a tick at `at`, keeping the earliest request.
+pub(crate) fn request_tick(request: &TickRequest, at: Instant) {
+    request.set(Some(request.get().map_or(at, |t| t.min(at))));
+}
+
 pub(crate) struct ScopeState {
     pub(crate) inputs: Vec<Box<dyn Input>>,
+    pub(crate) tick_request: TickRequest,
     pub(crate) pending: Vec<Rc<RefCell<dyn Pending>>>,
     pub(crate) tickers: Vec<Rc<RefCell<dyn Ticker>>>,
     next_exchange: usize,
@@ -94,6 +104,7 @@ impl Scope {
             shared,
             state: Rc::new(RefCell::new(ScopeState {
                 inputs: Vec::new(),
+                tick_request: TickRequest::default(),
                 pending: Vec::new(),
                 tickers: Vec::new(),
                 next_exchange: 0,
@@ -131,6 +142,11 @@ impl Scope {
 
     pub(crate) fn add_pending(&self, pending: Rc<RefCell<dyn Pending>>) {
         self.state.borrow_mut().pending.push(pending);
+    }
+
+    /// Where an operator asks the driver for an earlier tick than its last answer said.
+    pub(crate) fn tick_request(&self) -> TickRequest {
+        self.state.borrow().tick_request.clone()
     }
 
     pub(crate) fn add_ticker(&self, ticker: Rc<RefCell<dyn Ticker>>) {

@@ -14,9 +14,9 @@
 //! - event-time timers fire when the watermark reaches their time (`time <= watermark`),
 //!   in time order, and the watermark is passed on only after what they emitted; a
 //!   drained input's last watermark is the end of time, so every one fires then;
-//! - processing-time timers fire when the shard's wall clock reaches their time, checked
-//!   at least every `PipelineConfig::processing_tick` (so they may fire that much late),
-//!   and are dropped when the input ends;
+//! - processing-time timers fire when the shard's wall clock reaches their time (the
+//!   operator asks the driver to wake it then; the clock has millisecond resolution), and
+//!   are dropped when the input ends;
 //! - what a timer emits carries the timer's time.
 //!
 //! ```
@@ -118,7 +118,7 @@ impl<K: Hash + Eq + Clone + 'static, T: 'static, KS: Fn(&T) -> K + 'static> Keye
             self.key_fn(),
             out.clone(),
             config.batch_records,
-            config.processing_tick,
+            scope.tick_request(),
         )));
         self.stream.port.borrow_mut().attach(Box::new(Shared(operator.clone())));
         scope.add_ticker(operator);

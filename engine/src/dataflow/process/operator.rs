@@ -18,7 +18,10 @@ use rustc_hash::FxHashMap;
 use sluice_io::EventTime;
 
 use super::{KeyedProcessFunction, KeyedState, ProcessContext, TimeDomain, Timer, context::Timers, timers::TimerQueue};
-use crate::dataflow::{Event, Operator, Port, scope::Ticker};
+use crate::dataflow::{
+    Event, Operator, Port,
+    scope::{TickRequest, Ticker, request_tick},
+};
 
 pub(crate) struct ProcessOperator<K, T, F: KeyedProcessFunction<K, T>> {
     function: F,
@@ -29,9 +32,9 @@ pub(crate) struct ProcessOperator<K, T, F: KeyedProcessFunction<K, T>> {
     watermark: EventTime,
     buf: Vec<Event<F::Out>>,
     batch_records: usize,
-    /// How often the driver ticks the operator, to see processing-time timers registered
-    /// since the last tick (the driver learns each ticker's next deadline only at a tick).
-    poll: Duration,
+    /// Where the operator asks the driver to tick it when a record registered a
+    /// processing-time timer earlier than the next tick the driver knows of.
+    tick: TickRequest,
     out: Port<F::Out>,
     ended: bool,
 }
@@ -47,7 +50,7 @@ where
         key: Rc<dyn Fn(&T) -> K>,
         out: Port<F::Out>,
         batch_records: usize,
-        poll: Duration,
+        tick: TickRequest,
     ) -> Self {
         ProcessOperator {
             function,
@@ -57,7 +60,7 @@ where
             watermark: EventTime::MIN,
             buf: Vec::new(),
             batch_records: batch_records.max(1),
-            poll,
+            tick,
             out,
             ended: false,
         }
@@ -80,6 +83,13 @@ where
         if !state.is_empty() {
             self.states.insert(key, state);
         }
+    }
+
+    /// When the earliest processing-time timer is due, on the monotonic clock.
+    fn next_processing_timer(&self, now: Instant) -> Option<Instant> {
+        let next = self.timers.processing.next_time()?;
+        let wait = u64::try_from(next.millis().saturating_sub(EventTime::now().millis())).unwrap_or(0);
+        Some(now + Duration::from_millis(wait))
     }
 
     /// Fires every timer of `domain` due at `upto`, including those the firing timers
@@ -113,6 +123,9 @@ where
             self.with_state(key, time, |f, key, state, ctx| f.process_element(key, event, state, ctx));
         }
         self.out.borrow_mut().push(&mut self.buf);
+        if let Some(at) = self.next_processing_timer(Instant::now()) {
+            request_tick(&self.tick, at);
+        }
     }
 
     fn on_watermark(&mut self, watermark: EventTime) {
@@ -152,11 +165,6 @@ where
         if self.timers.processing.next_time().is_some_and(|t| t <= wall) {
             self.fire(TimeDomain::ProcessingTime, wall);
         }
-        let poll = now + self.poll;
-        let next = self.timers.processing.next_time().map(|t| {
-            let wait = u64::try_from(t.millis().saturating_sub(wall.millis())).unwrap_or(0);
-            now + Duration::from_millis(wait)
-        });
-        Some(next.map_or(poll, |n| n.min(poll)))
+        self.next_processing_timer(now)
     }
 }
