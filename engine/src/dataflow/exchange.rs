@@ -199,6 +199,8 @@ impl<T: 'static, K: Hash, KF: Fn(&T) -> K> Pending for Sending<T, KF> {
 
 /// The ring side of the receiving end, which the driver drains.
 struct RingInput<T> {
+    /// This exchange's index plus one (see `Input::level`).
+    level: usize,
     inbox: Inbox<Event<T>>,
     receiving: Rc<RefCell<Receiving<T>>>,
     ended: bool,
@@ -236,8 +238,8 @@ impl<T: 'static> Input for RingInput<T> {
         if self.inbox.park(cx) { Poll::Ready(true) } else { Poll::Pending }
     }
 
-    fn is_source(&self) -> bool {
-        false
+    fn level(&self) -> Option<usize> {
+        Some(self.level)
     }
 }
 
@@ -276,8 +278,9 @@ where
     }));
     upstream.borrow_mut().attach(Box::new(Shared(sending.clone())));
     if let Some(inbox) = inbox {
-        scope.add_pending(sending);
-        scope.add_input(Box::new(RingInput { inbox, receiving, ended: false }));
+        let level = scope.exchanges_built();
+        scope.add_pending_at(level - 1, sending);
+        scope.add_input(Box::new(RingInput { level, inbox, receiving, ended: false }));
     }
     out
 }
