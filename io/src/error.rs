@@ -5,7 +5,7 @@
 use std::io;
 use std::path::PathBuf;
 
-use crate::types::{FilePos, Offset};
+use crate::types::{CheckpointId, FilePos, Offset};
 
 /// What can go wrong in the storage layer.
 #[derive(Debug, thiserror::Error)]
@@ -86,6 +86,26 @@ pub enum LogError {
     Closed {
         /// The partition directory.
         path: PathBuf,
+    },
+    /// A checkpoint part name that could escape the checkpoint's directory or clash with
+    /// the store's own files.
+    #[error("invalid checkpoint part name {name:?}: {reason}")]
+    InvalidName {
+        /// The name as given.
+        name: String,
+        /// Which rule it breaks.
+        reason: &'static str,
+    },
+    /// A checkpoint operation that the checkpoint's state does not allow (committing an
+    /// id older than the last completed one, writing into an aborted checkpoint, a part
+    /// whose base is gone), or a checkpoint that cannot be restored because a checkpoint
+    /// its chain needs is damaged.
+    #[error("checkpoint {id}: {reason}")]
+    Checkpoint {
+        /// The checkpoint concerned.
+        id: CheckpointId,
+        /// What is wrong.
+        reason: String,
     },
 }
 

@@ -11,12 +11,15 @@
 //! - [`recovery`]: what opening a log verifies, cuts and rebuilds.
 //! - [`reader`]: a sequential reader with read-ahead.
 //! - [`compaction`]: keep the latest record per key in closed segments.
+//! - [`checkpoint`]: checkpoint part files, atomic manifests, keep-K pruning, and the
+//!   latest valid checkpoint on recovery.
 //! - [`config`], [`error`], [`types`]: knobs, typed errors, typed offsets and times.
 //!
 //! Everything here is `!Send` by design: a log lives on the executor that opened it.
 
 #![forbid(unsafe_code)]
 
+pub mod checkpoint;
 pub mod compaction;
 pub mod config;
 pub mod error;
@@ -28,6 +31,9 @@ pub mod segment;
 pub mod storage;
 pub mod types;
 
+pub use checkpoint::{
+    CheckpointStore, CommitReport, LatestValid, Manifest, OpenReport, PartInfo, PartStore, SkippedCheckpoint,
+};
 pub use compaction::CompactionReport;
 pub use config::{CleanupPolicy, FsyncPolicy, LogConfig, RecoveryMode};
 pub use error::{LogError, Result};
@@ -37,4 +43,4 @@ pub use record::{BatchMeta, BatchView, Header, Record, RecordView};
 pub use recovery::{RecoveryReport, Truncation};
 pub use segment::{OwnedBatches, ReadBatches};
 pub use storage::{FaultPlan, FaultyStorage, Storage, UringStorage};
-pub use types::{EventTime, FilePos, Offset, PartitionId, ProducerId, Timestamp};
+pub use types::{CheckpointId, EventTime, FilePos, Offset, PartitionId, ProducerId, Timestamp};

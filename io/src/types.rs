@@ -93,6 +93,34 @@ impl Default for ProducerId {
     }
 }
 
+/// A checkpoint's number. Numbers increase: a checkpoint store hands each out once, and
+/// after a restart continues past every checkpoint left on disk. The first is 1.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct CheckpointId(pub u64);
+
+impl CheckpointId {
+    /// The first checkpoint a new store hands out.
+    pub const FIRST: CheckpointId = CheckpointId(1);
+
+    /// The checkpoint after this one.
+    #[must_use]
+    pub const fn next(self) -> CheckpointId {
+        CheckpointId(self.0 + 1)
+    }
+
+    /// The raw value.
+    #[must_use]
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Display for CheckpointId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
 /// A byte position within a segment file.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct FilePos(pub u64);
