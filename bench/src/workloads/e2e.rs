@@ -3,6 +3,17 @@
 //! into a one-partition topic; a consumer on another thread long-polls it; each record's
 //! latency runs from its *scheduled* send time to the moment the consumer holds it, so a
 //! stall is charged to every record it delayed (coordinated omission corrected).
+//!
+//! The producer wakes at most once per `--send-interval-us` (100 us by default) and sends
+//! every record due by then as one append, as a producer batches what is ready while its
+//! last request is on its way. Waking for each record instead (every 7 us at 135 000
+//! records/s) made the producer the benchmark's bottleneck: a wake-up of a glommio
+//! executor costs more than that on these VMs (timeouts armed and cancelled through
+//! io_uring, a membarrier IPI to the other core before each park), so the producer fell
+//! behind, never blocked and kept a core busy, and on a 2-core machine the shard and the
+//! consumer waited behind it for whole scheduler slices (1.5-3.5 ms, seen with
+//! `perf sched`). The wait in the producer is part of each record's latency, like any
+//! other delay.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,6 +40,8 @@ pub struct E2eReport {
     pub records: u64,
     /// Payload bytes per record (at least 8: the scheduled send time).
     pub record_bytes: usize,
+    /// The least time between two wake-ups of the producer, microseconds.
+    pub send_interval_us: u64,
     /// The topic's fsync policy.
     #[serde(serialize_with = "crate::harness::serialize_display")]
     pub fsync: FsyncPolicy,
@@ -44,6 +57,7 @@ pub fn run(args: &LogArgs, rate: u64) -> anyhow::Result<E2eReport> {
     let work_dir = args.common.work_dir("log-e2e")?;
     let records = args.records;
     let record_bytes = args.record_bytes.max(8);
+    let send_interval = Duration::from_micros(args.send_interval_us);
     let engine =
         block_on(Engine::open(EngineConfig { shards: Some(args.shards), ..EngineConfig::new(work_dir.path()) }))
             .context("starting the engine")?;
@@ -91,12 +105,17 @@ pub fn run(args: &LogArgs, rate: u64) -> anyhow::Result<E2eReport> {
                 let interval = Duration::from_secs_f64(1.0 / rate as f64);
                 let mut tasks = Vec::new();
                 let mut i = 0;
+                let mut woke: Option<Instant> = None;
                 while i < records {
+                    // Wake when the next record is due, but no sooner than one send
+                    // interval after the previous wake-up.
                     let due = *epoch + interval.mul_f64(i as f64);
+                    let wake = woke.map_or(due, |w| due.max(w + send_interval));
                     let now = Instant::now();
-                    if due > now {
-                        glommio::timer::sleep(due - now).await;
+                    if wake > now {
+                        glommio::timer::sleep(wake - now).await;
                     }
+                    woke = Some(wake);
                     // Every record due by now goes out in one request, as a producer with
                     // no linger batches what is ready; each keeps its own scheduled time.
                     let now = Instant::now();
@@ -133,6 +152,7 @@ pub fn run(args: &LogArgs, rate: u64) -> anyhow::Result<E2eReport> {
         rate,
         records,
         record_bytes,
+        send_interval_us: args.send_interval_us,
         fsync: args.fsync,
         achieved_rate: records as f64 / sent_in.as_secs_f64(),
         e2e_latency_us: latency.summary(),
@@ -143,8 +163,8 @@ impl E2eReport {
     /// The human-readable form of the report.
     pub fn table(&self) -> Table {
         let mut table = Table::titled(format!(
-            "log end to end: {} shards, {} records/s offered, {} records x {} B, fsync {}",
-            self.shards, self.rate, self.records, self.record_bytes, self.fsync
+            "log end to end: {} shards, {} records/s offered, {} records x {} B, fsync {}, sent every {} us",
+            self.shards, self.rate, self.records, self.record_bytes, self.fsync, self.send_interval_us
         ));
         table.row("achieved rate", format!("{:.0}", self.achieved_rate), "records/s");
         let l = &self.e2e_latency_us;

@@ -62,6 +62,11 @@ pub struct LogArgs {
     /// report produce-to-consume latency instead of throughput
     #[arg(long, value_name = "RECORDS_PER_SEC")]
     pub rate: Option<u64>,
+    /// End-to-end mode: the producer wakes at most once per this many microseconds and
+    /// sends every record due by then as one append (0: a wake-up for every record); each
+    /// record's latency still runs from its own scheduled send time
+    #[arg(long, default_value_t = 100, value_name = "US")]
+    pub send_interval_us: u64,
     /// When appends are synced: `always`, `interval:MS` or `never`
     #[arg(long, default_value = "interval:5", value_name = "POLICY")]
     pub fsync: FsyncPolicy,
