@@ -2,10 +2,9 @@
 //!
 //! It loops over the shard's inputs (sources and the ring sides of exchanges), pushing each
 //! unit of work through the synchronous operator graph, flushing what exchanges and sinks
-//! hold pending, and running processing-time duties when due. Sources are pulled only
-//! while nothing is pending, and a ring input only while nothing downstream of it is
-//! (see `Input::level`), so a full ring stops what feeds it, and every pending queue is
-//! bounded by what one round moves. With nothing to do it spins for
+//! hold pending, and running processing-time duties when due. Ring inputs are always
+//! drained; sources are pulled only while nothing is pending, so a full ring downstream
+//! stops the sources that feed it, not the shard. With nothing to do it spins for
 //! `spin_before_park`, then parks until a ring, a source, a flush or a timer wakes it.
 
 use std::{
@@ -77,7 +76,7 @@ enum Round {
 struct Driver {
     inputs: Vec<Box<dyn Input>>,
     ended: Vec<bool>,
-    pending: Vec<(usize, Rc<RefCell<dyn Pending>>)>,
+    pending: Vec<Rc<RefCell<dyn Pending>>>,
     tickers: Vec<Rc<RefCell<dyn Ticker>>>,
     tick_request: super::scope::TickRequest,
     stop: Arc<StopFlag>,
@@ -195,21 +194,13 @@ impl Driver {
 
     /// One pass over the pending outputs and the inputs, polled with `cx`.
     fn round(&mut self, cx: &mut Context<'_>) -> Round {
-        // The highest level with something pending, if any.
-        let mut blocked: Option<usize> = None;
-        for (level, p) in &self.pending {
-            if p.borrow_mut().poll_flush(cx).is_pending() {
-                blocked = Some(blocked.map_or(*level, |b| b.max(*level)));
-            }
+        let mut blocked = false;
+        for p in &self.pending {
+            blocked |= p.borrow_mut().poll_flush(cx).is_pending();
         }
         let mut progress = false;
         for (input, ended) in self.inputs.iter_mut().zip(&mut self.ended) {
-            let paused = match (blocked, input.level()) {
-                (None, _) => false,
-                (Some(_), None) => true,
-                (Some(highest), Some(level)) => highest >= level,
-            };
-            if *ended || paused {
+            if *ended || (blocked && input.is_source()) {
                 continue;
             }
             match input.poll_input(cx, RING_BUDGET) {
@@ -221,10 +212,10 @@ impl Driver {
                 Poll::Pending => {}
             }
         }
-        if blocked.is_none() && self.ended.iter().all(|&e| e) {
+        if !blocked && self.ended.iter().all(|&e| e) {
             // Ending inputs may have left records pending: flush once more.
             let mut flushed = true;
-            for (_, p) in &self.pending {
+            for p in &self.pending {
                 flushed &= p.borrow_mut().poll_flush(cx).is_ready();
             }
             if flushed {

@@ -199,8 +199,6 @@ impl<T: 'static, K: Hash, KF: Fn(&T) -> K> Pending for Sending<T, KF> {
 
 /// The ring side of the receiving end, which the driver drains.
 struct RingInput<T> {
-    /// This exchange's index plus one (see `Input::level`).
-    level: usize,
     inbox: Inbox<Event<T>>,
     receiving: Rc<RefCell<Receiving<T>>>,
     ended: bool,
@@ -238,8 +236,8 @@ impl<T: 'static> Input for RingInput<T> {
         if self.inbox.park(cx) { Poll::Ready(true) } else { Poll::Pending }
     }
 
-    fn level(&self) -> Option<usize> {
-        Some(self.level)
+    fn is_source(&self) -> bool {
+        false
     }
 }
 
@@ -278,9 +276,8 @@ where
     }));
     upstream.borrow_mut().attach(Box::new(Shared(sending.clone())));
     if let Some(inbox) = inbox {
-        let level = scope.exchanges_built();
-        scope.add_pending_at(level - 1, sending);
-        scope.add_input(Box::new(RingInput { level, inbox, receiving, ended: false }));
+        scope.add_pending(sending);
+        scope.add_input(Box::new(RingInput { inbox, receiving, ended: false }));
     }
     out
 }

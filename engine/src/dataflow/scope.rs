@@ -39,13 +39,9 @@ pub(crate) trait Input {
     /// downstream. `Ready(true)` if it did something, `Ready(false)` once it has ended,
     /// `Pending` (with a wake-up arranged) when it has nothing now.
     fn poll_input(&mut self, cx: &mut Context<'_>, budget: usize) -> Poll<bool>;
-    /// `None` for a source, which the driver pauses while anything is pending. For the ring
-    /// side of the `k`-th exchange, `Some(k + 1)`: the driver pauses it only while
-    /// something at that level or beyond is pending, that is, downstream of it. Exchanges
-    /// are numbered in the order the graph is built, so whatever a ring input feeds was
-    /// built after it, and the last exchange's input is never paused; by induction every
-    /// pending output drains, and backpressure reaches the sources without a cycle.
-    fn level(&self) -> Option<usize>;
+    /// Whether it is a source (paused while anything is pending) or a ring input (always
+    /// drained, which is what guarantees progress through a chain of exchanges).
+    fn is_source(&self) -> bool;
     /// Processing-time duties (idle detection), like [`Ticker::tick`].
     fn tick(&mut self, _now: Instant) -> Option<Instant> {
         None
@@ -77,9 +73,7 @@ pub(crate) fn request_tick(request: &TickRequest, at: Instant) {
 pub(crate) struct ScopeState {
     pub(crate) inputs: Vec<Box<dyn Input>>,
     pub(crate) tick_request: TickRequest,
-    /// Pending outputs with their levels (the exchanges built before them; an exchange's
-    /// own sending side has its index).
-    pub(crate) pending: Vec<(usize, Rc<RefCell<dyn Pending>>)>,
+    pub(crate) pending: Vec<Rc<RefCell<dyn Pending>>>,
     pub(crate) tickers: Vec<Rc<RefCell<dyn Ticker>>>,
     next_exchange: usize,
 }
@@ -146,20 +140,8 @@ impl Scope {
         self.state.borrow_mut().inputs.push(input);
     }
 
-    /// Registers a sink's pending output, at the level of the exchanges built so far.
     pub(crate) fn add_pending(&self, pending: Rc<RefCell<dyn Pending>>) {
-        let level = self.exchanges_built();
-        self.state.borrow_mut().pending.push((level, pending));
-    }
-
-    /// Registers a pending output at `level` (an exchange's sending side: its index).
-    pub(crate) fn add_pending_at(&self, level: usize, pending: Rc<RefCell<dyn Pending>>) {
-        self.state.borrow_mut().pending.push((level, pending));
-    }
-
-    /// How many exchanges this shard's graph has so far.
-    pub(crate) fn exchanges_built(&self) -> usize {
-        self.state.borrow().next_exchange
+        self.state.borrow_mut().pending.push(pending);
     }
 
     /// Where an operator asks the driver for an earlier tick than its last answer said.

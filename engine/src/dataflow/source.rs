@@ -266,8 +266,8 @@ impl<T: 'static, S: Source<T>, E: Fn(&T) -> EventTime + 'static> Input for Sourc
         Poll::Ready(true)
     }
 
-    fn level(&self) -> Option<usize> {
-        None
+    fn is_source(&self) -> bool {
+        true
     }
 
     fn tick(&mut self, now: Instant) -> Option<Instant> {
