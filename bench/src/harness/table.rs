@@ -41,6 +41,13 @@ impl Table {
     }
 
     /// Prints the table to stdout.
+    /// Rows `{what} p50`, `p99`, `p99.9` and `max` of a latency summary, in microseconds.
+    pub fn latency_rows(&mut self, what: &str, l: &super::LatencySummary) {
+        for (name, v) in [("p50", l.p50), ("p99", l.p99), ("p99.9", l.p999), ("max", l.max)] {
+            self.row(format!("{what} {name}"), v, "us");
+        }
+    }
+
     pub fn print(&self) {
         print!("{self}");
     }

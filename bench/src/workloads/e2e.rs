@@ -167,15 +167,7 @@ impl E2eReport {
             self.shards, self.rate, self.records, self.record_bytes, self.fsync, self.send_interval_us
         ));
         table.row("achieved rate", format!("{:.0}", self.achieved_rate), "records/s");
-        let l = &self.e2e_latency_us;
-        for (name, v) in [
-            ("e2e latency p50", l.p50),
-            ("e2e latency p99", l.p99),
-            ("e2e latency p99.9", l.p999),
-            ("e2e latency max", l.max),
-        ] {
-            table.row(name, v, "us");
-        }
+        table.latency_rows("e2e latency", &self.e2e_latency_us);
         table
     }
 }

@@ -223,15 +223,7 @@ impl LogReport {
                 "%",
             );
         }
-        let lat = &self.append_latency_us;
-        for (name, value) in [
-            ("append latency p50", lat.p50),
-            ("append latency p99", lat.p99),
-            ("append latency p99.9", lat.p999),
-            ("append latency max", lat.max),
-        ] {
-            table.row(name, value, "us");
-        }
+        table.latency_rows("append latency", &self.append_latency_us);
         table.row("baseline write", format!("{:.1}", self.baseline_write_bytes_per_sec / 1e6), "MB/s");
         if self.baseline_write_bytes_per_sec > 0.0 {
             table.row(

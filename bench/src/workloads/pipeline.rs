@@ -229,14 +229,7 @@ impl PipelineReport {
             {
                 table.row("latency phase offered", rate, "events/s (half the best rate)");
             }
-            for (name, v) in [
-                ("result latency p50", l.p50),
-                ("result latency p99", l.p99),
-                ("result latency p99.9", l.p999),
-                ("result latency max", l.max),
-            ] {
-                table.row(name, v, "us");
-            }
+            table.latency_rows("result latency", l);
         }
         table
     }
