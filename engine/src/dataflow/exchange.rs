@@ -67,8 +67,8 @@ impl<T: 'static> Receiving<T> {
         None
     }
 
-    fn push_local(&mut self, shard: usize, batch: &mut Vec<Event<T>>) {
-        let _ = shard;
+    /// Records routed to this shard by its own sending side: they skip the rings.
+    fn push_local(&mut self, batch: &mut Vec<Event<T>>) {
         self.out.borrow_mut().push(batch);
     }
 }
@@ -129,7 +129,7 @@ impl<T: 'static, K: Hash, KF: Fn(&T) -> K> Sending<T, KF> {
 impl<T: 'static, K: Hash, KF: Fn(&T) -> K> Operator<T> for Sending<T, KF> {
     fn on_batch(&mut self, batch: &mut Vec<Event<T>>) {
         if self.shards == 1 {
-            self.local.borrow_mut().push_local(self.shard, batch);
+            self.local.borrow_mut().push_local(batch);
             return;
         }
         let mut local = std::mem::take(&mut self.building[self.shard]);
@@ -144,7 +144,7 @@ impl<T: 'static, K: Hash, KF: Fn(&T) -> K> Operator<T> for Sending<T, KF> {
                 }
             }
         }
-        self.local.borrow_mut().push_local(self.shard, &mut local);
+        self.local.borrow_mut().push_local(&mut local);
         self.building[self.shard] = local;
         // What did not fill a batch goes now rather than waiting for more: a record must
         // not sit here while its input is quiet. Batching still follows the input's.

@@ -119,15 +119,6 @@ impl<T: 'static> Output<T> {
         batch.clear();
     }
 
-    /// Pushes one record downstream (as a batch of one: prefer [`Output::push`]).
-    pub fn push_one(&mut self, event: Event<T>) {
-        let mut batch = std::mem::take(&mut self.copy);
-        batch.clear();
-        batch.push(event);
-        self.push(&mut batch);
-        self.copy = batch;
-    }
-
     /// Advances the watermark; a watermark at or below the last one is not forwarded.
     pub fn watermark_to(&mut self, watermark: EventTime) {
         if watermark <= self.watermark || self.ended {
@@ -240,8 +231,9 @@ impl Progress {
     }
 }
 
-/// An operator shared between the port that feeds it and the driver (as a
-/// [`Ticker`](super::scope::Ticker)), for operators with processing-time duties.
+/// An operator shared between the port that feeds it and something else on the shard
+/// (the driver, as a ticker or a pending output), registered with that other side as the
+/// same `Rc`.
 pub(crate) struct Shared<O>(pub(crate) Rc<RefCell<O>>);
 
 impl<T, O: Operator<T>> Operator<T> for Shared<O> {
@@ -256,11 +248,5 @@ impl<T, O: Operator<T>> Operator<T> for Shared<O> {
     }
     fn on_end(&mut self) {
         self.0.borrow_mut().on_end();
-    }
-}
-
-impl<O: super::scope::Ticker> super::scope::Ticker for Shared<O> {
-    fn tick(&mut self, now: std::time::Instant) -> Option<std::time::Instant> {
-        self.0.borrow_mut().tick(now)
     }
 }
