@@ -23,8 +23,8 @@ use std::sync::{
 };
 
 use sluice_engine::dataflow::{
-    Event, Generator, KeyedProcessFunction, KeyedState, Pipeline, PipelineConfig, ProcessContext, Timer, ValueState,
-    WatermarkStrategy,
+    Data, Event, Generator, KeyedProcessFunction, KeyedState, Pipeline, PipelineConfig, ProcessContext, Timer,
+    ValueState, WatermarkStrategy, checkpoint::StateError,
 };
 use sluice_io::EventTime;
 
@@ -61,6 +61,16 @@ struct Alert {
 struct Account {
     /// The small transaction's amount and the deadline for a large one.
     small: ValueState<(u64, EventTime)>,
+}
+
+/// How an account is stored in a checkpoint: its one state field.
+impl Data for Account {
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.small.encode(out);
+    }
+    fn decode(input: &mut &[u8]) -> Result<Self, StateError> {
+        Ok(Account { small: ValueState::decode(input)? })
+    }
 }
 
 /// Lets the operator forget an account whose flag is cleared.

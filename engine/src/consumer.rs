@@ -6,7 +6,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use sluice_io::{Offset, OwnedBatches, Timestamp};
+use sluice_io::{Offset, OwnedBatches, Timestamp, txn::ReadCommitted};
 
 use crate::engine::EngineHandle;
 use crate::error::{EngineError, Result};
@@ -36,11 +36,29 @@ pub struct Polled {
     pub batches: OwnedBatches,
 }
 
+/// Which records of transactions a reader sees (Kafka's `isolation.level`).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum Isolation {
+    /// Every record, including those of transactions still open or aborted.
+    #[default]
+    ReadUncommitted,
+    /// Only records of committed transactions (and non-transactional ones), up to the
+    /// last stable offset: the first record of a transaction still open.
+    ReadCommitted,
+}
+
 /// Reads assigned partitions of an engine's topics.
+///
+/// Control batches (transaction markers) are never delivered. With
+/// [`Isolation::ReadCommitted`] the consumer holds back fetched batches until the
+/// transactions in them are decided, and its positions are the last stable offsets.
 #[derive(Debug)]
 pub struct Consumer {
     engine: EngineHandle,
     positions: BTreeMap<(String, u32), Offset>,
+    /// Read committed: per partition, where the next fetch reads and what is held back.
+    committed: BTreeMap<(String, u32), (Offset, ReadCommitted)>,
+    isolation: Isolation,
     max_bytes: usize,
     next: usize,
 }
@@ -49,7 +67,50 @@ impl Consumer {
     /// A consumer with nothing assigned, reading up to `max_bytes` per partition per poll.
     #[must_use]
     pub fn new(engine: EngineHandle, max_bytes: usize) -> Consumer {
-        Consumer { engine, positions: BTreeMap::new(), max_bytes: max_bytes.max(1), next: 0 }
+        Consumer {
+            engine,
+            positions: BTreeMap::new(),
+            committed: BTreeMap::new(),
+            isolation: Isolation::ReadUncommitted,
+            max_bytes: max_bytes.max(1),
+            next: 0,
+        }
+    }
+
+    /// Sets the isolation level (before assigning partitions, or the next seek applies it).
+    #[must_use]
+    pub fn with_isolation(mut self, isolation: Isolation) -> Consumer {
+        self.isolation = isolation;
+        self.committed.clear();
+        self
+    }
+
+    /// Where the next fetch of a partition reads.
+    fn fetch_at(&self, key: &(String, u32)) -> Offset {
+        match self.committed.get(key) {
+            Some((at, _)) => *at,
+            None => self.positions[key],
+        }
+    }
+
+    /// Takes fetched batches in: the batches to deliver now, if any.
+    fn take(&mut self, key: (String, u32), batches: OwnedBatches) -> Result<Option<Polled>> {
+        if self.isolation == Isolation::ReadUncommitted {
+            if batches.is_empty() {
+                return Ok(None);
+            }
+            self.positions.insert(key.clone(), batches.next_offset());
+            return Ok(Some(Polled { topic: key.0, partition: key.1, batches }));
+        }
+        let position = self.positions[&key];
+        let (at, held) = self.committed.entry(key.clone()).or_insert_with(|| (position, ReadCommitted::new(position)));
+        if !batches.is_empty() {
+            *at = batches.next_offset();
+        }
+        held.push(batches);
+        let out = held.drain().map_err(|e| EngineError::log(&key.0, key.1, e))?;
+        self.positions.insert(key.clone(), held.stable());
+        Ok((!out.is_empty()).then(|| Polled { topic: key.0, partition: key.1, batches: out }))
     }
 
     /// Replaces the assignment; each partition starts at `start`.
@@ -60,6 +121,7 @@ impl Consumer {
             positions.insert((topic.clone(), *p), at);
         }
         self.positions = positions;
+        self.committed.clear();
         Ok(())
     }
 
@@ -82,6 +144,7 @@ impl Consumer {
             return Err(EngineError::InvalidConfig(format!("{topic}-{partition} is not assigned to this consumer")));
         }
         let at = self.resolve(topic, partition, to).await?;
+        self.committed.remove(&key);
         self.positions.insert(key, at);
         Ok(())
     }
@@ -118,12 +181,11 @@ impl Consumer {
         // Start each poll at the next partition, so none is starved.
         let n = keys.len();
         for i in 0..n {
-            let (topic, p) = &keys[(self.next + i) % n];
-            let at = self.positions[&(topic.clone(), *p)];
-            let batches = self.engine.fetch(topic, *p, at, self.max_bytes, Duration::ZERO).await?;
-            if !batches.is_empty() {
-                self.positions.insert((topic.clone(), *p), batches.next_offset());
-                out.push(Polled { topic: topic.clone(), partition: *p, batches });
+            let key = keys[(self.next + i) % n].clone();
+            let at = self.fetch_at(&key);
+            let batches = self.engine.fetch(&key.0, key.1, at, self.max_bytes, Duration::ZERO).await?;
+            if let Some(polled) = self.take(key, batches)? {
+                out.push(polled);
             }
         }
         self.next = (self.next + 1) % n;
@@ -134,10 +196,10 @@ impl Consumer {
         type Fetch<'a> = Pin<Box<dyn Future<Output = (String, u32, Result<OwnedBatches>)> + Send + 'a>>;
         let waits: Vec<Fetch<'_>> = keys
             .iter()
-            .map(|(topic, p)| {
-                let at = self.positions[&(topic.clone(), *p)];
+            .map(|key| {
+                let at = self.fetch_at(key);
                 let engine = self.engine.clone();
-                let (topic, p, max_bytes) = (topic.clone(), *p, self.max_bytes);
+                let (topic, p, max_bytes) = (key.0.clone(), key.1, self.max_bytes);
                 Box::pin(async move {
                     let r = engine.fetch(&topic, p, at, max_bytes, max_wait).await;
                     (topic, p, r)
@@ -146,10 +208,8 @@ impl Consumer {
             .collect();
         let first = waits.into_iter().reduce(|a, b| Box::pin(futures_lite::future::or(a, b))).expect("one or more");
         let (topic, p, batches) = first.await;
-        let batches = batches?;
-        if !batches.is_empty() {
-            self.positions.insert((topic.clone(), p), batches.next_offset());
-            out.push(Polled { topic, partition: p, batches });
+        if let Some(polled) = self.take((topic, p), batches?)? {
+            out.push(polled);
         }
         Ok(out)
     }

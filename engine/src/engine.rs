@@ -450,6 +450,44 @@ impl EngineHandle {
         self.call(shard, |reply| Request::Append { topic, partition, records, meta, reply }).await
     }
 
+    /// Ends `producer`'s open transaction in one partition with a commit or abort marker
+    /// (a control batch), as durable as the topic's fsync policy says. A marker for a
+    /// producer with no open transaction there changes nothing a reader sees.
+    pub async fn write_marker(
+        &self,
+        topic: &str,
+        partition: u32,
+        producer: sluice_io::ProducerId,
+        marker: sluice_io::txn::Marker,
+    ) -> Result<AppendInfo> {
+        let record = OwnedRecord { key: Some(marker.key().to_vec()), value: Vec::new(), event_time: Timestamp::now() };
+        self.append(topic, partition, vec![record], sluice_io::txn::Marker::meta(producer)).await
+    }
+
+    /// The transactions still open in a partition (no commit or abort marker yet): each
+    /// producer id with the offset of its first batch. Reads the partition from the first
+    /// offset held.
+    pub async fn open_transactions(
+        &self,
+        topic: &str,
+        partition: u32,
+    ) -> Result<std::collections::HashMap<sluice_io::ProducerId, Offset>> {
+        let (mut at, end) = self.offsets(topic, partition).await?;
+        let mut scan = sluice_io::txn::OpenTransactions::default();
+        while at < end {
+            let batches = self.fetch(topic, partition, at, 4 << 20, Duration::ZERO).await?;
+            if batches.is_empty() {
+                break;
+            }
+            for batch in batches.batches() {
+                scan.observe(&batch.map_err(|e| EngineError::log(topic, partition, e))?)
+                    .map_err(|e| EngineError::log(topic, partition, e))?;
+            }
+            at = batches.next_offset();
+        }
+        Ok(scan.open().clone())
+    }
+
     /// Reads batches from `offset`, waiting up to `max_wait` for data if there is none
     /// yet (a long poll).
     pub async fn fetch(

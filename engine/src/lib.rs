@@ -24,7 +24,7 @@ pub mod ring;
 pub mod shard;
 
 pub use config::{EngineConfig, TopicConfig};
-pub use consumer::{Consumer, Polled, SeekTo};
+pub use consumer::{Consumer, Isolation, Polled, SeekTo};
 pub use engine::{Engine, EngineHandle, PartitionLag, TopicDescription};
 pub use error::{EngineError, Result};
 pub use group_consumer::{GroupConsumer, GroupOptions, OffsetReset, RebalanceListener};

@@ -362,7 +362,9 @@ async fn append(
     let log = part.borrow().log.clone();
     let recs: Vec<Record<'_>> = records.iter().map(OwnedRecord::as_record).collect();
     let err = |e| EngineError::log(topic, p, e);
-    if meta.producer_id == sluice_io::ProducerId::NONE {
+    // Plain batches, and transaction markers (which carry their transaction's producer
+    // id but no sequence), skip the idempotence check.
+    if meta.producer_id == sluice_io::ProducerId::NONE || meta.attributes.is_control() {
         let info = log.append_with(&recs, meta).await.map_err(err)?;
         wake_all(part);
         return Ok(info);

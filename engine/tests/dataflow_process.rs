@@ -29,20 +29,21 @@ use std::{
 };
 
 use sluice_engine::dataflow::{
-    ChannelSource, Event, Generator, KeyedProcessFunction, KeyedState, ListState, MapState, Operator, Pipeline,
-    PipelineConfig, ProcessContext, TimeDomain, Timer, ValueState, WatermarkStrategy, key_group, shard_of_group,
+    ChannelSource, Data, Event, Generator, KeyedProcessFunction, KeyedState, ListState, MapState, Operator, Pipeline,
+    PipelineConfig, ProcessContext, TimeDomain, Timer, ValueState, WatermarkStrategy, checkpoint::StateError,
+    key_group, shard_of_group,
 };
 use sluice_io::EventTime;
 
 /// One input record: a key, an event time (ms) and a number whose meaning each test gives.
 #[derive(Debug, Clone, Copy)]
 struct In {
-    key: &'static str,
+    key: char,
     time: i64,
     v: i64,
 }
 
-const fn r(key: &'static str, time: i64, v: i64) -> In {
+const fn r(key: char, time: i64, v: i64) -> In {
     In { key, time, v }
 }
 
@@ -82,7 +83,8 @@ impl<O> Operator<O> for Recorder<O> {
 /// watermark and keyed by `In::key`; what each shard's sink saw.
 fn run<F, O>(shards: usize, input: &[In], make: fn() -> F) -> Vec<Vec<Seen<O>>>
 where
-    F: KeyedProcessFunction<&'static str, In, Out = O>,
+    F: KeyedProcessFunction<char, In, Out = O>,
+    F::State: Data,
     O: Send + 'static,
 {
     let config = PipelineConfig { batch_records: 1, ..PipelineConfig::with_shards(shards) };
@@ -91,7 +93,8 @@ where
 
 fn run_with<F, O>(config: PipelineConfig, input: &[In], make: fn() -> F) -> Vec<Vec<Seen<O>>>
 where
-    F: KeyedProcessFunction<&'static str, In, Out = O>,
+    F: KeyedProcessFunction<char, In, Out = O>,
+    F::State: Data,
     O: Send + 'static,
 {
     let input: Arc<Vec<In>> = Arc::new(input.to_vec());
@@ -115,7 +118,7 @@ where
 }
 
 /// The shard that owns `key` under the default key groups.
-fn owner(key: &'static str, shards: usize) -> usize {
+fn owner(key: char, shards: usize) -> usize {
     let groups = PipelineConfig::DEFAULT_KEY_GROUPS;
     shard_of_group(key_group(&key, groups), groups, shards)
 }
@@ -127,11 +130,7 @@ fn records<O: Clone>(trace: &[Seen<O>]) -> Vec<(i64, O)> {
 /// Checks what `shards` shards saw against the 1-shard trace `expected`: at 1 shard the
 /// trace itself; at more, each shard's records are those of the keys it owns, in order,
 /// and its watermarks rise to the end of time, each after the records at or below it.
-fn check<O: Clone + PartialEq + std::fmt::Debug>(
-    seen: &[Vec<Seen<O>>],
-    expected: &[Seen<O>],
-    key_of: fn(&O) -> &'static str,
-) {
+fn check<O: Clone + PartialEq + std::fmt::Debug>(seen: &[Vec<Seen<O>>], expected: &[Seen<O>], key_of: fn(&O) -> char) {
     let shards = seen.len();
     if shards == 1 {
         assert_eq!(seen[0], expected);
@@ -155,7 +154,7 @@ fn check<O: Clone + PartialEq + std::fmt::Debug>(
     }
 }
 
-type Ctx<'a, O> = ProcessContext<'a, &'static str, O>;
+type Ctx<'a, O> = ProcessContext<'a, char, O>;
 
 // ---------------------------------------------------------------------------------------
 // Value state.
@@ -163,16 +162,10 @@ type Ctx<'a, O> = ProcessContext<'a, &'static str, O>;
 /// A running sum per key; the key's state is cleared when the sum is back to zero.
 struct RunningSum;
 
-impl KeyedProcessFunction<&'static str, In> for RunningSum {
+impl KeyedProcessFunction<char, In> for RunningSum {
     type State = ValueState<i64>;
-    type Out = (&'static str, i64);
-    fn process_element(
-        &mut self,
-        key: &&'static str,
-        e: Event<In>,
-        sum: &mut ValueState<i64>,
-        ctx: &mut Ctx<'_, Self::Out>,
-    ) {
+    type Out = (char, i64);
+    fn process_element(&mut self, key: &char, e: Event<In>, sum: &mut ValueState<i64>, ctx: &mut Ctx<'_, Self::Out>) {
         let s = sum.get_or_insert_with(|| 0);
         *s += e.value.v;
         ctx.emit((*key, *s));
@@ -184,19 +177,19 @@ impl KeyedProcessFunction<&'static str, In> for RunningSum {
 
 #[test]
 fn value_state_keeps_a_running_sum_per_key() {
-    let input = [r("a", 1, 3), r("b", 2, 4), r("a", 3, 5), r("b", 4, -4), r("a", 5, 1), r("b", 6, 2)];
+    let input = [r('a', 1, 3), r('b', 2, 4), r('a', 3, 5), r('b', 4, -4), r('a', 5, 1), r('b', 6, 2)];
     let expected = vec![
-        Rec(1, ("a", 3)),
+        Rec(1, ('a', 3)),
         Wm(0),
-        Rec(2, ("b", 4)),
+        Rec(2, ('b', 4)),
         Wm(1),
-        Rec(3, ("a", 8)),
+        Rec(3, ('a', 8)),
         Wm(2),
-        Rec(4, ("b", 0)),
+        Rec(4, ('b', 0)),
         Wm(3),
-        Rec(5, ("a", 9)),
+        Rec(5, ('a', 9)),
         Wm(4),
-        Rec(6, ("b", 2)),
+        Rec(6, ('b', 2)),
         Wm(5),
         Wm(i64::MAX),
         End,
@@ -208,12 +201,12 @@ fn value_state_keeps_a_running_sum_per_key() {
 
 #[test]
 fn random_running_sums_match_a_model() {
-    const KEYS: [&str; 12] = ["k0", "k1", "k2", "k3", "k4", "k5", "k6", "k7", "k8", "k9", "k10", "k11"];
+    const KEYS: [char; 12] = ['0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'x', 'y'];
     let mut rng = Rng::from_env();
     let input: Vec<In> =
         (0..20_000).map(|i| r(KEYS[rng.below(KEYS.len() as u64) as usize], i / 3, rng.below(21) as i64 - 10)).collect();
-    let mut model: HashMap<&str, i64> = HashMap::new();
-    let expected: Vec<(i64, (&str, i64))> = input
+    let mut model: HashMap<char, i64> = HashMap::new();
+    let expected: Vec<(i64, (char, i64))> = input
         .iter()
         .map(|e| {
             let sum = model.entry(e.key).or_default();
@@ -238,18 +231,12 @@ fn random_running_sums_match_a_model() {
 /// logs the user out, forgetting both.
 struct Pages;
 
-type PagesOut = (&'static str, i64, u32, usize, Vec<i64>);
+type PagesOut = (char, i64, u32, usize, Vec<i64>);
 
-impl KeyedProcessFunction<&'static str, In> for Pages {
+impl KeyedProcessFunction<char, In> for Pages {
     type State = (MapState<i64, u32>, ListState<i64>);
     type Out = PagesOut;
-    fn process_element(
-        &mut self,
-        user: &&'static str,
-        e: Event<In>,
-        state: &mut Self::State,
-        ctx: &mut Ctx<'_, PagesOut>,
-    ) {
+    fn process_element(&mut self, user: &char, e: Event<In>, state: &mut Self::State, ctx: &mut Ctx<'_, PagesOut>) {
         let (visits, recent) = state;
         let page = e.value.v;
         if page < 0 {
@@ -311,21 +298,15 @@ fn map_and_list_state_follow_each_user() {
 /// records asked for it (one timer per key and time, counted in map state).
 struct Reminders;
 
-impl KeyedProcessFunction<&'static str, In> for Reminders {
+impl KeyedProcessFunction<char, In> for Reminders {
     type State = MapState<i64, u32>;
-    type Out = (&'static str, u32);
-    fn process_element(
-        &mut self,
-        _: &&'static str,
-        e: Event<In>,
-        asked: &mut Self::State,
-        ctx: &mut Ctx<'_, Self::Out>,
-    ) {
+    type Out = (char, u32);
+    fn process_element(&mut self, _: &char, e: Event<In>, asked: &mut Self::State, ctx: &mut Ctx<'_, Self::Out>) {
         let due = e.value.time + e.value.v;
         *asked.entry(due).or_insert(0) += 1;
         ctx.register_event_time_timer(EventTime::from_millis(due));
     }
-    fn on_timer(&mut self, key: &&'static str, timer: Timer, asked: &mut Self::State, ctx: &mut Ctx<'_, Self::Out>) {
+    fn on_timer(&mut self, key: &char, timer: Timer, asked: &mut Self::State, ctx: &mut Ctx<'_, Self::Out>) {
         assert_eq!(timer.domain, TimeDomain::EventTime);
         assert_eq!(ctx.time(), timer.time);
         assert!(ctx.current_watermark() >= timer.time, "fires once the watermark has passed it");
@@ -336,27 +317,27 @@ impl KeyedProcessFunction<&'static str, In> for Reminders {
 #[test]
 fn event_time_timers_fire_in_order_as_the_watermark_passes_and_at_the_end() {
     let input = [
-        r("a", 0, 10),   // due 10
-        r("a", 5, 5),    // due 10 again: the same timer
-        r("b", 7, 3),    // due 10, registered after a's
-        r("a", 12, 20),  // due 32; the watermark 11 after it fires a@10 and b@10
-        r("b", 20, 5),   // due 25
-        r("a", 30, 2),   // due 32 again; watermark 29 fires b@25
-        r("b", 40, 100), // due 140; watermark 39 fires a@32, and the end b@140
+        r('a', 0, 10),   // due 10
+        r('a', 5, 5),    // due 10 again: the same timer
+        r('b', 7, 3),    // due 10, registered after a's
+        r('a', 12, 20),  // due 32; the watermark 11 after it fires a@10 and b@10
+        r('b', 20, 5),   // due 25
+        r('a', 30, 2),   // due 32 again; watermark 29 fires b@25
+        r('b', 40, 100), // due 140; watermark 39 fires a@32, and the end b@140
     ];
     let expected = vec![
         Wm(-1),
         Wm(4),
         Wm(6),
-        Rec(10, ("a", 2)),
-        Rec(10, ("b", 1)),
+        Rec(10, ('a', 2)),
+        Rec(10, ('b', 1)),
         Wm(11),
         Wm(19),
-        Rec(25, ("b", 1)),
+        Rec(25, ('b', 1)),
         Wm(29),
-        Rec(32, ("a", 2)),
+        Rec(32, ('a', 2)),
         Wm(39),
-        Rec(140, ("b", 1)),
+        Rec(140, ('b', 1)),
         Wm(i64::MAX),
         End,
     ];
@@ -369,9 +350,9 @@ fn event_time_timers_fire_in_order_as_the_watermark_passes_and_at_the_end() {
 fn a_timer_set_in_the_past_fires_with_the_next_watermark() {
     // After c@20 the watermark is 19; d@21 asks for 15, which fires when 20 comes. c's
     // timers (31 and 120) wait for the end.
-    let input = [r("c", 20, 100), r("d", 21, -6), r("c", 30, 1)];
+    let input = [r('c', 20, 100), r('d', 21, -6), r('c', 30, 1)];
     let expected =
-        vec![Wm(19), Rec(15, ("d", 1)), Wm(20), Wm(29), Rec(31, ("c", 1)), Rec(120, ("c", 1)), Wm(i64::MAX), End];
+        vec![Wm(19), Rec(15, ('d', 1)), Wm(20), Wm(29), Rec(31, ('c', 1)), Rec(120, ('c', 1)), Wm(i64::MAX), End];
     assert_eq!(run(1, &input, || Reminders)[0], expected);
     // At 2 shards only the records are fixed: d's may come after a later watermark.
     for (shard, trace) in run(2, &input, || Reminders).iter().enumerate() {
@@ -386,16 +367,10 @@ fn a_timer_set_in_the_past_fires_with_the_next_watermark() {
 /// timer reports the key and when it was armed.
 struct Alarm;
 
-impl KeyedProcessFunction<&'static str, In> for Alarm {
+impl KeyedProcessFunction<char, In> for Alarm {
     type State = ValueState<(i64, i64)>;
-    type Out = (&'static str, &'static str, i64);
-    fn process_element(
-        &mut self,
-        key: &&'static str,
-        e: Event<In>,
-        armed: &mut Self::State,
-        ctx: &mut Ctx<'_, Self::Out>,
-    ) {
+    type Out = (char, &'static str, i64);
+    fn process_element(&mut self, key: &char, e: Event<In>, armed: &mut Self::State, ctx: &mut Ctx<'_, Self::Out>) {
         if let Some((due, _)) = armed.take() {
             assert!(ctx.delete_event_time_timer(EventTime::from_millis(due)));
             assert!(!ctx.delete_event_time_timer(EventTime::from_millis(due)), "deleted once");
@@ -407,7 +382,7 @@ impl KeyedProcessFunction<&'static str, In> for Alarm {
             ctx.register_event_time_timer(EventTime::from_millis(due));
         }
     }
-    fn on_timer(&mut self, key: &&'static str, _: Timer, armed: &mut Self::State, ctx: &mut Ctx<'_, Self::Out>) {
+    fn on_timer(&mut self, key: &char, _: Timer, armed: &mut Self::State, ctx: &mut Ctx<'_, Self::Out>) {
         let (_, at) = armed.take().expect("an armed alarm");
         ctx.emit((*key, "rang", at));
     }
@@ -416,25 +391,25 @@ impl KeyedProcessFunction<&'static str, In> for Alarm {
 #[test]
 fn a_deleted_event_time_timer_does_not_fire() {
     let input = [
-        r("a", 0, 10), // a due 10
-        r("b", 1, 10), // b due 11
-        r("a", 5, 0),  // a disarmed
-        r("c", 6, 3),  // c due 9
-        r("a", 7, 20), // a due 27
-        r("b", 8, 30), // b moved to 38
+        r('a', 0, 10), // a due 10
+        r('b', 1, 10), // b due 11
+        r('a', 5, 0),  // a disarmed
+        r('c', 6, 3),  // c due 9
+        r('a', 7, 20), // a due 27
+        r('b', 8, 30), // b moved to 38
     ];
     let expected = vec![
         Wm(-1),
         Wm(0),
-        Rec(5, ("a", "disarmed", 10)),
+        Rec(5, ('a', "disarmed", 10)),
         Wm(4),
         Wm(5),
         Wm(6),
-        Rec(8, ("b", "disarmed", 11)),
+        Rec(8, ('b', "disarmed", 11)),
         Wm(7),
-        Rec(9, ("c", "rang", 6)),
-        Rec(27, ("a", "rang", 7)),
-        Rec(38, ("b", "rang", 8)),
+        Rec(9, ('c', "rang", 6)),
+        Rec(27, ('a', "rang", 7)),
+        Rec(38, ('b', "rang", 8)),
         Wm(i64::MAX),
         End,
     ];
@@ -448,22 +423,16 @@ fn a_deleted_event_time_timer_does_not_fire() {
 
 /// The processing-time test's input: a key and a delay.
 #[derive(Debug, Clone, Copy)]
-struct WallIn(&'static str, i64);
+struct WallIn(char, i64);
 
 /// `v > 0` sets a processing-time timer `v` ms from now (replacing the one set), `v == 0`
 /// deletes it; a timer reports its time and when it fired.
 struct WallAlarms;
 
-impl KeyedProcessFunction<&'static str, WallIn> for WallAlarms {
+impl KeyedProcessFunction<char, WallIn> for WallAlarms {
     type State = ValueState<EventTime>;
-    type Out = (&'static str, i64, i64);
-    fn process_element(
-        &mut self,
-        _: &&'static str,
-        e: Event<WallIn>,
-        set: &mut Self::State,
-        ctx: &mut Ctx<'_, Self::Out>,
-    ) {
+    type Out = (char, i64, i64);
+    fn process_element(&mut self, _: &char, e: Event<WallIn>, set: &mut Self::State, ctx: &mut Ctx<'_, Self::Out>) {
         if let Some(at) = set.take() {
             assert!(ctx.delete_processing_time_timer(at));
         }
@@ -473,7 +442,7 @@ impl KeyedProcessFunction<&'static str, WallIn> for WallAlarms {
             set.set(at);
         }
     }
-    fn on_timer(&mut self, key: &&'static str, timer: Timer, set: &mut Self::State, ctx: &mut Ctx<'_, Self::Out>) {
+    fn on_timer(&mut self, key: &char, timer: Timer, set: &mut Self::State, ctx: &mut Ctx<'_, Self::Out>) {
         assert_eq!(timer.domain, TimeDomain::ProcessingTime);
         assert_eq!(set.take(), Some(timer.time));
         ctx.emit((*key, timer.time.millis(), ctx.current_processing_time().millis()));
@@ -484,7 +453,7 @@ impl KeyedProcessFunction<&'static str, WallIn> for WallAlarms {
 fn processing_time_timers_fire_on_the_wall_clock_and_deleted_ones_do_not() {
     for shards in [1, 2] {
         let (tx, rx) = async_channel::unbounded::<WallIn>();
-        let (out_tx, out_rx) = mpsc::channel::<Event<(&'static str, i64, i64)>>();
+        let (out_tx, out_rx) = mpsc::channel::<Event<(char, i64, i64)>>();
         let out_tx = Arc::new(Mutex::new(out_tx));
         let running = Pipeline::new(PipelineConfig::with_shards(shards))
             .spawn(move |scope| {
@@ -500,13 +469,13 @@ fn processing_time_timers_fire_on_the_wall_clock_and_deleted_ones_do_not() {
             .unwrap();
         let sent_at = EventTime::now().millis();
         let started = Instant::now();
-        tx.send_blocking(WallIn("a", 50)).unwrap();
-        tx.send_blocking(WallIn("b", 100)).unwrap();
-        tx.send_blocking(WallIn("b", 0)).unwrap();
+        tx.send_blocking(WallIn('a', 50)).unwrap();
+        tx.send_blocking(WallIn('b', 100)).unwrap();
+        tx.send_blocking(WallIn('b', 0)).unwrap();
         let fired = out_rx.recv_timeout(Duration::from_secs(5)).expect("a's timer fires");
         let elapsed = started.elapsed();
         let (key, at, fired_at) = fired.value;
-        assert_eq!(key, "a");
+        assert_eq!(key, 'a');
         assert_eq!(fired.time.millis(), at, "a timer's output carries its time");
         assert!(at >= sent_at + 50, "the timer is 50 ms after a was processed");
         assert!(fired_at >= at, "not before its time");
@@ -547,6 +516,16 @@ impl Drop for Tracked {
     }
 }
 
+/// Checkpointed as its one field.
+impl Data for Tracked {
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.0.encode(out);
+    }
+    fn decode(input: &mut &[u8]) -> Result<Self, StateError> {
+        ValueState::decode(input).map(Tracked)
+    }
+}
+
 impl KeyedState for Tracked {
     fn is_empty(&self) -> bool {
         self.0.is_empty()
@@ -557,10 +536,10 @@ impl KeyedState for Tracked {
 /// reports how many states its shard holds at that moment, its own included.
 struct OpenClose;
 
-impl KeyedProcessFunction<&'static str, In> for OpenClose {
+impl KeyedProcessFunction<char, In> for OpenClose {
     type State = Tracked;
-    type Out = (&'static str, i64);
-    fn process_element(&mut self, key: &&'static str, e: Event<In>, state: &mut Tracked, ctx: &mut Ctx<'_, Self::Out>) {
+    type Out = (char, i64);
+    fn process_element(&mut self, key: &char, e: Event<In>, state: &mut Tracked, ctx: &mut Ctx<'_, Self::Out>) {
         if e.value.v > 0 {
             state.0.set(e.value.v);
         } else {
@@ -572,7 +551,7 @@ impl KeyedProcessFunction<&'static str, In> for OpenClose {
 
 #[test]
 fn a_key_whose_state_is_empty_again_is_forgotten() {
-    const KEYS: [&str; 8] = ["k0", "k1", "k2", "k3", "k4", "k5", "k6", "k7"];
+    const KEYS: [char; 8] = ['0', '1', '2', '3', '4', '5', '6', '7'];
     // Each key opened and closed in turn, four rounds: one state alive at a time.
     let input: Vec<In> = (0..64).map(|i| r(KEYS[(i / 2) % 8], i as i64, if i % 2 == 0 { 1 } else { 0 })).collect();
     for shards in [1, 2] {
@@ -600,16 +579,10 @@ const ONE_MINUTE_MS: i64 = 60_000;
 /// clears it.
 struct FraudDetector;
 
-impl KeyedProcessFunction<&'static str, In> for FraudDetector {
+impl KeyedProcessFunction<char, In> for FraudDetector {
     type State = ValueState<EventTime>;
-    type Out = (&'static str, i64);
-    fn process_element(
-        &mut self,
-        account: &&'static str,
-        tx: Event<In>,
-        flag: &mut Self::State,
-        ctx: &mut Ctx<'_, Self::Out>,
-    ) {
+    type Out = (char, i64);
+    fn process_element(&mut self, account: &char, tx: Event<In>, flag: &mut Self::State, ctx: &mut Ctx<'_, Self::Out>) {
         if let Some(until) = flag.take() {
             ctx.delete_event_time_timer(until);
             if tx.value.v > LARGE_CENTS && tx.time <= until {
@@ -622,7 +595,7 @@ impl KeyedProcessFunction<&'static str, In> for FraudDetector {
             ctx.register_event_time_timer(until);
         }
     }
-    fn on_timer(&mut self, _: &&'static str, _: Timer, flag: &mut Self::State, _: &mut Ctx<'_, Self::Out>) {
+    fn on_timer(&mut self, _: &char, _: Timer, flag: &mut Self::State, _: &mut Ctx<'_, Self::Out>) {
         flag.clear();
     }
 }

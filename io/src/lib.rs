@@ -29,6 +29,7 @@ pub mod record;
 pub mod recovery;
 pub mod segment;
 pub mod storage;
+pub mod txn;
 pub mod types;
 
 pub use checkpoint::{

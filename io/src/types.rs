@@ -30,7 +30,9 @@ impl fmt::Display for Offset {
 /// Milliseconds since the Unix epoch, as carried by a record (event time) or read from a
 /// clock (processing time). Signed, like Kafka's timestamps, so that "before any record"
 /// has a representation.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Copy, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize,
+)]
 pub struct Timestamp(pub i64);
 
 impl Timestamp {

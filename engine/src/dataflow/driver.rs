@@ -21,7 +21,10 @@ use std::{
 
 use futures_lite::FutureExt;
 
-use super::scope::{Input, Pending, Scope, Ticker};
+use super::{
+    checkpoint::{Barrier, Coordinator},
+    scope::{Input, Pending, Scope, Ticker},
+};
 
 /// How often a shard looks for a stop request while it has nothing else to wake it.
 const STOP_POLL: Duration = Duration::from_millis(20);
@@ -85,18 +88,22 @@ struct Driver {
     spin_deadline: Option<Instant>,
     next_tick: Option<Instant>,
     timer: Option<(Instant, glommio::timer::Timer)>,
+    /// With checkpoints: the coordinator, and the last checkpoint injected here.
+    coordinator: Option<Arc<Coordinator>>,
+    injected: u64,
 }
 
 /// Runs one shard's part of the pipeline until all its inputs have ended and nothing is
 /// pending.
 pub(crate) async fn run(scope: Scope, stop: Arc<StopFlag>) {
-    let (inputs, pending, tickers, tick_request) = {
+    let (inputs, pending, tickers, tick_request, coordinator) = {
         let mut state = scope.state.borrow_mut();
         (
             std::mem::take(&mut state.inputs),
             std::mem::take(&mut state.pending),
             std::mem::take(&mut state.tickers),
             state.tick_request.clone(),
+            state.checkpoint.as_ref().map(|c| c.borrow().coordinator.clone()),
         )
     };
     let mut driver = Driver {
@@ -111,6 +118,8 @@ pub(crate) async fn run(scope: Scope, stop: Arc<StopFlag>) {
         spin_deadline: None,
         next_tick: Some(Instant::now()),
         timer: None,
+        coordinator,
+        injected: 0,
     };
     while !poll_fn(|cx| driver.poll_step(cx)).await {
         glommio::yield_if_needed().await;
@@ -139,6 +148,18 @@ impl Driver {
                 self.stopped = true;
                 for input in &mut self.inputs {
                     input.stop(drain);
+                }
+            }
+            if let Some(coordinator) = &self.coordinator {
+                let trigger = coordinator.trigger.load(Ordering::Acquire);
+                if trigger > self.injected {
+                    // Sources inject the barrier before they read anything more.
+                    self.injected = trigger;
+                    for (input, ended) in self.inputs.iter_mut().zip(&self.ended) {
+                        if !ended {
+                            input.inject_barrier(Barrier { id: trigger });
+                        }
+                    }
                 }
             }
             let now = Instant::now();

@@ -8,7 +8,9 @@ use sluice_io::EventTime;
 /// The time is set once, where the record enters the pipeline (the source's timestamp
 /// extractor, or the shard's clock for processing time), and kept by stateless operators;
 /// a window's result carries its window's last instant (`end - 1`), as in Flink.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize,
+)]
 pub struct Event<T> {
     /// Event time.
     pub time: EventTime,

@@ -25,7 +25,8 @@ use sluice_io::EventTime;
 
 use super::{
     Event, Operator, Output, Port, Progress,
-    operator::Shared,
+    checkpoint::Barrier,
+    operator::{Align, Shared},
     scope::{Input, Pending, Scope},
 };
 use crate::ring::{Inbox, Message, Sender, TryRecvError, TrySendError};
@@ -43,14 +44,23 @@ pub fn shard_of_group(group: u32, groups: u32, shards: usize) -> usize {
     (u64::from(group) * shards as u64 / u64::from(groups.max(1))) as usize
 }
 
-/// The receiving side on one shard: merges the inputs from every shard.
+/// The receiving side on one shard: merges the inputs from every shard, and aligns their
+/// checkpoint barriers: a ring whose barrier has arrived is not read again until every
+/// shard's has, and what this shard's own sending side delivers meanwhile is held here.
 struct Receiving<T> {
+    shard: usize,
     progress: Progress,
+    align: Align,
+    held: VecDeque<Message<Event<T>>>,
     out: Port<T>,
 }
 
 impl<T: 'static> Receiving<T> {
     fn on_message(&mut self, from: usize, message: Message<Event<T>>) -> Option<Vec<Event<T>>> {
+        if from == self.shard && self.align.blocked(from) {
+            self.held.push_back(message);
+            return None;
+        }
         match message {
             Message::Data(batch) => {
                 let mut records = batch.into_vec();
@@ -60,15 +70,42 @@ impl<T: 'static> Receiving<T> {
             Message::Watermark(w) => self.progress.watermark(from, w),
             Message::Control(crate::ring::Control::Idle) => self.progress.idle(from, true),
             Message::Control(crate::ring::Control::Active) => self.progress.idle(from, false),
-            Message::Barrier(_) => {}
-            Message::EndOfStream => self.progress.end(from),
+            Message::Barrier(id) => {
+                if let Some(barrier) = self.align.arrive(from, Barrier { id }) {
+                    self.release(barrier);
+                }
+                return None;
+            }
+            Message::EndOfStream => {
+                self.progress.end(from);
+                if let Some(barrier) = self.align.end(from) {
+                    self.progress.forward(&mut self.out.borrow_mut());
+                    self.release(barrier);
+                    return None;
+                }
+            }
         }
         self.progress.forward(&mut self.out.borrow_mut());
         None
     }
 
+    /// Every input's barrier arrived: pass it on, then what this shard sent meanwhile.
+    fn release(&mut self, barrier: Barrier) {
+        self.out.borrow_mut().barrier(barrier);
+        while let Some(message) = self.held.pop_front() {
+            let shard = self.shard;
+            self.on_message(shard, message);
+        }
+    }
+
     /// Records routed to this shard by its own sending side: they skip the rings.
     fn push_local(&mut self, batch: &mut Vec<Event<T>>) {
+        if self.align.blocked(self.shard) {
+            if !batch.is_empty() {
+                self.held.push_back(Message::data(std::mem::take(batch)));
+            }
+            return;
+        }
         self.out.borrow_mut().push(batch);
     }
 }
@@ -170,6 +207,11 @@ impl<T: 'static, K: Hash, KF: Fn(&T) -> K> Operator<T> for Sending<T, KF> {
         self.ship_all_then(|| Message::EndOfStream);
         self.local.borrow_mut().on_message(self.shard, Message::EndOfStream);
     }
+
+    fn on_barrier(&mut self, barrier: Barrier) {
+        self.ship_all_then(|| Message::Barrier(barrier.id));
+        self.local.borrow_mut().on_message(self.shard, Message::Barrier(barrier.id));
+    }
 }
 
 impl<T: 'static, K: Hash, KF: Fn(&T) -> K> Pending for Sending<T, KF> {
@@ -211,7 +253,12 @@ impl<T: 'static> Input for RingInput<T> {
         }
         let mut moved = 0;
         while moved < budget {
-            match self.inbox.try_recv_any() {
+            let received = {
+                let receiving = self.receiving.borrow();
+                let align = &receiving.align;
+                self.inbox.try_recv_unheld(|from| align.blocked(from))
+            };
+            match received {
                 Ok((from, message)) => {
                     moved += 1;
                     let mut receiving = self.receiving.borrow_mut();
@@ -233,7 +280,9 @@ impl<T: 'static> Input for RingInput<T> {
         if moved > 0 {
             return Poll::Ready(true);
         }
-        if self.inbox.park(cx) { Poll::Ready(true) } else { Poll::Pending }
+        let receiving = self.receiving.borrow();
+        let align = &receiving.align;
+        if self.inbox.park_unheld(cx, |from| align.blocked(from)) { Poll::Ready(true) } else { Poll::Pending }
     }
 
     fn is_source(&self) -> bool {
@@ -252,7 +301,13 @@ where
     let shards = scope.shards();
     let shard = scope.shard();
     let out = Output::port();
-    let receiving = Rc::new(RefCell::new(Receiving { progress: Progress::new(shards), out: out.clone() }));
+    let receiving = Rc::new(RefCell::new(Receiving {
+        shard,
+        progress: Progress::new(shards),
+        align: Align::new(shards),
+        held: VecDeque::new(),
+        out: out.clone(),
+    }));
     let batch_records = scope.config().batch_records.max(1);
     let (senders, inbox) = if shards > 1 {
         let rings = scope.next_exchange_rings::<Event<T>>();

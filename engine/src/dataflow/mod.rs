@@ -36,6 +36,7 @@
 //! assert_eq!(*total.lock().unwrap(), (0..1000).filter(|i| i % 2 == 0).sum::<u64>());
 //! ```
 
+pub mod checkpoint;
 mod driver;
 mod event;
 mod exchange;
@@ -52,6 +53,7 @@ pub mod topic;
 mod watermark;
 pub mod window;
 
+pub use checkpoint::{Barrier, CheckpointConfig, CheckpointStats, Data};
 pub use event::Event;
 pub use exchange::{key_group, shard_of_group};
 pub use metrics::Metrics;

@@ -14,7 +14,7 @@ use std::{cell::RefCell, rc::Rc};
 
 use sluice_io::EventTime;
 
-use super::Event;
+use super::{Event, checkpoint::Barrier};
 
 /// A consumer of one stream, owned by the [`Output`] of the stream it consumes.
 pub trait Operator<T> {
@@ -28,6 +28,13 @@ pub trait Operator<T> {
     fn on_idle(&mut self, idle: bool);
     /// The input has ended.
     fn on_end(&mut self);
+    /// Checkpoint barrier: every record before it belongs to the checkpoint, none after.
+    /// An operator with state snapshots it now; one with an output passes the barrier on
+    /// after whatever it emits for the records before it. The default ignores it, which
+    /// suits only operators with no state and no output (a callback sink).
+    fn on_barrier(&mut self, barrier: Barrier) {
+        let _ = barrier;
+    }
 }
 
 /// The output port of an operator: the consumers of its stream.
@@ -141,6 +148,16 @@ impl<T: 'static> Output<T> {
         }
     }
 
+    /// Passes a checkpoint barrier to every consumer (not after the end).
+    pub fn barrier(&mut self, barrier: Barrier) {
+        if self.ended {
+            return;
+        }
+        for consumer in &mut self.consumers {
+            consumer.on_barrier(barrier);
+        }
+    }
+
     /// Ends the stream (once).
     pub fn end(&mut self) {
         if std::mem::replace(&mut self.ended, true) {
@@ -248,5 +265,53 @@ impl<T, O: Operator<T>> Operator<T> for Shared<O> {
     }
     fn on_end(&mut self) {
         self.0.borrow_mut().on_end();
+    }
+    fn on_barrier(&mut self, barrier: Barrier) {
+        self.0.borrow_mut().on_barrier(barrier);
+    }
+}
+
+/// Barrier alignment over several inputs: once barrier *n* arrives on an input, that
+/// input is *blocked* (what it delivers next belongs after the checkpoint) until the
+/// barrier has arrived on every input that has not ended.
+#[derive(Debug, Clone)]
+pub(crate) struct Align {
+    arrived: Vec<bool>,
+    ended: Vec<bool>,
+    current: Option<Barrier>,
+}
+
+impl Align {
+    pub(crate) fn new(inputs: usize) -> Align {
+        Align { arrived: vec![false; inputs], ended: vec![false; inputs], current: None }
+    }
+
+    /// Whether input `i` is held back, waiting for the others' barriers.
+    pub(crate) fn blocked(&self, i: usize) -> bool {
+        self.current.is_some() && self.arrived[i]
+    }
+
+    /// Barrier `barrier` arrived on input `i`: the barrier to pass on if that completes
+    /// the alignment.
+    pub(crate) fn arrive(&mut self, i: usize, barrier: Barrier) -> Option<Barrier> {
+        self.current.get_or_insert(barrier);
+        self.arrived[i] = true;
+        self.complete()
+    }
+
+    /// Input `i` ended: it will bring no barrier. The barrier to pass on if that
+    /// completes the alignment.
+    pub(crate) fn end(&mut self, i: usize) -> Option<Barrier> {
+        self.ended[i] = true;
+        if self.current.is_some() { self.complete() } else { None }
+    }
+
+    fn complete(&mut self) -> Option<Barrier> {
+        if self.arrived.iter().zip(&self.ended).all(|(a, e)| *a || *e) {
+            self.arrived.iter_mut().for_each(|a| *a = false);
+            self.current.take()
+        } else {
+            None
+        }
     }
 }

@@ -7,6 +7,7 @@ use sluice_io::EventTime;
 
 use super::{
     Output, Scope, Stream,
+    checkpoint::{self, CheckpointConfig, CheckpointStats, Coordinator, ShardCheckpoint, run_coordinator},
     driver::{self, StopFlag},
     metrics::Metrics,
     scope::Shared,
@@ -68,6 +69,7 @@ impl Default for PipelineConfig {
 #[derive(Debug, Clone)]
 pub struct Pipeline {
     config: PipelineConfig,
+    checkpoints: Option<CheckpointConfig>,
 }
 
 /// A pipeline started with [`Pipeline::spawn`].
@@ -76,6 +78,7 @@ pub struct RunningPipeline {
     threads: Vec<JoinHandle<std::result::Result<(), String>>>,
     stop: Arc<StopFlag>,
     shared: Arc<Shared>,
+    coordinator: Option<(Arc<Coordinator>, JoinHandle<()>)>,
 }
 
 /// glommio's registered I/O memory per pipeline executor: pipelines do no direct I/O of
@@ -86,7 +89,61 @@ impl Pipeline {
     /// A pipeline with `config`.
     #[must_use]
     pub fn new(config: PipelineConfig) -> Self {
-        Pipeline { config }
+        Pipeline { config, checkpoints: None }
+    }
+
+    /// Takes checkpoints as `config` says, and restores from the last completed one in its
+    /// directory when there is one (see [`checkpoint`](super::checkpoint)).
+    ///
+    /// Every source must be able to resume from a position (a topic, a generator) and
+    /// every stateful operator's keys and state must be [`Data`](super::Data); joins keep
+    /// no checkpointed state yet and are refused.
+    #[must_use]
+    pub fn checkpointing(mut self, config: CheckpointConfig) -> Self {
+        self.checkpoints = Some(config);
+        self
+    }
+
+    /// Starts the checkpoint coordinator's thread: it opens the checkpoint directory,
+    /// reads what to restore, and then takes checkpoints.
+    fn start_coordinator(&self, checkpoints: &CheckpointConfig) -> Result<(Arc<Coordinator>, JoinHandle<()>)> {
+        checkpoints.validate()?;
+        let shards = self.config.shards;
+        let key_groups = self.config.key_groups;
+        let config = checkpoints.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let handle = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .name("sluice-checkpoints")
+            .io_memory(IO_MEMORY)
+            .ring_depth(32)
+            .spawn(move || async move {
+                let opened = checkpoint::open_store(&config).await.and_then(|(store, restored)| match &restored {
+                    Some(r) if r.key_groups != key_groups => Err(format!(
+                        "checkpoint {} was taken with {} key groups; the pipeline has {key_groups} (key groups are fixed for the life of a pipeline's state)",
+                        r.id, r.key_groups
+                    )),
+                    _ => Ok((store, restored)),
+                });
+                match opened {
+                    Ok((store, restored)) => {
+                        let coordinator = Arc::new(Coordinator::new(shards, restored.map(Arc::new)));
+                        let _ = tx.send(Ok(coordinator.clone()));
+                        run_coordinator(coordinator, config, store).await;
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                    }
+                }
+            })
+            .map_err(|e| EngineError::InvalidConfig(format!("starting the checkpoint coordinator: {e}")))?;
+        let coordinator = rx
+            .recv()
+            .map_err(|_| EngineError::Pipeline("the checkpoint coordinator stopped while starting".into()))?
+            .map_err(|e| EngineError::Pipeline(format!("checkpoints in {}: {e}", checkpoints.dir.display())))?;
+        let thread = std::thread::spawn(move || {
+            let _ = handle.join();
+        });
+        Ok((coordinator, thread))
     }
 
     /// Starts the pipeline: `build` runs on every shard's thread with that shard's
@@ -113,6 +170,11 @@ impl Pipeline {
                 config.key_groups, config.shards
             )));
         }
+        let coordinator = match &self.checkpoints {
+            Some(c) => Some(self.start_coordinator(c)?),
+            None => None,
+        };
+        let checkpoint_dir = self.checkpoints.as_ref().map(|c| c.dir.clone());
         let config = Arc::new(config);
         let build = Arc::new(build);
         let shared = Arc::new(Shared::default());
@@ -125,6 +187,9 @@ impl Pipeline {
                 _ => glommio::Placement::Unbound,
             };
             let (config, build, shared, stop) = (config.clone(), build.clone(), shared.clone(), stop.clone());
+            let checkpoint = coordinator.as_ref().zip(checkpoint_dir.as_ref()).map(|((c, _), dir)| {
+                ShardCheckpoint::new(shard, config.shards, config.key_groups, c.clone(), dir.clone())
+            });
             let handle = glommio::LocalExecutorBuilder::new(placement)
                 .name(&format!("sluice-pipeline-{shard}"))
                 .io_memory(IO_MEMORY)
@@ -134,8 +199,15 @@ impl Pipeline {
                     // the whole pipeline: the other shards stop instead of waiting forever
                     // for this one's records.
                     let built = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                        let scope = Scope::new(shard, config, shared);
+                        let scope = Scope::new(shard, config, shared, checkpoint);
                         build(&scope);
+                        if let Some(c) = scope.checkpoint() {
+                            let c = c.borrow();
+                            if !c.unsupported.is_empty() {
+                                panic!("checkpoints cannot include {}", c.unsupported.join(", "));
+                            }
+                            c.coordinator.built.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+                        }
                         scope
                     }));
                     let ran = match built {
@@ -157,7 +229,7 @@ impl Pipeline {
                 handle.join().map_err(|e| format!("pipeline shard {shard}: {e}")).and_then(|ran| ran)
             }));
         }
-        Ok(RunningPipeline { threads, stop, shared })
+        Ok(RunningPipeline { threads, stop, shared, coordinator })
     }
 
     /// Runs the pipeline until every source has ended and every record has reached its
@@ -179,6 +251,18 @@ impl RunningPipeline {
     #[must_use]
     pub fn metrics(&self) -> Arc<Metrics> {
         self.shared.metrics.clone()
+    }
+
+    /// Every checkpoint completed so far in this run, in order.
+    #[must_use]
+    pub fn checkpoints(&self) -> Vec<CheckpointStats> {
+        self.coordinator.as_ref().map(|(c, _)| c.stats()).unwrap_or_default()
+    }
+
+    /// The checkpoint this run restored from, if it did.
+    #[must_use]
+    pub fn restored_from(&self) -> Option<u64> {
+        self.coordinator.as_ref().and_then(|(c, _)| c.restored.as_ref().map(|r| r.id))
     }
 
     /// Asks every shard to stop its sources. With `drain`, the sources end as if their
@@ -203,6 +287,10 @@ impl RunningPipeline {
                 Err(_) => failures.push("a pipeline shard's thread panicked".into()),
             }
         }
+        if let Some((coordinator, thread)) = self.coordinator {
+            coordinator.stop();
+            let _ = thread.join();
+        }
         if failures.is_empty() { Ok(()) } else { Err(EngineError::Pipeline(failures.join("; "))) }
     }
 }
@@ -218,13 +306,14 @@ impl Scope {
     {
         let out = Output::port();
         let config = self.config();
-        self.add_input(Box::new(SourceInput::new(
-            source,
-            strategy,
-            config.batch_records,
-            config.processing_tick,
-            out.clone(),
-        )));
+        if self.checkpointing() && source.positions().is_none() {
+            self.not_checkpointable("a source that cannot resume from a position");
+        }
+        let input = SourceInput::new(source, strategy, config.batch_records, config.processing_tick, out.clone());
+        match self.checkpoint() {
+            Some(c) => self.add_input(Box::new(input.checkpointed(c))),
+            None => self.add_input(Box::new(input)),
+        }
         self.stream(out)
     }
 }

@@ -15,7 +15,11 @@ use std::{
     time::Instant,
 };
 
-use super::{PipelineConfig, Stream, metrics::Metrics};
+use super::{
+    PipelineConfig, Stream,
+    checkpoint::{Barrier, ShardCheckpoint, StateHandle},
+    metrics::Metrics,
+};
 use crate::ring::{Mesh, ShardRings};
 
 /// Something that holds records it could not hand over yet (an exchange facing a full
@@ -49,6 +53,9 @@ pub(crate) trait Input {
     /// Ends a source early: `drain` ends it as if its data had run out (watermark to the
     /// end of time, so windows fire), otherwise it just stops.
     fn stop(&mut self, _drain: bool) {}
+    /// Checkpoint `barrier` begins: a source records its positions and sends the barrier
+    /// downstream, before any record it reads afterwards. Ring inputs ignore it.
+    fn inject_barrier(&mut self, _barrier: Barrier) {}
 }
 
 /// What the shards of one running pipeline share: set-up-time registries only. Nothing
@@ -76,6 +83,8 @@ pub(crate) struct ScopeState {
     pub(crate) pending: Vec<Rc<RefCell<dyn Pending>>>,
     pub(crate) tickers: Vec<Rc<RefCell<dyn Ticker>>>,
     next_exchange: usize,
+    /// This shard's checkpointing, when the pipeline checkpoints.
+    pub(crate) checkpoint: Option<Rc<RefCell<ShardCheckpoint>>>,
 }
 
 /// One shard's handle on the pipeline being built. Cheap to clone; not `Send`: it lives on
@@ -96,7 +105,12 @@ impl std::fmt::Debug for Scope {
 }
 
 impl Scope {
-    pub(crate) fn new(shard: usize, config: Arc<PipelineConfig>, shared: Arc<Shared>) -> Self {
+    pub(crate) fn new(
+        shard: usize,
+        config: Arc<PipelineConfig>,
+        shared: Arc<Shared>,
+        checkpoint: Option<ShardCheckpoint>,
+    ) -> Self {
         Scope {
             shard,
             shards: config.shards,
@@ -108,6 +122,7 @@ impl Scope {
                 pending: Vec::new(),
                 tickers: Vec::new(),
                 next_exchange: 0,
+                checkpoint: checkpoint.map(|c| Rc::new(RefCell::new(c))),
             })),
         }
     }
@@ -134,6 +149,30 @@ impl Scope {
     #[must_use]
     pub fn metrics(&self) -> &Metrics {
         &self.shared.metrics
+    }
+
+    /// Whether the pipeline takes checkpoints.
+    #[must_use]
+    pub fn checkpointing(&self) -> bool {
+        self.state.borrow().checkpoint.is_some()
+    }
+
+    /// This shard's checkpointing, when the pipeline checkpoints.
+    pub(crate) fn checkpoint(&self) -> Option<Rc<RefCell<ShardCheckpoint>>> {
+        self.state.borrow().checkpoint.clone()
+    }
+
+    /// Registers a stateful operator with checkpointing (`None` when it is off).
+    pub(crate) fn state_handle(&self) -> Option<StateHandle> {
+        self.checkpoint().map(|c| StateHandle::register(&c, self.config.key_groups))
+    }
+
+    /// Records that an operator whose state is not checkpointed was built: a pipeline
+    /// that checkpoints refuses to start with one.
+    pub(crate) fn not_checkpointable(&self, what: &'static str) {
+        if let Some(c) = self.checkpoint() {
+            c.borrow_mut().unsupported.push(what);
+        }
     }
 
     pub(crate) fn add_input(&self, input: Box<dyn Input>) {

@@ -6,7 +6,11 @@
 //! downstream is pending.
 
 use std::{
+    cell::RefCell,
+    collections::HashMap,
     pin::Pin,
+    rc::Rc,
+    sync::atomic::Ordering,
     task::{Context, Poll},
     time::{Duration, Instant},
 };
@@ -16,6 +20,7 @@ use sluice_io::EventTime;
 
 use super::{
     Event, Port,
+    checkpoint::{Barrier, ShardCheckpoint, SourcePart},
     scope::Input,
     watermark::{SourceClock, TimeSource, WatermarkKind, WatermarkStrategy},
 };
@@ -29,6 +34,25 @@ pub trait Source<T>: 'static {
     /// index; `Ready(None)` once every split has ended; `Pending` when no split has records
     /// now, after arranging for `cx` to be woken when one may.
     fn poll_next(&mut self, cx: &mut Context<'_>, out: &mut Vec<T>, max: usize) -> Poll<Option<usize>>;
+
+    /// For a checkpoint: every split's position, as (split key, position of the next
+    /// record to emit), where the split key names the split independently of the shard
+    /// that reads it (a topic partition's number). `None`, the default, for a source that
+    /// cannot be replayed from a position: a pipeline that checkpoints refuses it.
+    fn positions(&self) -> Option<Vec<(u64, i64)>> {
+        None
+    }
+
+    /// Moves to the positions of a restored checkpoint (from every shard's instance; take
+    /// the splits this instance reads).
+    ///
+    /// # Errors
+    ///
+    /// Positions this source cannot resume from.
+    fn restore(&mut self, positions: &std::collections::HashMap<u64, i64>) -> Result<(), String> {
+        let _ = positions;
+        Err("this source cannot resume from a checkpoint".into())
+    }
 }
 
 /// Generates `count` records `make(i)` for `i` in `0..count`, split over the shards: shard
@@ -79,6 +103,31 @@ impl<T: 'static, F: FnMut(u64) -> T + 'static> Source<T> for Generator<T, F> {
         );
         self.next = i;
         Poll::Ready(Some(0))
+    }
+
+    /// One split per shard, named by the shard count and the shard's residue.
+    fn positions(&self) -> Option<Vec<(u64, i64)>> {
+        Some(vec![(self.split_key(), self.next as i64)])
+    }
+
+    fn restore(&mut self, positions: &std::collections::HashMap<u64, i64>) -> Result<(), String> {
+        match positions.get(&self.split_key()) {
+            Some(&next) => {
+                self.next = u64::try_from(next).map_err(|_| format!("a negative generator position {next}"))?;
+                Ok(())
+            }
+            None if positions.is_empty() => Ok(()),
+            None => Err(format!(
+                "a generator split over {} shards cannot resume from a checkpoint taken at another shard count",
+                self.step
+            )),
+        }
+    }
+}
+
+impl<T, F> Generator<T, F> {
+    fn split_key(&self) -> u64 {
+        (self.step << 32) | (self.next % self.step.max(1))
     }
 }
 
@@ -159,6 +208,10 @@ pub(crate) struct SourceInput<T, S, E> {
     out: Port<T>,
     stopped: Option<bool>,
     processing_tick: Duration,
+    /// With checkpoints: the shard's checkpointing and this source's id there.
+    checkpoint: Option<(Rc<RefCell<ShardCheckpoint>>, u32)>,
+    /// Ran out of records, and waits for the final checkpoint before it ends.
+    exhausted: bool,
 }
 
 impl<T: 'static, S: Source<T>, E: Fn(&T) -> EventTime + 'static> SourceInput<T, S, E> {
@@ -180,7 +233,28 @@ impl<T: 'static, S: Source<T>, E: Fn(&T) -> EventTime + 'static> SourceInput<T, 
             out,
             stopped: None,
             processing_tick,
+            checkpoint: None,
+            exhausted: false,
         }
+    }
+
+    /// Takes part in the shard's checkpoints, resuming from the restored positions if the
+    /// pipeline restores.
+    pub(crate) fn checkpointed(mut self, checkpoint: Rc<RefCell<ShardCheckpoint>>) -> Self {
+        let id = checkpoint.borrow_mut().add_source();
+        {
+            let c = checkpoint.borrow();
+            c.coordinator.sources.fetch_add(1, Ordering::AcqRel);
+            if let Some(restored) = &c.coordinator.restored {
+                let empty = HashMap::new();
+                let positions = restored.sources.get(&id).unwrap_or(&empty);
+                self.source
+                    .restore(positions)
+                    .unwrap_or_else(|e| panic!("restoring source {id} from checkpoint {}: {e}", restored.id));
+            }
+        }
+        self.checkpoint = Some((checkpoint, id));
+        self
     }
 
     fn emit_progress(&mut self) {
@@ -214,7 +288,25 @@ impl<T: 'static, S: Source<T>, E: Fn(&T) -> EventTime + 'static> Input for Sourc
         self.raw.clear();
         let split = match self.source.poll_next(cx, &mut self.raw, self.batch_records) {
             Poll::Pending => return Poll::Pending,
-            Poll::Ready(None) => return self.finish(true),
+            Poll::Ready(None) => {
+                if let Some((c, _)) = &self.checkpoint {
+                    let coordinator = c.borrow().coordinator.clone();
+                    if !self.exhausted {
+                        // The end of the input: windows fire now, then the final
+                        // checkpoint, and only then the end of the stream.
+                        self.exhausted = true;
+                        let mut out = self.out.borrow_mut();
+                        out.set_idle(false);
+                        out.watermark_to(EventTime::MAX);
+                        coordinator.exhausted.fetch_add(1, Ordering::AcqRel);
+                        return Poll::Ready(true);
+                    }
+                    if !coordinator.final_done.load(Ordering::Acquire) {
+                        return Poll::Pending;
+                    }
+                }
+                return self.finish(true);
+            }
             Poll::Ready(Some(split)) => split,
         };
         if self.raw.is_empty() {
@@ -294,5 +386,12 @@ impl<T: 'static, S: Source<T>, E: Fn(&T) -> EventTime + 'static> Input for Sourc
 
     fn stop(&mut self, drain: bool) {
         self.stopped = Some(drain);
+    }
+
+    fn inject_barrier(&mut self, barrier: Barrier) {
+        let Some((c, id)) = &self.checkpoint else { return };
+        let positions = self.source.positions().unwrap_or_default();
+        c.borrow_mut().report_source(barrier.id, SourcePart { id: *id, positions });
+        self.out.borrow_mut().barrier(barrier);
     }
 }

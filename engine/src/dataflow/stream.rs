@@ -1,11 +1,11 @@
 //! [`Stream`] and [`KeyedStream`]: the typed builder. Each method attaches an operator to
 //! the stream's port on this shard and returns the stream of its output.
 
-use std::{cell::RefCell, hash::Hash, rc::Rc};
+use std::{cell::RefCell, collections::VecDeque, hash::Hash, rc::Rc};
 
 use sluice_io::EventTime;
 
-use super::{Event, Operator, Output, Port, Progress, Scope, exchange::exchange};
+use super::{Event, Operator, Output, Port, Progress, Scope, checkpoint::Barrier, exchange::exchange, operator::Align};
 
 /// A stream of `T` on one shard, as the builder sees it.
 pub struct Stream<T> {
@@ -50,6 +50,9 @@ impl<T, U: 'static, F: FnMut(&mut Vec<Event<T>>, &mut Vec<Event<U>>)> Operator<T
     fn on_end(&mut self) {
         self.out.borrow_mut().end();
     }
+    fn on_barrier(&mut self, barrier: Barrier) {
+        self.out.borrow_mut().barrier(barrier);
+    }
 }
 
 /// Calls a function for every record; the end of a stream.
@@ -64,33 +67,90 @@ impl<T, F: FnMut(Event<T>)> Operator<T> for ForEach<F> {
     fn on_end(&mut self) {}
 }
 
+/// What a union input delivered while it was held for barrier alignment.
+enum Held<T> {
+    Batch(Vec<Event<T>>),
+    Watermark(EventTime),
+    Idle(bool),
+    End,
+}
+
+/// The state a union's inputs share.
+struct Union<T> {
+    progress: Progress,
+    align: Align,
+    held: Vec<VecDeque<Held<T>>>,
+    out: Port<T>,
+}
+
+impl<T: 'static> Union<T> {
+    fn apply(&mut self, index: usize, item: Held<T>) {
+        match item {
+            Held::Batch(mut batch) => {
+                self.out.borrow_mut().push(&mut batch);
+                return;
+            }
+            Held::Watermark(w) => self.progress.watermark(index, w),
+            Held::Idle(idle) => self.progress.idle(index, idle),
+            Held::End => {
+                self.progress.end(index);
+                if let Some(barrier) = self.align.end(index) {
+                    self.release(barrier);
+                }
+            }
+        }
+        self.progress.forward(&mut self.out.borrow_mut());
+    }
+
+    /// Delivers `item` from input `index`, or holds it while the input is blocked.
+    fn deliver(&mut self, index: usize, item: Held<T>) {
+        if self.align.blocked(index) {
+            self.held[index].push_back(item);
+        } else {
+            self.apply(index, item);
+        }
+    }
+
+    /// The alignment completed: pass the barrier on, then what was held, in order.
+    fn release(&mut self, barrier: Barrier) {
+        self.out.borrow_mut().barrier(barrier);
+        for index in 0..self.held.len() {
+            while let Some(item) = self.held[index].pop_front() {
+                self.apply(index, item);
+            }
+        }
+    }
+}
+
 /// One input of a union.
 struct UnionInput<T> {
     index: usize,
-    state: Rc<RefCell<(Progress, Port<T>)>>,
+    state: Rc<RefCell<Union<T>>>,
 }
 
 impl<T: 'static> Operator<T> for UnionInput<T> {
     fn on_batch(&mut self, batch: &mut Vec<Event<T>>) {
-        self.state.borrow().1.borrow_mut().push(batch);
+        let mut state = self.state.borrow_mut();
+        if state.align.blocked(self.index) {
+            state.held[self.index].push_back(Held::Batch(std::mem::take(batch)));
+        } else {
+            state.out.borrow_mut().push(batch);
+        }
     }
     fn on_watermark(&mut self, watermark: EventTime) {
-        let mut state = self.state.borrow_mut();
-        state.0.watermark(self.index, watermark);
-        let (progress, out) = &*state;
-        progress.forward(&mut out.borrow_mut());
+        self.state.borrow_mut().deliver(self.index, Held::Watermark(watermark));
     }
     fn on_idle(&mut self, idle: bool) {
-        let mut state = self.state.borrow_mut();
-        state.0.idle(self.index, idle);
-        let (progress, out) = &*state;
-        progress.forward(&mut out.borrow_mut());
+        self.state.borrow_mut().deliver(self.index, Held::Idle(idle));
     }
     fn on_end(&mut self) {
+        self.state.borrow_mut().deliver(self.index, Held::End);
+    }
+    fn on_barrier(&mut self, barrier: Barrier) {
         let mut state = self.state.borrow_mut();
-        state.0.end(self.index);
-        let (progress, out) = &*state;
-        progress.forward(&mut out.borrow_mut());
+        if let Some(barrier) = state.align.arrive(self.index, barrier) {
+            state.release(barrier);
+        }
     }
 }
 
@@ -168,7 +228,13 @@ impl<T: 'static> Stream<T> {
     pub fn union_all(streams: Vec<Stream<T>>) -> Stream<T> {
         let scope = streams.first().expect("a union of at least one stream").scope.clone();
         let out = Output::port();
-        let state = Rc::new(RefCell::new((Progress::new(streams.len()), out.clone())));
+        let n = streams.len();
+        let state = Rc::new(RefCell::new(Union {
+            progress: Progress::new(n),
+            align: Align::new(n),
+            held: (0..n).map(|_| VecDeque::new()).collect(),
+            out: out.clone(),
+        }));
         for (index, stream) in streams.into_iter().enumerate() {
             stream.port.borrow_mut().attach(Box::new(UnionInput { index, state: state.clone() }));
         }

@@ -208,7 +208,17 @@ impl<T> Inbox<T> {
     /// [`TryRecvError::Empty`] when every open ring is empty, [`TryRecvError::Closed`]
     /// when every ring is closed and drained (at once, for an inbox with no rings).
     pub fn try_recv_any(&mut self) -> Result<(usize, Message<T>), TryRecvError> {
-        scan(&mut self.receivers, &self.sources, &mut self.next)
+        scan(&mut self.receivers, &self.sources, &mut self.next, |_| false)
+    }
+
+    /// [`Inbox::try_recv_any`] leaving the rings from the shards `held` names untouched
+    /// (a checkpoint barrier aligning): their messages stay queued. `Empty` while only
+    /// held rings have messages.
+    pub(crate) fn try_recv_unheld(
+        &mut self,
+        held: impl Fn(usize) -> bool,
+    ) -> Result<(usize, Message<T>), TryRecvError> {
+        scan(&mut self.receivers, &self.sources, &mut self.next, held)
     }
 
     /// The next message from any ring, with the shard it came from, waiting while all are
@@ -217,14 +227,17 @@ impl<T> Inbox<T> {
     pub async fn recv_any(&mut self) -> Option<(usize, Message<T>)> {
         let mut spin = Spin::new(self.spin_before_park);
         let Inbox { receivers, sources, next, bell, .. } = self;
-        poll_fn(|cx| spin.poll(bell, cx, || received(scan(receivers, sources, next)))).await
+        poll_fn(|cx| spin.poll(bell, cx, || received(scan(receivers, sources, next, |_| false)))).await
     }
 
-    /// Whether some ring into this shard holds a message; if none does,
-    /// leaves `cx`'s waker on the inbox bell so the next push wakes it. For a task that
-    /// waits on several things at once (the dataflow driver).
-    pub(crate) fn park(&self, cx: &std::task::Context<'_>) -> bool {
-        let ready = |receivers: &[Option<Receiver<T>>]| receivers.iter().flatten().any(|r| !r.is_empty());
+    /// Whether some ring into this shard, other than those from the shards `held` names
+    /// (a checkpoint barrier aligning), holds a message; if none does, leaves `cx`'s waker
+    /// on the inbox bell so the next push wakes it. For a task that waits on several
+    /// things at once (the dataflow driver).
+    pub(crate) fn park_unheld(&self, cx: &std::task::Context<'_>, held: impl Fn(usize) -> bool) -> bool {
+        let ready = |receivers: &[Option<Receiver<T>>]| {
+            receivers.iter().enumerate().any(|(from, r)| r.as_ref().is_some_and(|r| !held(from) && !r.is_empty()))
+        };
         if ready(&self.receivers) {
             return true;
         }
@@ -278,11 +291,16 @@ fn scan<T>(
     receivers: &mut [Option<Receiver<T>>],
     sources: &[usize],
     next: &mut usize,
+    held: impl Fn(usize) -> bool,
 ) -> Result<(usize, Message<T>), TryRecvError> {
     let mut open = false;
     for k in 0..sources.len() {
         let i = (*next + k) % sources.len();
         let from = sources[i];
+        if held(from) {
+            open = true;
+            continue;
+        }
         match receivers[from].as_mut().expect("sources name rings that exist").try_recv() {
             Ok(message) => {
                 *next = (i + 1) % sources.len();

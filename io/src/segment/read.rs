@@ -183,7 +183,8 @@ impl ReadBatches {
         })
     }
 
-    /// The records at or after the offset asked for, in order, read in place.
+    /// The records at or after the offset asked for, in order, read in place. Control
+    /// batches (transaction markers) hold no records a reader sees and are skipped.
     pub fn records(&self) -> impl Iterator<Item = Result<RecordView<'_>>> + '_ {
         records_from(self.batches(), self.from)
     }
@@ -322,6 +323,13 @@ impl OwnedBatches {
         OwnedBatches { buf: rkyv::util::AlignedVec::new(), from: at, next: at }
     }
 
+    /// Batches already checked (their CRCs and structure), stored back to back in
+    /// `buf`, holding the offsets from `from` (records before it are skipped) to `next`.
+    #[must_use]
+    pub fn from_bytes(buf: rkyv::util::AlignedVec<16>, from: Offset, next: Offset) -> OwnedBatches {
+        OwnedBatches { buf, from, next }
+    }
+
     /// True when there are no batches.
     #[must_use]
     pub fn is_empty(&self) -> bool {
@@ -360,7 +368,8 @@ impl OwnedBatches {
         })
     }
 
-    /// The records at or after the offset asked for, in order, read in place.
+    /// The records at or after the offset asked for, in order, read in place. Control
+    /// batches (transaction markers) hold no records a reader sees and are skipped.
     pub fn records(&self) -> impl Iterator<Item = Result<RecordView<'_>>> + '_ {
         records_from(self.batches(), self.from)
     }
@@ -373,6 +382,7 @@ fn records_from<'a>(
 ) -> impl Iterator<Item = Result<RecordView<'a>>> + 'a {
     batches.flat_map(move |b| {
         let (ok, err) = match b {
+            Ok(view) if view.header().attributes.is_control() => (None, None),
             Ok(view) => (Some(view.records().filter(move |r| r.offset() >= from)), None),
             Err(e) => (None, Some(Err(e))),
         };

@@ -231,6 +231,7 @@ fn attach<K, KL, KR, C: JoinCore>(
     core: C,
 ) -> Stream<C::Out> {
     let scope = left.stream.scope.clone();
+    scope.not_checkpointable("a join (its buffered records are not checkpointed yet)");
     let out = Output::port();
     let joint = Rc::new(RefCell::new(Joint {
         core,

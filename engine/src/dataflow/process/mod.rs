@@ -81,7 +81,7 @@ pub use state::{KeyedState, ListState, MapState, ValueState};
 
 use self::operator::ProcessOperator;
 use super::operator::Shared;
-use super::{Event, KeyedStream, Output, Stream};
+use super::{Event, KeyedStream, Output, Stream, checkpoint::Data};
 
 /// A function run per record and per timer with its key's state, on the shard that owns
 /// the key.
@@ -106,10 +106,17 @@ pub trait KeyedProcessFunction<K, T>: 'static {
     }
 }
 
-impl<K: Hash + Eq + Clone + 'static, T: 'static, KS: Fn(&T) -> K + 'static> KeyedStream<K, T, KS> {
+impl<K: Hash + Eq + Clone + Data, T: 'static, KS: Fn(&T) -> K + 'static> KeyedStream<K, T, KS> {
     /// Runs `function` on every record and timer of every key, with the key's state; the
     /// stream of what it emits (on the shards that own the keys).
-    pub fn process<F: KeyedProcessFunction<K, T>>(self, function: F) -> Stream<F::Out> {
+    ///
+    /// With checkpoints on, every key's state and timers are part of each checkpoint, so
+    /// the key and the state must be [`Data`] (derive rkyv's `Archive`, `Serialize` and
+    /// `Deserialize` on your state struct).
+    pub fn process<F: KeyedProcessFunction<K, T>>(self, function: F) -> Stream<F::Out>
+    where
+        F::State: Data,
+    {
         let scope = self.stream.scope.clone();
         let out = Output::port();
         let config = scope.config();
@@ -119,6 +126,7 @@ impl<K: Hash + Eq + Clone + 'static, T: 'static, KS: Fn(&T) -> K + 'static> Keye
             out.clone(),
             config.batch_records,
             scope.tick_request(),
+            scope.state_handle(),
         )));
         self.stream.port.borrow_mut().attach(Box::new(Shared(operator.clone())));
         scope.add_ticker(operator);

@@ -20,6 +20,7 @@ use sluice_io::EventTime;
 use super::{KeyedProcessFunction, KeyedState, ProcessContext, TimeDomain, Timer, context::Timers, timers::TimerQueue};
 use crate::dataflow::{
     Event, Operator, Port,
+    checkpoint::{Barrier, Data, StateHandle},
     scope::{TickRequest, Ticker, request_tick},
 };
 
@@ -37,13 +38,21 @@ pub(crate) struct ProcessOperator<K, T, F: KeyedProcessFunction<K, T>> {
     tick: TickRequest,
     out: Port<F::Out>,
     ended: bool,
+    state: Option<StateHandle>,
 }
+
+/// What a process operator's snapshot entry holds, by kind: a key's state, or one of its
+/// event-time or processing-time timers.
+const STATE: u8 = 0;
+const EVENT_TIMER: u8 = 1;
+const PROCESSING_TIMER: u8 = 2;
 
 impl<K, T, F> ProcessOperator<K, T, F>
 where
-    K: Hash + Eq + Clone + 'static,
+    K: Hash + Eq + Clone + Data,
     T: 'static,
     F: KeyedProcessFunction<K, T>,
+    F::State: Data,
 {
     pub(crate) fn new(
         function: F,
@@ -51,8 +60,9 @@ where
         out: Port<F::Out>,
         batch_records: usize,
         tick: TickRequest,
+        state: Option<StateHandle>,
     ) -> Self {
-        ProcessOperator {
+        let mut op = ProcessOperator {
             function,
             key,
             states: FxHashMap::default(),
@@ -63,6 +73,36 @@ where
             tick,
             out,
             ended: false,
+            state,
+        };
+        op.restore();
+        op
+    }
+
+    /// Takes in the restored state of the keys this shard owns, if any.
+    fn restore(&mut self) {
+        let Some(handle) = self.state.clone() else { return };
+        let mut entries: Vec<((u8, K), Vec<u8>)> = Vec::new();
+        let decode_state = |bytes: &[u8]| F::State::decode(&mut &bytes[..]);
+        let decode_time = |bytes: &[u8]| i64::decode(&mut &bytes[..]);
+        let watermark = handle
+            .restore(|key, value| entries.push((key, value)))
+            .unwrap_or_else(|e| panic!("restoring a process operator: {e}"));
+        for ((kind, key), value) in entries {
+            let decoded = match kind {
+                STATE => decode_state(&value).map(|s| {
+                    self.states.insert(key, s);
+                }),
+                EVENT_TIMER | PROCESSING_TIMER => decode_time(&value).map(|time| {
+                    let queue = if kind == EVENT_TIMER { &mut self.timers.event } else { &mut self.timers.processing };
+                    queue.register(&key, EventTime::from_millis(time));
+                }),
+                other => Err(crate::dataflow::checkpoint::StateError(format!("unknown entry kind {other}"))),
+            };
+            decoded.unwrap_or_else(|e| panic!("restoring a process operator: {e}"));
+        }
+        if let Some(w) = watermark {
+            self.watermark = w;
         }
     }
 
@@ -112,9 +152,10 @@ where
 
 impl<K, T, F> Operator<T> for ProcessOperator<K, T, F>
 where
-    K: Hash + Eq + Clone + 'static,
+    K: Hash + Eq + Clone + Data,
     T: 'static,
     F: KeyedProcessFunction<K, T>,
+    F::State: Data,
 {
     fn on_batch(&mut self, batch: &mut Vec<Event<T>>) {
         for event in batch.drain(..) {
@@ -138,6 +179,23 @@ where
         self.out.borrow_mut().set_idle(idle);
     }
 
+    fn on_barrier(&mut self, barrier: Barrier) {
+        self.out.borrow_mut().push(&mut self.buf);
+        if let Some(handle) = &self.state {
+            let mut w = handle.writer();
+            for (key, state) in &self.states {
+                w.push_grouped(key, &(STATE, key.clone()), &to_bytes(state));
+            }
+            for (kind, queue) in [(EVENT_TIMER, &self.timers.event), (PROCESSING_TIMER, &self.timers.processing)] {
+                for (time, key) in queue.iter() {
+                    w.push_grouped(key, &(kind, key.clone()), &to_bytes(&time.millis()));
+                }
+            }
+            handle.report(barrier, self.watermark, w);
+        }
+        self.out.borrow_mut().barrier(barrier);
+    }
+
     fn on_end(&mut self) {
         // A drained input has already passed the end of time as its watermark, which fired
         // every event-time timer; one stopped without draining discards them, as windows
@@ -153,9 +211,10 @@ where
 
 impl<K, T, F> Ticker for ProcessOperator<K, T, F>
 where
-    K: Hash + Eq + Clone + 'static,
+    K: Hash + Eq + Clone + Data,
     T: 'static,
     F: KeyedProcessFunction<K, T>,
+    F::State: Data,
 {
     fn tick(&mut self, now: Instant) -> Option<Instant> {
         if self.ended {
@@ -167,4 +226,11 @@ where
         }
         self.next_processing_timer(now)
     }
+}
+
+/// `value`'s encoding.
+fn to_bytes<V: Data>(value: &V) -> Vec<u8> {
+    let mut buf = Vec::new();
+    value.encode(&mut buf);
+    buf
 }

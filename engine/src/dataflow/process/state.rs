@@ -15,6 +15,8 @@ use std::{
 
 use rustc_hash::FxHashMap;
 
+use crate::dataflow::checkpoint::{Data, StateError};
+
 /// State the operator can tell is empty. A key whose state is empty after a record or a
 /// timer is removed from the operator's map, so keys that come and go (sessions, users,
 /// accounts) do not accumulate: clearing a key's state is how a function releases it.
@@ -319,5 +321,35 @@ mod tests {
         assert_eq!(v.value(), Some(3));
         assert_eq!(v.take(), Some(3));
         assert!(v.is_empty());
+    }
+}
+
+/// Checkpointed as the value, if any.
+impl<V: Data> Data for ValueState<V> {
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.0.encode(out);
+    }
+    fn decode(input: &mut &[u8]) -> Result<Self, StateError> {
+        Option::<V>::decode(input).map(ValueState)
+    }
+}
+
+/// Checkpointed as its entries.
+impl<MK: Data + Hash + Eq, MV: Data> Data for MapState<MK, MV> {
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.0.encode(out);
+    }
+    fn decode(input: &mut &[u8]) -> Result<Self, StateError> {
+        FxHashMap::<MK, MV>::decode(input).map(MapState)
+    }
+}
+
+/// Checkpointed as its values, in order.
+impl<V: Data> Data for ListState<V> {
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.0.encode(out);
+    }
+    fn decode(input: &mut &[u8]) -> Result<Self, StateError> {
+        Vec::<V>::decode(input).map(ListState)
     }
 }

@@ -70,6 +70,11 @@ impl<K: Hash + Eq + Clone> TimerQueue<K> {
         Some((time, key))
     }
 
+    /// Every timer, in firing order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (EventTime, &K)> + '_ {
+        self.by_time.iter().map(|((time, _), key)| (*time, key))
+    }
+
     /// How many timers are registered.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {

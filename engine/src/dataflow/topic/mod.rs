@@ -31,6 +31,7 @@
 
 mod reader;
 mod sink;
+mod txn;
 
 use std::{
     collections::BTreeMap,

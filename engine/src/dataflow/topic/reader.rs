@@ -222,4 +222,32 @@ impl Source<TopicRecord> for TopicReader {
         }
         if running { Poll::Pending } else { Poll::Ready(None) }
     }
+
+    /// A partition's position is the offset of its next record not yet emitted.
+    fn positions(&self) -> Option<Vec<(u64, i64)>> {
+        Some(
+            self.partitions
+                .iter()
+                .map(|p| {
+                    let next = p.records.front().map_or(p.next, |r| r.offset);
+                    (u64::from(p.partition), next.0 as i64)
+                })
+                .collect(),
+        )
+    }
+
+    /// Resumes each partition the checkpoint names at its position (the records read
+    /// ahead are dropped); partitions it does not name keep their starting offsets.
+    fn restore(&mut self, positions: &std::collections::HashMap<u64, i64>) -> Result<(), String> {
+        for p in &mut self.partitions {
+            if let Some(&at) = positions.get(&u64::from(p.partition)) {
+                let at =
+                    u64::try_from(at).map_err(|_| format!("a negative offset {at} for partition {}", p.partition))?;
+                p.next = Offset(at);
+                p.records.clear();
+                p.fetch = Fetch::Idle;
+            }
+        }
+        Ok(())
+    }
 }

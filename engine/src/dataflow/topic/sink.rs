@@ -26,9 +26,9 @@ use std::{
 
 use sluice_io::{AppendInfo, BatchMeta, EventTime};
 
-use super::Failure;
+use super::{Failure, txn::Transactions};
 use crate::{
-    dataflow::{Event, Operator, Stream, scope::Pending},
+    dataflow::{Event, Operator, Stream, checkpoint::Barrier, scope::Pending},
     engine::EngineHandle,
     error::{EngineError, Result},
     partitioner::partition_for_key,
@@ -46,11 +46,12 @@ const APPEND_BYTES_MAX: usize = 1 << 20;
 /// not written by this sink.
 #[derive(Debug, Clone)]
 pub struct TopicSink {
-    handle: EngineHandle,
-    topic: Arc<str>,
-    partitions: u32,
+    pub(super) handle: EngineHandle,
+    pub(super) topic: Arc<str>,
+    pub(super) partitions: u32,
     batch_records: usize,
     failure: Failure,
+    exactly_once: bool,
 }
 
 impl TopicSink {
@@ -67,7 +68,20 @@ impl TopicSink {
             partitions: description.shards.len() as u32,
             batch_records: description.config.batch_records.max(1),
             failure: Failure::default(),
+            exactly_once: false,
         })
+    }
+
+    /// Writes exactly once, when the pipeline checkpoints: what arrives between two
+    /// checkpoint barriers is appended as one transaction per shard, committed (a commit
+    /// marker in every partition it wrote) once the checkpoint that follows it completes.
+    /// A `read_committed` reader sees each record once, however often the pipeline is
+    /// killed and restored; transactions a crash left open are aborted when it restarts.
+    /// Without checkpoints the sink appends plainly.
+    #[must_use]
+    pub fn exactly_once(mut self) -> Self {
+        self.exactly_once = true;
+        self
     }
 
     /// The topic.
@@ -92,18 +106,21 @@ impl TopicSink {
 
 type AppendFuture = Pin<Box<dyn Future<Output = Result<AppendInfo>>>>;
 
-/// Records waiting for one append.
+/// Records waiting for one append, all of one generation (the records between two
+/// checkpoint barriers).
 #[derive(Default)]
 struct Chunk {
     records: Vec<OwnedRecord>,
     bytes: usize,
+    generation: u64,
 }
 
-/// One partition's side of the sink: batches waiting, and the append in flight.
+/// One partition's side of the sink: batches waiting, and the append in flight (with its
+/// generation).
 #[derive(Default)]
 struct PartitionQueue {
     chunks: VecDeque<Chunk>,
-    in_flight: Option<AppendFuture>,
+    in_flight: Option<(u64, AppendFuture)>,
 }
 
 /// The sink's state on one shard, shared by the operator that fills it and the driver that
@@ -115,6 +132,10 @@ struct Appender {
     /// their unkeyed records over different partitions.
     unkeyed: u64,
     ended: bool,
+    /// The generation new records join: bumped by every checkpoint barrier.
+    generation: u64,
+    /// With exactly-once writes: the transactions.
+    txn: Option<Transactions>,
 }
 
 impl Appender {
@@ -140,21 +161,62 @@ impl Appender {
         let bytes = record.size();
         // A chunk takes the record if that keeps it within both limits; a record larger
         // than the byte limit goes alone.
+        let generation = self.generation;
         let open = self.queues[partition].chunks.back().is_some_and(|c| {
-            c.records.len() < self.sink.batch_records && (c.records.is_empty() || c.bytes + bytes <= APPEND_BYTES_MAX)
+            c.generation == generation
+                && c.records.len() < self.sink.batch_records
+                && (c.records.is_empty() || c.bytes + bytes <= APPEND_BYTES_MAX)
         });
         let queue = &mut self.queues[partition];
         if !open {
-            queue.chunks.push_back(Chunk::default());
+            queue.chunks.push_back(Chunk { generation, ..Chunk::default() });
         }
         let chunk = queue.chunks.back_mut().expect("a chunk was just ensured");
         chunk.records.push(record);
         chunk.bytes += bytes;
     }
 
-    fn append(&self, partition: u32, records: Vec<OwnedRecord>) -> AppendFuture {
+    fn append(&self, partition: u32, records: Vec<OwnedRecord>, meta: BatchMeta) -> AppendFuture {
         let (handle, topic) = (self.sink.handle.clone(), self.sink.topic.clone());
-        Box::pin(async move { handle.append(&topic, partition, records, BatchMeta::default()).await })
+        Box::pin(async move { handle.append(&topic, partition, records, meta).await })
+    }
+
+    /// Whether every record of generations up to `generation` has been appended.
+    fn appended_through(&self, generation: u64) -> bool {
+        self.queues.iter().all(|q| {
+            q.in_flight.as_ref().is_none_or(|(g, _)| *g > generation)
+                && q.chunks.front().is_none_or(|c| c.generation > generation)
+        })
+    }
+
+    /// Sends each partition's next chunks while nothing is in flight for it.
+    fn send(&mut self, cx: &mut Context<'_>) {
+        for partition in 0..self.queues.len() {
+            loop {
+                let queue = &mut self.queues[partition];
+                if let Some((_, append)) = &mut queue.in_flight {
+                    match append.as_mut().poll(cx) {
+                        Poll::Pending => break,
+                        Poll::Ready(Ok(_)) => queue.in_flight = None,
+                        Poll::Ready(Err(e)) => self.sink.failure.fail(format_args!("topic sink: appending"), e),
+                    }
+                }
+                let Some(generation) = queue.chunks.front().map(|c| c.generation) else { break };
+                let meta = match &mut self.txn {
+                    None => BatchMeta::default(),
+                    Some(txn) => {
+                        let records = queue.chunks.front().map_or(0, |c| c.records.len());
+                        match txn.meta(cx, generation, partition as u32, records, &self.sink.failure) {
+                            Some(meta) => meta,
+                            None => break,
+                        }
+                    }
+                };
+                let chunk = self.queues[partition].chunks.pop_front().expect("checked above");
+                let append = self.append(partition as u32, chunk.records, meta);
+                self.queues[partition].in_flight = Some((generation, append));
+            }
+        }
     }
 }
 
@@ -163,21 +225,28 @@ impl Pending for Appender {
     /// batch waits behind an append) and, once the stream has ended, only when everything
     /// has been appended.
     fn poll_flush(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        let mut behind = false;
-        for partition in 0..self.queues.len() {
-            loop {
-                let queue = &mut self.queues[partition];
-                if let Some(append) = &mut queue.in_flight {
-                    match append.as_mut().poll(cx) {
-                        Poll::Pending => break,
-                        Poll::Ready(Ok(_)) => queue.in_flight = None,
-                        Poll::Ready(Err(e)) => self.sink.failure.fail(format_args!("topic sink: appending"), e),
-                    }
+        let ready = match &mut self.txn {
+            None => true,
+            Some(txn) => txn.poll_recovery(cx, &self.sink.failure),
+        };
+        if ready {
+            self.send(cx);
+        }
+        let mut txn_busy = false;
+        if let Some(mut txn) = self.txn.take() {
+            // Barriers whose generation is all appended: the transaction is pre-committed.
+            while let Some(&(barrier, generation)) = txn.barriers.front() {
+                if !self.appended_through(generation) {
+                    break;
                 }
-                let Some(chunk) = queue.chunks.pop_front() else { break };
-                let append = self.append(partition as u32, chunk.records);
-                self.queues[partition].in_flight = Some(append);
+                txn.barriers.pop_front();
+                txn.precommit(barrier, generation);
             }
+            txn_busy = txn.poll_commits(cx, &self.sink.failure, self.ended);
+            self.txn = Some(txn);
+        }
+        let mut behind = txn_busy;
+        for partition in 0..self.queues.len() {
             let queue = &self.queues[partition];
             behind |= if self.ended {
                 queue.in_flight.is_some() || !queue.chunks.is_empty()
@@ -208,6 +277,14 @@ impl<T, F: FnMut(T) -> (Option<Vec<u8>>, Vec<u8>)> Operator<T> for ToTopic<F> {
     fn on_end(&mut self) {
         self.appender.borrow_mut().ended = true;
     }
+    fn on_barrier(&mut self, barrier: Barrier) {
+        let mut appender = self.appender.borrow_mut();
+        let generation = appender.generation;
+        appender.generation += 1;
+        if let Some(txn) = &mut appender.txn {
+            txn.barriers.push_back((barrier, generation));
+        }
+    }
 }
 
 impl<T: 'static> Stream<T> {
@@ -215,11 +292,17 @@ impl<T: 'static> Stream<T> {
     /// with the record's event time; the stream ends here. Each key's records keep their
     /// order in the topic.
     pub fn to_topic(self, sink: &TopicSink, encode: impl FnMut(T) -> (Option<Vec<u8>>, Vec<u8>) + 'static) {
+        let txn = match self.scope.checkpoint() {
+            Some(c) if sink.exactly_once => Some(Transactions::new(sink, &c)),
+            _ => None,
+        };
         let appender = Rc::new(RefCell::new(Appender {
             sink: sink.clone(),
             queues: (0..sink.partitions).map(|_| PartitionQueue::default()).collect(),
             unkeyed: self.scope.shard() as u64 * sink.batch_records as u64,
             ended: false,
+            generation: 0,
+            txn,
         }));
         self.scope.add_pending(appender.clone());
         self.attach(ToTopic { appender, encode });

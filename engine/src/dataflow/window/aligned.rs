@@ -11,7 +11,12 @@ use rustc_hash::FxHashMap;
 use sluice_io::EventTime;
 
 use super::{Firing, Window, Windows, emit::Emit, function::WindowFunction};
-use crate::dataflow::{Event, Operator, Port, Scope, operator::Shared, scope::Ticker};
+use crate::dataflow::{
+    Event, Operator, Port, Scope,
+    checkpoint::{Barrier, Data, StateHandle},
+    operator::Shared,
+    scope::Ticker,
+};
 
 struct Bucket<K, A> {
     window: Window,
@@ -29,6 +34,7 @@ pub(crate) struct Aligned<K, T, F: WindowFunction<K, T>, KS> {
     hint: usize,
     watermark: EventTime,
     assigned: Vec<Window>,
+    state: Option<StateHandle>,
 }
 
 pub(crate) fn attach<K, T, F, KS>(
@@ -39,13 +45,15 @@ pub(crate) fn attach<K, T, F, KS>(
     function: F,
     emit: Emit<K, T, F::Out>,
 ) where
-    K: Hash + Eq + Clone + 'static,
+    K: Hash + Eq + Clone + Data,
     T: 'static,
     F: WindowFunction<K, T>,
+    F::Acc: Data,
     KS: Fn(&T) -> K + 'static,
 {
     let early = emit.spec.early;
-    let op = Rc::new(RefCell::new(Aligned {
+    let state = scope.state_handle();
+    let mut op = Aligned {
         key,
         windows,
         function,
@@ -54,7 +62,22 @@ pub(crate) fn attach<K, T, F, KS>(
         hint: 0,
         watermark: EventTime::MIN,
         assigned: Vec::new(),
-    }));
+        state,
+    };
+    if let Some(state) = &op.state {
+        let mut restored: Vec<((i64, i64, bool, K), F::Acc)> = Vec::new();
+        let watermark = state
+            .restore(|key, acc| restored.push((key, acc)))
+            .unwrap_or_else(|e| panic!("restoring a window operator: {e}"));
+        for ((start, end, fired, key), acc) in restored {
+            let window = Window { start: EventTime::from_millis(start), end: EventTime::from_millis(end) };
+            let b = op.bucket(window);
+            op.buckets[b].fired |= fired;
+            op.buckets[b].keys.insert(key, acc);
+        }
+        op.watermark = watermark.unwrap_or(EventTime::MIN);
+    }
+    let op = Rc::new(RefCell::new(op));
     if early.is_some() {
         scope.add_ticker(op.clone());
     }
@@ -169,8 +192,10 @@ impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>, KS: Fn
     }
 }
 
-impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>, KS: Fn(&T) -> K + 'static> Operator<T>
+impl<K: Hash + Eq + Clone + Data, T: 'static, F: WindowFunction<K, T>, KS: Fn(&T) -> K + 'static> Operator<T>
     for Aligned<K, T, F, KS>
+where
+    F::Acc: Data,
 {
     #[inline]
     fn on_batch(&mut self, batch: &mut Vec<Event<T>>) {
@@ -192,6 +217,20 @@ impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>, KS: Fn
 
     fn on_end(&mut self) {
         self.emit.end();
+    }
+
+    fn on_barrier(&mut self, barrier: Barrier) {
+        if let Some(state) = &self.state {
+            let mut w = state.writer();
+            for b in &self.buckets {
+                let (start, end) = (b.window.start.millis(), b.window.end.millis());
+                for (key, acc) in &b.keys {
+                    w.push_grouped(key, &(start, end, b.fired, key.clone()), acc);
+                }
+            }
+            state.report(barrier, self.watermark, w);
+        }
+        self.emit.barrier(barrier);
     }
 }
 

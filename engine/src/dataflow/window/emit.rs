@@ -6,7 +6,7 @@ use std::sync::Arc;
 use sluice_io::EventTime;
 
 use super::{Firing, LatePolicy, Window, WindowResult, WindowSpec};
-use crate::dataflow::{Event, Port, scope::Shared};
+use crate::dataflow::{Event, Port, checkpoint::Barrier, scope::Shared};
 
 pub(crate) struct Emit<K, T, R> {
     out: Port<WindowResult<K, R>>,
@@ -74,6 +74,14 @@ impl<K: 'static, T: 'static, R: 'static> Emit<K, T, R> {
         self.out.borrow_mut().set_idle(idle);
         if let Some(late) = &self.spec.late {
             late.borrow_mut().set_idle(idle);
+        }
+    }
+
+    pub(crate) fn barrier(&mut self, barrier: Barrier) {
+        self.flush();
+        self.out.borrow_mut().barrier(barrier);
+        if let Some(late) = &self.spec.late {
+            late.borrow_mut().barrier(barrier);
         }
     }
 

@@ -8,7 +8,12 @@ use rustc_hash::FxHashMap;
 use sluice_io::EventTime;
 
 use super::{Firing, Window, emit::Emit, function::WindowFunction};
-use crate::dataflow::{Event, Operator, Port, Scope, operator::Shared, scope::Ticker};
+use crate::dataflow::{
+    Event, Operator, Port, Scope,
+    checkpoint::{Barrier, Data, StateHandle},
+    operator::Shared,
+    scope::Ticker,
+};
 
 /// What a trigger decides after a record joins a key's global window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,6 +50,7 @@ pub(crate) struct Global<K, T, F: WindowFunction<K, T>> {
     function: F,
     emit: Emit<K, T, F::Out>,
     keys: FxHashMap<K, (F::Acc, u64)>,
+    state: Option<StateHandle>,
 }
 
 pub(crate) fn attach<K, T, F>(
@@ -54,19 +60,32 @@ pub(crate) fn attach<K, T, F>(
     function: F,
     emit: Emit<K, T, F::Out>,
 ) where
-    K: Hash + Eq + Clone + 'static,
+    K: Hash + Eq + Clone + Data,
     T: 'static,
     F: WindowFunction<K, T>,
+    F::Acc: Data,
 {
     let early = emit.spec.early;
-    let op = Rc::new(RefCell::new(Global { trigger, function, emit, keys: FxHashMap::default() }));
+    let state = scope.state_handle();
+    let mut keys = FxHashMap::default();
+    if let Some(state) = &state {
+        state
+            .restore(|(count, key): (u64, K), acc: F::Acc| {
+                keys.insert(key, (acc, count));
+            })
+            .unwrap_or_else(|e| panic!("restoring a global window operator: {e}"));
+    }
+    let op = Rc::new(RefCell::new(Global { trigger, function, emit, keys, state }));
     if early.is_some() {
         scope.add_ticker(op.clone());
     }
     input.borrow_mut().attach(Box::new(Shared(op)));
 }
 
-impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>> Operator<T> for Global<K, T, F> {
+impl<K: Hash + Eq + Clone + Data, T: 'static, F: WindowFunction<K, T>> Operator<T> for Global<K, T, F>
+where
+    F::Acc: Data,
+{
     fn on_batch(&mut self, batch: &mut Vec<Event<T>>) {
         for event in batch.drain(..) {
             let key = (self.emit.spec.key)(&event.value);
@@ -99,6 +118,17 @@ impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>> Operat
 
     fn on_end(&mut self) {
         self.emit.end();
+    }
+
+    fn on_barrier(&mut self, barrier: Barrier) {
+        if let Some(state) = &self.state {
+            let mut w = state.writer();
+            for (key, (acc, count)) in &self.keys {
+                w.push_grouped(key, &(*count, key.clone()), acc);
+            }
+            state.report(barrier, EventTime::MIN, w);
+        }
+        self.emit.barrier(barrier);
     }
 }
 

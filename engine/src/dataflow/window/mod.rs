@@ -30,7 +30,7 @@ pub use function::{Aggregate, Count};
 use function::{AggregateFn, ProcessFn, ReduceFn, WindowFunction};
 pub use global::{CountTrigger, Trigger, TriggerAction};
 
-use super::{BoxedKey, Event, KeyedStream, Output, Port, Stream};
+use super::{BoxedKey, Event, KeyedStream, Output, Port, Stream, checkpoint::Data};
 
 /// A window's span of event time, `[start, end)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -243,7 +243,7 @@ pub(crate) struct WindowSpec<K, T> {
 
 impl<K, T, KS> WindowedStream<K, T, KS>
 where
-    K: std::hash::Hash + Eq + Clone + 'static,
+    K: std::hash::Hash + Eq + Clone + Data,
     T: 'static,
     KS: Fn(&T) -> K + 'static,
 {
@@ -284,14 +284,17 @@ where
     }
 
     /// Each key's window aggregated incrementally by `aggregate`.
-    pub fn aggregate<A: Aggregate<T>>(self, aggregate: A) -> Stream<WindowResult<K, A::Out>> {
+    pub fn aggregate<A: Aggregate<T>>(self, aggregate: A) -> Stream<WindowResult<K, A::Out>>
+    where
+        A::Acc: Data,
+    {
         self.build(AggregateFn(aggregate))
     }
 
     /// Each key's window reduced with `f`.
     pub fn reduce(self, f: impl FnMut(&T, &T) -> T + 'static) -> Stream<WindowResult<K, T>>
     where
-        T: Clone,
+        T: Clone + Data,
     {
         self.build(ReduceFn(f, PhantomData))
     }
@@ -302,7 +305,7 @@ where
         f: impl FnMut(&K, &Window, &[Event<T>]) -> R + 'static,
     ) -> Stream<WindowResult<K, R>>
     where
-        T: Clone,
+        T: Clone + Data,
     {
         self.build(ProcessFn(f, PhantomData))
     }
@@ -312,7 +315,10 @@ where
         self.aggregate(Count)
     }
 
-    fn build<F: WindowFunction<K, T>>(self, function: F) -> Stream<WindowResult<K, F::Out>> {
+    fn build<F: WindowFunction<K, T>>(self, function: F) -> Stream<WindowResult<K, F::Out>>
+    where
+        F::Acc: Data,
+    {
         let WindowedStream { keyed, windows, lateness, policy, late, early, trigger } = self;
         let scope = keyed.stream.scope.clone();
         let out = Output::port();

@@ -11,7 +11,12 @@ use rustc_hash::FxHashMap;
 use sluice_io::EventTime;
 
 use super::{Firing, Window, emit::Emit, function::WindowFunction};
-use crate::dataflow::{Event, Operator, Port, Scope, operator::Shared, scope::Ticker};
+use crate::dataflow::{
+    Event, Operator, Port, Scope,
+    checkpoint::{Barrier, Data, StateHandle},
+    operator::Shared,
+    scope::Ticker,
+};
 
 struct Session<A> {
     window: Window,
@@ -29,16 +34,19 @@ pub(crate) struct Sessions<K, T, F: WindowFunction<K, T>> {
     /// Keys with a fired session kept for late updates until this time (may be stale).
     cleanup: BTreeMap<EventTime, Vec<K>>,
     watermark: EventTime,
+    state: Option<StateHandle>,
 }
 
 pub(crate) fn attach<K, T, F>(scope: &Scope, input: &Port<T>, gap: i64, function: F, emit: Emit<K, T, F::Out>)
 where
-    K: Hash + Eq + Clone + 'static,
+    K: Hash + Eq + Clone + Data,
     T: 'static,
     F: WindowFunction<K, T>,
+    F::Acc: Data,
 {
     let early = emit.spec.early;
-    let op = Rc::new(RefCell::new(Sessions {
+    let state = scope.state_handle();
+    let mut op = Sessions {
         gap,
         function,
         emit,
@@ -46,7 +54,29 @@ where
         due: BTreeMap::new(),
         cleanup: BTreeMap::new(),
         watermark: EventTime::MIN,
-    }));
+        state,
+    };
+    if let Some(state) = &op.state {
+        let mut restored: Vec<((i64, i64, bool, K), F::Acc)> = Vec::new();
+        let watermark = state
+            .restore(|key, acc| restored.push((key, acc)))
+            .unwrap_or_else(|e| panic!("restoring a session window operator: {e}"));
+        let lateness = op.emit.spec.lateness;
+        for ((start, end, fired, key), acc) in restored {
+            let window = Window { start: EventTime::from_millis(start), end: EventTime::from_millis(end) };
+            let max = window.max_timestamp();
+            if fired {
+                op.cleanup.entry(EventTime::from_millis(max.0.saturating_add(lateness))).or_default().push(key.clone());
+            } else {
+                op.due.entry(max).or_default().push(key.clone());
+            }
+            let sessions = op.keys.entry(key).or_default();
+            let at = sessions.partition_point(|s| s.window.start < window.start);
+            sessions.insert(at, Session { window, acc, fired });
+        }
+        op.watermark = watermark.unwrap_or(EventTime::MIN);
+    }
+    let op = Rc::new(RefCell::new(op));
     if early.is_some() {
         scope.add_ticker(op.clone());
     }
@@ -155,7 +185,10 @@ impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>> Sessio
     }
 }
 
-impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>> Operator<T> for Sessions<K, T, F> {
+impl<K: Hash + Eq + Clone + Data, T: 'static, F: WindowFunction<K, T>> Operator<T> for Sessions<K, T, F>
+where
+    F::Acc: Data,
+{
     fn on_batch(&mut self, batch: &mut Vec<Event<T>>) {
         for event in batch.drain(..) {
             self.add(event);
@@ -175,6 +208,23 @@ impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>> Operat
 
     fn on_end(&mut self) {
         self.emit.end();
+    }
+
+    fn on_barrier(&mut self, barrier: Barrier) {
+        if let Some(state) = &self.state {
+            let mut w = state.writer();
+            for (key, sessions) in &self.keys {
+                for s in sessions {
+                    w.push_grouped(
+                        key,
+                        &(s.window.start.millis(), s.window.end.millis(), s.fired, key.clone()),
+                        &s.acc,
+                    );
+                }
+            }
+            state.report(barrier, self.watermark, w);
+        }
+        self.emit.barrier(barrier);
     }
 }
 

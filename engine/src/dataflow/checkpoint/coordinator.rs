@@ -1,0 +1,223 @@
+//! The checkpoint coordinator: begins checkpoints, collects the shards' acknowledgements,
+//! commits manifests, aborts what times out, and loads the checkpoint to restore from.
+
+use std::{
+    collections::BTreeMap,
+    sync::{
+        Arc, Mutex, PoisonError,
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use sluice_io::{CheckpointStore, Manifest, PartInfo, UringStorage};
+
+use super::{CheckpointConfig, CheckpointStats, Restored, decode_part};
+
+/// A shard's answer for one checkpoint: its part, or why it has none.
+#[derive(Debug)]
+pub(crate) struct Ack {
+    pub(crate) id: u64,
+    pub(crate) shard: usize,
+    pub(crate) result: Result<(PartInfo, u64), String>,
+    pub(crate) keys: u64,
+    pub(crate) alignment: Duration,
+}
+
+/// What the coordinator and the shards share. The shards only read atomics and send
+/// acknowledgements; nothing here is on the record path.
+#[derive(Debug)]
+pub(crate) struct Coordinator {
+    /// The checkpoint whose barriers sources inject (0: none yet).
+    pub(crate) trigger: AtomicU64,
+    /// The last completed checkpoint (0: none in this run).
+    pub(crate) completed: AtomicU64,
+    /// The final checkpoint of bounded inputs has completed: sources may end.
+    pub(crate) final_done: AtomicBool,
+    /// Sources registered, over all shards, and those that ran out.
+    pub(crate) sources: AtomicUsize,
+    pub(crate) exhausted: AtomicUsize,
+    /// Shards whose graph is built.
+    pub(crate) built: AtomicUsize,
+    /// Transactional sink instances, and those done with recovery.
+    pub(crate) sinks: AtomicUsize,
+    pub(crate) sinks_recovered: AtomicUsize,
+    /// What the pipeline restores from.
+    pub(crate) restored: Option<Arc<Restored>>,
+    shards: usize,
+    acks: (async_channel::Sender<Ack>, async_channel::Receiver<Ack>),
+    stats: Mutex<Vec<CheckpointStats>>,
+    stop: AtomicBool,
+}
+
+impl Coordinator {
+    pub(crate) fn new(shards: usize, restored: Option<Arc<Restored>>) -> Coordinator {
+        Coordinator {
+            trigger: AtomicU64::new(0),
+            completed: AtomicU64::new(0),
+            final_done: AtomicBool::new(false),
+            sources: AtomicUsize::new(0),
+            exhausted: AtomicUsize::new(0),
+            built: AtomicUsize::new(0),
+            sinks: AtomicUsize::new(0),
+            sinks_recovered: AtomicUsize::new(0),
+            restored,
+            shards,
+            acks: async_channel::unbounded(),
+            stats: Mutex::new(Vec::new()),
+            stop: AtomicBool::new(false),
+        }
+    }
+
+    pub(crate) fn ack(&self, ack: Ack) {
+        let _ = self.acks.0.try_send(ack);
+    }
+
+    pub(crate) fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+    }
+
+    /// Every completed checkpoint's figures, in order.
+    pub(crate) fn stats(&self) -> Vec<CheckpointStats> {
+        self.stats.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Whether every source of the pipeline has run out.
+    fn all_exhausted(&self) -> bool {
+        self.built.load(Ordering::Acquire) == self.shards && {
+            let sources = self.sources.load(Ordering::Acquire);
+            sources > 0 && self.exhausted.load(Ordering::Acquire) >= sources
+        }
+    }
+
+    /// Whether every transactional sink finished its recovery, so new transactions may
+    /// start.
+    pub(crate) fn sinks_ready(&self) -> bool {
+        self.built.load(Ordering::Acquire) == self.shards
+            && self.sinks_recovered.load(Ordering::Acquire) >= self.sinks.load(Ordering::Acquire)
+    }
+}
+
+/// Opens the checkpoint store and reads the latest completed checkpoint that is whole,
+/// falling back to older ones (with a log line naming what was skipped and why).
+pub(crate) async fn open_store(
+    config: &CheckpointConfig,
+) -> Result<(CheckpointStore<UringStorage>, Option<Restored>), String> {
+    let store = CheckpointStore::open(UringStorage, &config.dir, config.keep).await.map_err(|e| e.to_string())?;
+    let latest = store.latest_valid().await.map_err(|e| e.to_string())?;
+    for skipped in &latest.skipped {
+        eprintln!("sluice: checkpoint {} is damaged, falling back to an older one: {}", skipped.id, skipped.error);
+    }
+    let Some((id, manifest)) = latest.latest else { return Ok((store, None)) };
+    let mut restored = Restored { id: id.0, ..Restored::default() };
+    for info in &manifest.parts {
+        let body = store.read_part(id, info).await.map_err(|e| e.to_string())?;
+        let part = decode_part(&body).map_err(|e| format!("checkpoint {id}, part {}: {e}", info.name))?;
+        restored.merge(part);
+    }
+    eprintln!(
+        "sluice: restoring checkpoint {id} ({} parts, taken at {} shards)",
+        manifest.parts.len(),
+        restored.shards
+    );
+    Ok((store, Some(restored)))
+}
+
+/// Sleeps on the coordinator's executor.
+async fn sleep(d: Duration) {
+    glommio::timer::sleep(d).await;
+}
+
+/// Takes checkpoints until stopped (or until the final one of bounded inputs completes).
+pub(crate) async fn run_coordinator(
+    coordinator: Arc<Coordinator>,
+    config: CheckpointConfig,
+    mut store: CheckpointStore<UringStorage>,
+) {
+    let shards = coordinator.shards;
+    let rx = coordinator.acks.1.clone();
+    loop {
+        // Wait out the interval, or less when every bounded source has run out.
+        let due = Instant::now() + config.interval;
+        let mut last = false;
+        loop {
+            if coordinator.stop.load(Ordering::Acquire) {
+                return;
+            }
+            if coordinator.all_exhausted() {
+                last = true;
+                break;
+            }
+            let now = Instant::now();
+            if now >= due {
+                break;
+            }
+            sleep((due - now).min(Duration::from_millis(5))).await;
+        }
+        let started = Instant::now();
+        let id = match store.begin().await {
+            Ok(id) => id,
+            Err(e) => {
+                eprintln!("sluice: cannot begin a checkpoint: {e}");
+                sleep(config.interval).await;
+                continue;
+            }
+        };
+        while rx.try_recv().is_ok() {}
+        coordinator.trigger.store(id.0, Ordering::Release);
+        let deadline = started + config.timeout;
+        let mut parts: BTreeMap<usize, (PartInfo, u64)> = BTreeMap::new();
+        let mut keys = 0;
+        let mut alignment = Duration::ZERO;
+        let mut failure = None;
+        while parts.len() < shards && failure.is_none() {
+            if coordinator.stop.load(Ordering::Acquire) {
+                let _ = store.abort(id).await;
+                return;
+            }
+            let wait = deadline.saturating_duration_since(Instant::now());
+            if wait.is_zero() {
+                failure = Some(format!("timed out after {:?}", config.timeout));
+                break;
+            }
+            let ack = futures_lite::future::or(async { rx.recv().await.ok() }, async {
+                sleep(wait.min(Duration::from_millis(20))).await;
+                None
+            })
+            .await;
+            let Some(ack) = ack else { continue };
+            if ack.id != id.0 {
+                continue;
+            }
+            match ack.result {
+                Ok(part) => {
+                    keys += ack.keys;
+                    alignment = alignment.max(ack.alignment);
+                    parts.insert(ack.shard, part);
+                }
+                Err(e) => failure = Some(format!("shard {} failed its snapshot: {e}", ack.shard)),
+            }
+        }
+        if let Some(reason) = failure {
+            eprintln!("sluice: checkpoint {id} aborted: {reason}");
+            if let Err(e) = store.abort(id).await {
+                eprintln!("sluice: removing aborted checkpoint {id} failed: {e}");
+            }
+            continue;
+        }
+        let bytes = parts.values().map(|(_, b)| b).sum();
+        let manifest = Manifest::new(id, parts.into_values().map(|(info, _)| info).collect(), Vec::new());
+        match store.commit(&manifest).await {
+            Ok(_) => {
+                coordinator.completed.store(id.0, Ordering::Release);
+                let stats = CheckpointStats { id: id.0, duration: started.elapsed(), alignment, bytes, keys };
+                coordinator.stats.lock().unwrap_or_else(PoisonError::into_inner).push(stats);
+                if last {
+                    coordinator.final_done.store(true, Ordering::Release);
+                    return;
+                }
+            }
+            Err(e) => eprintln!("sluice: checkpoint {id} failed to commit: {e}"),
+        }
+    }
+}

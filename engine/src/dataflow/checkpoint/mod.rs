@@ -1,0 +1,217 @@
+//! Checkpoints: Chandy-Lamport barriers through the dataflow, per-shard snapshots written
+//! while records keep flowing, and recovery from the last completed checkpoint.
+//!
+//! **The protocol.** A coordinator (a thread of its own, owning the
+//! [`CheckpointStore`](sluice_io::CheckpointStore)) begins checkpoint *n* every
+//! interval and raises the *trigger*. Each shard's driver sees it in its next round and
+//! every source on the shard records its split positions and pushes barrier *n* into its
+//! stream, ahead of any later record. Barriers travel with the data: through the operators
+//! of a shard by plain calls, and through an exchange as a ring message after the records
+//! before it. An operator with several inputs *aligns*: once barrier *n* arrives on one
+//! input it holds that input (an exchange stops reading that shard's ring; a union keeps
+//! what arrives in order) until the barrier has arrived on all of them, then passes it on.
+//! Each stateful operator snapshots its state when the barrier passes it; the shard's
+//! snapshot of *n* is complete when every stateful operator, source and transactional
+//! sink of the shard has reported, and is then encoded (rkyv) and written as the part
+//! `shard-{s}` on the shard's own executor, asynchronously: no shard ever waits for
+//! another, and none stops processing. When every shard has acknowledged its part, the
+//! coordinator writes the manifest atomically; that is the moment checkpoint *n* is
+//! completed, and transactional sinks then commit what they wrote before barrier *n*.
+//!
+//! **State** is split by key group (the unit `key_by` routes by): every entry of a
+//! snapshot is tagged with its key's group, so a checkpoint taken at *m* shards restores at
+//! *n*: each shard takes the groups it owns now, from whichever parts hold them.
+//!
+//! **Bounded inputs** end with a last checkpoint: a source that runs out passes the end of
+//! time as its watermark (so windows fire) and waits; once every source of the pipeline
+//! has, the coordinator takes a final checkpoint, and only when it completes do the sources
+//! end. A restart after that finds nothing to replay.
+
+mod codec;
+mod coordinator;
+mod shard;
+
+use std::{collections::HashMap, path::PathBuf, time::Duration};
+
+pub use codec::{Data, EntryWriter, StateError, read_entries, take};
+pub(crate) use coordinator::{Coordinator, open_store, run_coordinator};
+pub(crate) use shard::{ShardCheckpoint, StateHandle};
+
+use crate::error::{EngineError, Result};
+
+/// How and where a pipeline checkpoints.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointConfig {
+    /// The checkpoint directory (created if missing). A pipeline started on a directory
+    /// holding a completed checkpoint restores from it.
+    pub dir: PathBuf,
+    /// Time from one checkpoint's completion (or abort) to the next one's start. Default 1 s.
+    pub interval: Duration,
+    /// Completed checkpoints kept. Default 3.
+    pub keep: usize,
+    /// A checkpoint not completed this long after it began is aborted. Default 60 s.
+    pub timeout: Duration,
+}
+
+impl CheckpointConfig {
+    /// Checkpoints in `dir` with the defaults.
+    pub fn new(dir: impl Into<PathBuf>) -> CheckpointConfig {
+        CheckpointConfig {
+            dir: dir.into(),
+            interval: Duration::from_secs(1),
+            keep: 3,
+            timeout: Duration::from_secs(60),
+        }
+    }
+
+    /// Sets [`CheckpointConfig::interval`].
+    #[must_use]
+    pub fn interval(mut self, interval: Duration) -> Self {
+        self.interval = interval;
+        self
+    }
+
+    /// Sets [`CheckpointConfig::keep`].
+    #[must_use]
+    pub fn keep(mut self, keep: usize) -> Self {
+        self.keep = keep;
+        self
+    }
+
+    /// Sets [`CheckpointConfig::timeout`].
+    #[must_use]
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        if self.keep == 0 || self.interval.is_zero() || self.timeout.is_zero() {
+            return Err(EngineError::InvalidConfig(format!(
+                "checkpoints need keep >= 1 and a non-zero interval and timeout: {self:?}"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Checkpoint barrier `id`, as operators see it ([`Operator::on_barrier`]).
+///
+/// [`Operator::on_barrier`]: crate::dataflow::Operator::on_barrier
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Barrier {
+    /// The checkpoint.
+    pub id: u64,
+}
+
+/// What one completed checkpoint cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CheckpointStats {
+    /// The checkpoint.
+    pub id: u64,
+    /// From the trigger to the manifest being durable.
+    pub duration: Duration,
+    /// The longest time a shard spent between its first and its last participant
+    /// reporting (barrier alignment, plus the snapshots themselves).
+    pub alignment: Duration,
+    /// Bytes of state written (all parts).
+    pub bytes: u64,
+    /// Keyed entries written (all parts).
+    pub keys: u64,
+}
+
+/// One shard's snapshot: the body of part `shard-{s}`.
+#[derive(Debug, Default, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub(crate) struct ShardPart {
+    pub(crate) shard: u32,
+    pub(crate) shards: u32,
+    pub(crate) key_groups: u32,
+    pub(crate) operators: Vec<OperatorPart>,
+    pub(crate) sources: Vec<SourcePart>,
+    pub(crate) sinks: Vec<SinkPart>,
+}
+
+/// One stateful operator's state on one shard, by key group.
+#[derive(Debug, Default, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub(crate) struct OperatorPart {
+    pub(crate) id: u32,
+    /// The operator's watermark when the barrier passed it.
+    pub(crate) watermark: i64,
+    pub(crate) groups: Vec<GroupPart>,
+}
+
+/// One key group's entries ([`EntryWriter`]).
+#[derive(Debug, Default, Clone, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub(crate) struct GroupPart {
+    pub(crate) key_group: u32,
+    pub(crate) entries: u64,
+    pub(crate) bytes: Vec<u8>,
+}
+
+/// A source's split positions: (split key, next position).
+#[derive(Debug, Default, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub(crate) struct SourcePart {
+    pub(crate) id: u32,
+    pub(crate) positions: Vec<(u64, i64)>,
+}
+
+/// A transactional sink's transactions that must be committed once this checkpoint is.
+#[derive(Debug, Default, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub(crate) struct SinkPart {
+    pub(crate) id: u32,
+    pub(crate) pending: Vec<PendingTxn>,
+}
+
+/// A transaction a sink wrote: its producer id and the partitions it touched.
+#[derive(Debug, Clone, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub(crate) struct PendingTxn {
+    pub(crate) producer: i64,
+    pub(crate) partitions: Vec<u32>,
+}
+
+/// The state of a completed checkpoint, merged over the shards that wrote it.
+#[derive(Debug, Default)]
+pub(crate) struct Restored {
+    pub(crate) id: u64,
+    pub(crate) shards: u32,
+    pub(crate) key_groups: u32,
+    /// Per operator: the least watermark over the shards, and every key group's entries.
+    pub(crate) operators: HashMap<u32, (i64, Vec<GroupPart>)>,
+    pub(crate) sources: HashMap<u32, HashMap<u64, i64>>,
+    pub(crate) sinks: HashMap<u32, Vec<PendingTxn>>,
+}
+
+impl Restored {
+    pub(crate) fn merge(&mut self, part: ShardPart) {
+        self.shards = part.shards;
+        self.key_groups = part.key_groups;
+        for op in part.operators {
+            let slot = self.operators.entry(op.id).or_insert((i64::MAX, Vec::new()));
+            slot.0 = slot.0.min(op.watermark);
+            slot.1.extend(op.groups);
+        }
+        for source in part.sources {
+            self.sources.entry(source.id).or_default().extend(source.positions);
+        }
+        for sink in part.sinks {
+            self.sinks.entry(sink.id).or_default().extend(sink.pending);
+        }
+    }
+}
+
+/// The name of shard `s`'s part.
+pub(crate) fn part_name(shard: usize) -> String {
+    format!("shard-{shard}")
+}
+
+/// Encodes a part body.
+pub(crate) fn encode_part(part: &ShardPart) -> std::result::Result<Vec<u8>, StateError> {
+    rkyv::to_bytes::<rkyv::rancor::Error>(part).map(|b| b.to_vec()).map_err(|e| StateError(e.to_string()))
+}
+
+/// Decodes a part body.
+pub(crate) fn decode_part(bytes: &[u8]) -> std::result::Result<ShardPart, StateError> {
+    let mut aligned = rkyv::util::AlignedVec::<16>::with_capacity(bytes.len());
+    aligned.extend_from_slice(bytes);
+    rkyv::from_bytes::<ShardPart, rkyv::rancor::Error>(&aligned).map_err(|e| StateError(e.to_string()))
+}

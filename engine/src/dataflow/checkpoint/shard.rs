@@ -1,0 +1,226 @@
+//! One shard's side of checkpoints: the participants registered at build time, the
+//! snapshot being collected, and its asynchronous write.
+
+use std::{cell::RefCell, collections::BTreeMap, hash::Hash, path::PathBuf, rc::Rc, sync::Arc, time::Instant};
+
+use sluice_io::{CheckpointId, EventTime, PartStore, UringStorage};
+
+use super::{
+    Barrier, Data, EntryWriter, GroupPart, OperatorPart, ShardPart, SinkPart, SourcePart, StateError,
+    coordinator::{Ack, Coordinator},
+    encode_part, part_name, read_entries,
+};
+use crate::dataflow::{key_group, shard_of_group};
+
+/// The snapshot of one checkpoint being collected on this shard.
+struct InProgress {
+    id: u64,
+    reported: u32,
+    part: ShardPart,
+    first: Instant,
+    keys: u64,
+}
+
+/// One shard's checkpointing: who takes part, and the snapshot in progress.
+pub(crate) struct ShardCheckpoint {
+    shard: usize,
+    shards: usize,
+    key_groups: u32,
+    pub(crate) coordinator: Arc<Coordinator>,
+    root: PathBuf,
+    participants: u32,
+    next_operator: u32,
+    next_source: u32,
+    next_sink: u32,
+    current: Option<InProgress>,
+    /// Operators built on this shard whose state cannot be checkpointed.
+    pub(crate) unsupported: Vec<&'static str>,
+}
+
+impl ShardCheckpoint {
+    pub(crate) fn new(
+        shard: usize,
+        shards: usize,
+        key_groups: u32,
+        coordinator: Arc<Coordinator>,
+        root: PathBuf,
+    ) -> ShardCheckpoint {
+        ShardCheckpoint {
+            shard,
+            shards,
+            key_groups,
+            coordinator,
+            root,
+            participants: 0,
+            next_operator: 0,
+            next_source: 0,
+            next_sink: 0,
+            current: None,
+            unsupported: Vec::new(),
+        }
+    }
+
+    pub(crate) fn shard(&self) -> usize {
+        self.shard
+    }
+
+    pub(crate) fn shards(&self) -> usize {
+        self.shards
+    }
+
+    /// Whether this shard owns key group `group` now.
+    pub(crate) fn owns(&self, group: u32) -> bool {
+        shard_of_group(group, self.key_groups, self.shards) == self.shard
+    }
+
+    pub(crate) fn add_source(&mut self) -> u32 {
+        self.participants += 1;
+        self.next_source += 1;
+        self.next_source - 1
+    }
+
+    pub(crate) fn add_sink(&mut self) -> u32 {
+        self.participants += 1;
+        self.next_sink += 1;
+        self.next_sink - 1
+    }
+
+    fn entry(&mut self, id: u64) -> &mut InProgress {
+        if self.current.as_ref().is_none_or(|p| p.id != id) {
+            // A snapshot of an older checkpoint still here was aborted: drop it.
+            self.current = Some(InProgress {
+                id,
+                reported: 0,
+                part: ShardPart {
+                    shard: self.shard as u32,
+                    shards: self.shards as u32,
+                    key_groups: self.key_groups,
+                    ..ShardPart::default()
+                },
+                first: Instant::now(),
+                keys: 0,
+            });
+        }
+        self.current.as_mut().expect("set above")
+    }
+
+    pub(crate) fn report_operator(&mut self, id: u64, part: OperatorPart, keys: u64) {
+        let p = self.entry(id);
+        p.part.operators.push(part);
+        p.keys += keys;
+        self.reported();
+    }
+
+    pub(crate) fn report_source(&mut self, id: u64, part: SourcePart) {
+        self.entry(id).part.sources.push(part);
+        self.reported();
+    }
+
+    pub(crate) fn report_sink(&mut self, id: u64, part: SinkPart) {
+        self.entry(id).part.sinks.push(part);
+        self.reported();
+    }
+
+    fn reported(&mut self) {
+        let participants = self.participants;
+        let p = self.current.as_mut().expect("reported into a checkpoint in progress");
+        p.reported += 1;
+        if p.reported < participants {
+            return;
+        }
+        let p = self.current.take().expect("checked");
+        let alignment = p.first.elapsed();
+        let (coordinator, root, shard) = (self.coordinator.clone(), self.root.clone(), self.shard);
+        glommio::spawn_local(async move {
+            let result = write(&root, shard, p.id, &p.part).await;
+            coordinator.ack(Ack { id: p.id, shard, result, keys: p.keys, alignment });
+        })
+        .detach();
+    }
+}
+
+async fn write(
+    root: &std::path::Path,
+    shard: usize,
+    id: u64,
+    part: &ShardPart,
+) -> Result<(sluice_io::PartInfo, u64), String> {
+    let body = encode_part(part).map_err(|e| e.to_string())?;
+    let store = PartStore::new(UringStorage, root);
+    let info = store.write_part(CheckpointId(id), &part_name(shard), None, &body).await.map_err(|e| e.to_string())?;
+    Ok((info, body.len() as u64))
+}
+
+/// A stateful operator's link to its shard's checkpointing.
+#[derive(Clone)]
+pub(crate) struct StateHandle {
+    id: u32,
+    key_groups: u32,
+    shard: Rc<RefCell<ShardCheckpoint>>,
+}
+
+/// One snapshot's entries, sorted into key groups as they are added.
+pub(crate) struct GroupWriter {
+    key_groups: u32,
+    groups: BTreeMap<u32, EntryWriter>,
+}
+
+impl GroupWriter {
+    /// Adds an entry `(key, value)` to the key group of `group_key` (the record key the
+    /// entry belongs to, when the entry's key holds more than it).
+    pub(crate) fn push_grouped<G: Hash + ?Sized, K: Data, V: Data>(&mut self, group_key: &G, key: &K, value: &V) {
+        let group = key_group(group_key, self.key_groups);
+        self.groups.entry(group).or_insert_with(EntryWriter::new).push(key, value);
+    }
+}
+
+impl StateHandle {
+    /// Registers a stateful operator with the shard's checkpointing.
+    pub(crate) fn register(shard: &Rc<RefCell<ShardCheckpoint>>, key_groups: u32) -> StateHandle {
+        let id = {
+            let mut s = shard.borrow_mut();
+            s.participants += 1;
+            s.next_operator += 1;
+            s.next_operator - 1
+        };
+        StateHandle { id, key_groups, shard: shard.clone() }
+    }
+
+    /// Calls `each` with every restored entry of the key groups this shard owns, and
+    /// returns the operator's restored watermark (`None` when nothing is restored).
+    pub(crate) fn restore<K: Data, V: Data>(
+        &self,
+        mut each: impl FnMut(K, V),
+    ) -> Result<Option<EventTime>, StateError> {
+        let shard = self.shard.borrow();
+        let Some(restored) = shard.coordinator.restored.as_ref() else { return Ok(None) };
+        let Some((watermark, groups)) = restored.operators.get(&self.id) else { return Ok(None) };
+        for group in groups.iter().filter(|g| shard.owns(g.key_group)) {
+            read_entries::<K, V>(&group.bytes, &mut each)?;
+        }
+        Ok(Some(EventTime::from_millis(*watermark)))
+    }
+
+    /// A writer for this operator's snapshot.
+    pub(crate) fn writer(&self) -> GroupWriter {
+        GroupWriter { key_groups: self.key_groups, groups: BTreeMap::new() }
+    }
+
+    /// Hands the snapshot taken at `barrier` to the shard.
+    pub(crate) fn report(&self, barrier: Barrier, watermark: EventTime, writer: GroupWriter) {
+        let mut keys = 0;
+        let part = OperatorPart {
+            id: self.id,
+            watermark: watermark.millis(),
+            groups: writer
+                .groups
+                .into_iter()
+                .map(|(key_group, w)| {
+                    keys += w.count();
+                    GroupPart { key_group, entries: w.count(), bytes: w.finish() }
+                })
+                .collect(),
+        };
+        self.shard.borrow_mut().report_operator(barrier.id, part, keys);
+    }
+}
