@@ -56,7 +56,7 @@ fn run(policy: LatePolicy) -> Result<(), Box<dyn std::error::Error>> {
         let strategy = WatermarkStrategy::bounded_out_of_orderness(Duration::from_secs(10), |c: &Click| c.time);
         let mut per_minute = scope
             .source(clicks, strategy)
-            .key_by(|c| c.page)
+            .key_by(|c| c.page.to_string())
             .window(Windows::tumbling(Duration::from_secs(60)))
             .allowed_lateness(Duration::from_secs(300))
             .late_policy(policy);

@@ -261,24 +261,24 @@ impl KeyedProcessFunction<char, In> for Pages {
 #[test]
 fn map_and_list_state_follow_each_user() {
     let input = [
-        r("u1", 1, 1),
-        r("u1", 2, 2),
-        r("u2", 3, 1),
-        r("u1", 4, 1),
-        r("u1", 5, 3),
-        r("u2", 6, -1),
-        r("u2", 7, 5),
-        r("u1", 8, 4),
+        r('u', 1, 1),
+        r('u', 2, 2),
+        r('v', 3, 1),
+        r('u', 4, 1),
+        r('u', 5, 3),
+        r('v', 6, -1),
+        r('v', 7, 5),
+        r('u', 8, 4),
     ];
     let want: Vec<(i64, PagesOut)> = vec![
-        (1, ("u1", 1, 1, 1, vec![1])),
-        (2, ("u1", 2, 1, 2, vec![1, 2])),
-        (3, ("u2", 1, 1, 1, vec![1])),
-        (4, ("u1", 1, 2, 2, vec![1, 2, 1])),
-        (5, ("u1", 3, 1, 3, vec![2, 1, 3])),
-        (6, ("u2", -1, 0, 0, vec![])),
-        (7, ("u2", 5, 1, 1, vec![5])),
-        (8, ("u1", 4, 1, 4, vec![1, 3, 4])),
+        (1, ('u', 1, 1, 1, vec![1])),
+        (2, ('u', 2, 1, 2, vec![1, 2])),
+        (3, ('v', 1, 1, 1, vec![1])),
+        (4, ('u', 1, 2, 2, vec![1, 2, 1])),
+        (5, ('u', 3, 1, 3, vec![2, 1, 3])),
+        (6, ('v', -1, 0, 0, vec![])),
+        (7, ('v', 5, 1, 1, vec![5])),
+        (8, ('u', 4, 1, 4, vec![1, 3, 4])),
     ];
     let mut expected = Vec::new();
     for (t, o) in want {
@@ -604,29 +604,29 @@ impl KeyedProcessFunction<char, In> for FraudDetector {
 fn fraud_detection_flags_a_small_then_a_large_transaction_within_a_minute() {
     let s = 1000;
     let input = [
-        r("acct1", 0, 50),                // small
-        r("acct2", 0, 50),                // small
-        r("acct5", 0, 1),                 // small
-        r("acct6", 0, 99),                // small
-        r("acct7", s, 50),                // small
-        r("acct7", 2 * s, 20),            // small again: the minute restarts
-        r("acct4", 5 * s, 100),           // exactly 1.00: not small
-        r("acct4", 6 * s, 50_001),        // large, but nothing small before
-        r("acct3", 10 * s, 99),           // small
-        r("acct8", 12 * s, 10),           // small
-        r("acct3", 20 * s, 1000),         // neither: clears the flag
-        r("acct3", 25 * s, 70_000),       // large, but the flag is gone
-        r("acct8", 13 * s, 50_000),       // exactly 500.00: not large
-        r("acct1", 30 * s, 60_000),       // large within a minute: ALERT
-        r("acct1", 40 * s, 90_000),       // large again, the flag was cleared by the alert
-        r("acct5", 60 * s, 50_001),       // large exactly one minute later: ALERT
-        r("acct6", 60 * s + 1, 80_000),   // one minute and 1 ms: the timer cleared the flag
-        r("acct7", 61 * s + 500, 60_000), // 59.5 s after the second small: ALERT
-        r("acct2", 90 * s, 60_000),       // large, 90 s later: no
+        r('1', 0, 50),                // small
+        r('2', 0, 50),                // small
+        r('5', 0, 1),                 // small
+        r('6', 0, 99),                // small
+        r('7', s, 50),                // small
+        r('7', 2 * s, 20),            // small again: the minute restarts
+        r('4', 5 * s, 100),           // exactly 1.00: not small
+        r('4', 6 * s, 50_001),        // large, but nothing small before
+        r('3', 10 * s, 99),           // small
+        r('8', 12 * s, 10),           // small
+        r('3', 20 * s, 1000),         // neither: clears the flag
+        r('3', 25 * s, 70_000),       // large, but the flag is gone
+        r('8', 13 * s, 50_000),       // exactly 500.00: not large
+        r('1', 30 * s, 60_000),       // large within a minute: ALERT
+        r('1', 40 * s, 90_000),       // large again, the flag was cleared by the alert
+        r('5', 60 * s, 50_001),       // large exactly one minute later: ALERT
+        r('6', 60 * s + 1, 80_000),   // one minute and 1 ms: the timer cleared the flag
+        r('7', 61 * s + 500, 60_000), // 59.5 s after the second small: ALERT
+        r('2', 90 * s, 60_000),       // large, 90 s later: no
     ];
     let mut sorted = input.to_vec();
     sorted.sort_by_key(|e| e.time);
-    let alerts = [(30 * s, ("acct1", 60_000)), (60 * s, ("acct5", 50_001)), (61 * s + 500, ("acct7", 60_000))];
+    let alerts = [(30 * s, ('1', 60_000)), (60 * s, ('5', 50_001)), (61 * s + 500, ('7', 60_000))];
     for shards in [1, 2] {
         let seen = run(shards, &sorted, || FraudDetector);
         let mut got: Vec<_> = seen.iter().flat_map(|trace| records(trace)).collect();

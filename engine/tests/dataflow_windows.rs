@@ -32,7 +32,7 @@ fn at(minute: i64, second: i64) -> EventTime {
 
 #[derive(Debug)]
 enum Out {
-    Result(WindowResult<&'static str, u64>),
+    Result(WindowResult<String, u64>),
     Late(EventTime),
 }
 
@@ -48,7 +48,7 @@ fn clicks_per_minute(policy: LatePolicy, shards: usize) -> (Vec<Out>, u64) {
                 .with_idle_timeout(Duration::from_millis(50));
             let mut windowed = scope
                 .source(ChannelSource::new(rx.clone()), strategy)
-                .key_by(|c| c.page)
+                .key_by(|c| c.page.to_string())
                 .window(Windows::tumbling(Duration::from_secs(60)))
                 .allowed_lateness(Duration::from_secs(300))
                 .late_policy(policy);
@@ -156,7 +156,7 @@ fn early_firings_preview_an_open_window() {
                     ChannelSource::new(rx.clone()),
                     WatermarkStrategy::bounded_out_of_orderness(Duration::from_secs(10), |c: &Click| c.time),
                 )
-                .key_by(|c| c.page)
+                .key_by(|c| c.page.to_string())
                 .window(Windows::tumbling(Duration::from_secs(60)))
                 .early_firing(Duration::from_millis(5))
                 .count()
@@ -217,7 +217,7 @@ fn global_window_fires_on_its_trigger() {
 fn one_silent_split(
     idle_timeout: Option<Duration>,
     shards: usize,
-) -> (std::time::Duration, Vec<WindowResult<&'static str, u64>>) {
+) -> (std::time::Duration, Vec<WindowResult<String, u64>>) {
     let (busy_tx, busy_rx) = async_channel::unbounded::<Click>();
     let (silent_tx, silent_rx) = async_channel::unbounded::<Click>();
     let (out_tx, out_rx) = mpsc::channel();
@@ -231,7 +231,7 @@ fn one_silent_split(
             let sink = out_tx.clone();
             scope
                 .source(ChannelSource::splits(vec![busy_rx.clone(), silent_rx.clone()]), strategy)
-                .key_by(|c| c.page)
+                .key_by(|c| c.page.to_string())
                 .window(Windows::tumbling(Duration::from_secs(60)))
                 .count()
                 .for_each(move |e| sink.lock().unwrap().send(e.value).unwrap());

@@ -174,7 +174,6 @@ impl Pipeline {
             Some(c) => Some(self.start_coordinator(c)?),
             None => None,
         };
-        let checkpoint_dir = self.checkpoints.as_ref().map(|c| c.dir.clone());
         let config = Arc::new(config);
         let build = Arc::new(build);
         let shared = Arc::new(Shared::default());
@@ -187,9 +186,9 @@ impl Pipeline {
                 _ => glommio::Placement::Unbound,
             };
             let (config, build, shared, stop) = (config.clone(), build.clone(), shared.clone(), stop.clone());
-            let checkpoint = coordinator.as_ref().zip(checkpoint_dir.as_ref()).map(|((c, _), dir)| {
-                ShardCheckpoint::new(shard, config.shards, config.key_groups, c.clone(), dir.clone())
-            });
+            let checkpoint = coordinator
+                .as_ref()
+                .map(|(c, _)| ShardCheckpoint::new(shard, config.shards, config.key_groups, c.clone()));
             let handle = glommio::LocalExecutorBuilder::new(placement)
                 .name(&format!("sluice-pipeline-{shard}"))
                 .io_memory(IO_MEMORY)

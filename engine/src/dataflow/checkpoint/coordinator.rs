@@ -12,14 +12,15 @@ use std::{
 
 use sluice_io::{CheckpointStore, Manifest, PartInfo, UringStorage};
 
-use super::{CheckpointConfig, CheckpointStats, Restored, decode_part};
+use super::{CheckpointConfig, CheckpointStats, Restored, decode_part, part_name};
 
 /// A shard's answer for one checkpoint: its part, or why it has none.
 #[derive(Debug)]
 pub(crate) struct Ack {
     pub(crate) id: u64,
     pub(crate) shard: usize,
-    pub(crate) result: Result<(PartInfo, u64), String>,
+    /// The encoded snapshot (the part's body), or why there is none.
+    pub(crate) body: Result<Vec<u8>, String>,
     pub(crate) keys: u64,
     pub(crate) alignment: Duration,
 }
@@ -106,7 +107,10 @@ pub(crate) async fn open_store(
     let store = CheckpointStore::open(UringStorage, &config.dir, config.keep).await.map_err(|e| e.to_string())?;
     let latest = store.latest_valid().await.map_err(|e| e.to_string())?;
     for skipped in &latest.skipped {
-        eprintln!("sluice: checkpoint {} is damaged, falling back to an older one: {}", skipped.id, skipped.error);
+        eprintln!(
+            "sluice: checkpoint {} is damaged, falling back to an older one (results an exactly-once sink committed after it are written again): {}",
+            skipped.id, skipped.error
+        );
     }
     let Some((id, manifest)) = latest.latest else { return Ok((store, None)) };
     let mut restored = Restored { id: id.0, ..Restored::default() };
@@ -189,13 +193,21 @@ pub(crate) async fn run_coordinator(
             if ack.id != id.0 {
                 continue;
             }
-            match ack.result {
+            let written = match ack.body {
+                Ok(body) => store
+                    .write_part(id, &part_name(ack.shard), None, &body)
+                    .await
+                    .map(|info| (info, body.len() as u64))
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e),
+            };
+            match written {
                 Ok(part) => {
                     keys += ack.keys;
                     alignment = alignment.max(ack.alignment);
                     parts.insert(ack.shard, part);
                 }
-                Err(e) => failure = Some(format!("shard {} failed its snapshot: {e}", ack.shard)),
+                Err(e) => failure = Some(format!("shard {}'s snapshot: {e}", ack.shard)),
             }
         }
         if let Some(reason) = failure {

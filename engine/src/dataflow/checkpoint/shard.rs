@@ -1,14 +1,14 @@
 //! One shard's side of checkpoints: the participants registered at build time, the
 //! snapshot being collected, and its asynchronous write.
 
-use std::{cell::RefCell, collections::BTreeMap, hash::Hash, path::PathBuf, rc::Rc, sync::Arc, time::Instant};
+use std::{cell::RefCell, collections::BTreeMap, hash::Hash, rc::Rc, sync::Arc, time::Instant};
 
-use sluice_io::{CheckpointId, EventTime, PartStore, UringStorage};
+use sluice_io::EventTime;
 
 use super::{
     Barrier, Data, EntryWriter, GroupPart, OperatorPart, ShardPart, SinkPart, SourcePart, StateError,
     coordinator::{Ack, Coordinator},
-    encode_part, part_name, read_entries,
+    encode_part, read_entries,
 };
 use crate::dataflow::{key_group, shard_of_group};
 
@@ -27,7 +27,6 @@ pub(crate) struct ShardCheckpoint {
     shards: usize,
     key_groups: u32,
     pub(crate) coordinator: Arc<Coordinator>,
-    root: PathBuf,
     participants: u32,
     next_operator: u32,
     next_source: u32,
@@ -38,19 +37,12 @@ pub(crate) struct ShardCheckpoint {
 }
 
 impl ShardCheckpoint {
-    pub(crate) fn new(
-        shard: usize,
-        shards: usize,
-        key_groups: u32,
-        coordinator: Arc<Coordinator>,
-        root: PathBuf,
-    ) -> ShardCheckpoint {
+    pub(crate) fn new(shard: usize, shards: usize, key_groups: u32, coordinator: Arc<Coordinator>) -> ShardCheckpoint {
         ShardCheckpoint {
             shard,
             shards,
             key_groups,
             coordinator,
-            root,
             participants: 0,
             next_operator: 0,
             next_source: 0,
@@ -130,25 +122,11 @@ impl ShardCheckpoint {
         }
         let p = self.current.take().expect("checked");
         let alignment = p.first.elapsed();
-        let (coordinator, root, shard) = (self.coordinator.clone(), self.root.clone(), self.shard);
-        glommio::spawn_local(async move {
-            let result = write(&root, shard, p.id, &p.part).await;
-            coordinator.ack(Ack { id: p.id, shard, result, keys: p.keys, alignment });
-        })
-        .detach();
+        // The shard encodes its snapshot and goes on; the coordinator's thread writes it,
+        // so no shard ever waits for the disk.
+        let body = encode_part(&p.part).map_err(|e| e.to_string());
+        self.coordinator.ack(Ack { id: p.id, shard: self.shard, body, keys: p.keys, alignment });
     }
-}
-
-async fn write(
-    root: &std::path::Path,
-    shard: usize,
-    id: u64,
-    part: &ShardPart,
-) -> Result<(sluice_io::PartInfo, u64), String> {
-    let body = encode_part(part).map_err(|e| e.to_string())?;
-    let store = PartStore::new(UringStorage, root);
-    let info = store.write_part(CheckpointId(id), &part_name(shard), None, &body).await.map_err(|e| e.to_string())?;
-    Ok((info, body.len() as u64))
 }
 
 /// A stateful operator's link to its shard's checkpointing.

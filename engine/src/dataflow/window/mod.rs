@@ -243,7 +243,7 @@ pub(crate) struct WindowSpec<K, T> {
 
 impl<K, T, KS> WindowedStream<K, T, KS>
 where
-    K: std::hash::Hash + Eq + Clone + Data,
+    K: std::hash::Hash + Eq + Clone + 'static,
     T: 'static,
     KS: Fn(&T) -> K + 'static,
 {
@@ -282,7 +282,16 @@ where
         self.trigger = Some(Box::new(trigger));
         self
     }
+}
 
+/// The window functions. With checkpoints on, each key's window state is part of every
+/// checkpoint, so keys and accumulators are [`Data`].
+impl<K, T, KS> WindowedStream<K, T, KS>
+where
+    K: std::hash::Hash + Eq + Clone + Data,
+    T: 'static,
+    KS: Fn(&T) -> K + 'static,
+{
     /// Each key's window aggregated incrementally by `aggregate`.
     pub fn aggregate<A: Aggregate<T>>(self, aggregate: A) -> Stream<WindowResult<K, A::Out>>
     where
