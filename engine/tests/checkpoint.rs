@@ -12,8 +12,11 @@ use std::time::{Duration, Instant};
 
 use checkpoint_job::{JobConfig, committed_output, diff, engine, expected, input, produce, spawn};
 use futures_lite::future::block_on;
+use std::sync::{Arc, Mutex};
+
+use sluice_engine::dataflow::topic::{StartFrom, TopicRecord, TopicSource};
 use sluice_engine::dataflow::{CheckpointConfig, Generator, Pipeline, PipelineConfig, WatermarkStrategy, Windows};
-use sluice_engine::{Consumer, EngineError, Isolation, OwnedRecord, SeekTo};
+use sluice_engine::{Consumer, EngineError, Isolation, OffsetReset, OwnedRecord, SeekTo};
 use sluice_io::{EventTime, ProducerId, Timestamp, txn::Marker};
 
 #[test]
@@ -43,6 +46,45 @@ fn a_bounded_job_writes_each_result_once_and_a_restart_replays_nothing() {
         running.join().unwrap();
         let again = committed_output(&h);
         assert!(again == want, "{shards} shards, after the restart: {}", diff(&again, &want));
+
+        // The output read by another checkpointed pipeline, read_committed, starting from a
+        // consumer group: it sees each result once, and its checkpoints commit its
+        // positions to the group.
+        let source = block_on(TopicSource::open(
+            &h,
+            checkpoint_job::OUT,
+            StartFrom::Committed { group: "readers".into(), reset: OffsetReset::Earliest },
+        ))
+        .unwrap()
+        .bounded()
+        .read_committed();
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let sink = lines.clone();
+        Pipeline::new(PipelineConfig::with_shards(shards))
+            .checkpointing(CheckpointConfig::new(dir.join("reader-checkpoints")).interval(Duration::from_millis(10)))
+            .run(move |scope| {
+                let sink = sink.clone();
+                scope
+                    .topic_source(&source, WatermarkStrategy::monotonous(TopicRecord::event_time))
+                    .for_each(move |e| sink.lock().unwrap().push(String::from_utf8(e.value.value).unwrap()));
+            })
+            .unwrap();
+        let mut lines = lines.lock().unwrap().clone();
+        lines.sort();
+        assert!(lines == want, "{shards} shards, read by a pipeline: {}", diff(&lines, &want));
+        let committed = block_on(h.committed_offsets("readers")).unwrap();
+        for p in 0..3 {
+            let end = block_on(h.offsets(checkpoint_job::OUT, p)).unwrap().1;
+            let key = (checkpoint_job::OUT.to_string(), p);
+            // Committed asynchronously after the final checkpoint: wait a little for it.
+            let deadline = Instant::now() + Duration::from_secs(5);
+            let mut at = committed.get(&key).copied();
+            while at != Some(end) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+                at = block_on(h.committed_offsets("readers")).unwrap().get(&key).copied();
+            }
+            assert_eq!(at, Some(end), "{shards} shards: partition {p}'s committed offset");
+        }
         block_on(e.shutdown()).unwrap();
     }
 }
@@ -221,4 +263,109 @@ fn a_generator_pipeline_restores_its_window_state_and_positions() {
         *want.entry((i % 7, ((i / 100) / 100 * 100) as i64)).or_insert(0u64) += 1;
     }
     assert_eq!(*totals.lock().unwrap(), want);
+}
+
+/// A two-phase-commit sink into a shared "external system": transactions are staged
+/// record lists with an id, only committed ones become visible, and committing an id
+/// twice (as a restore does for what its checkpoint pre-committed) changes nothing.
+struct Staged {
+    visible: std::sync::Arc<std::sync::Mutex<(std::collections::HashSet<u64>, Vec<String>)>>,
+}
+
+static NEXT_TXN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+impl sluice_engine::dataflow::TwoPhaseCommitSink<String> for Staged {
+    type Txn = (u64, Vec<String>);
+    fn begin(&mut self) -> Result<(u64, Vec<String>), String> {
+        Ok((NEXT_TXN.fetch_add(1, std::sync::atomic::Ordering::Relaxed), Vec::new()))
+    }
+    fn write(&mut self, txn: &mut Self::Txn, record: sluice_engine::dataflow::Event<String>) -> Result<(), String> {
+        txn.1.push(record.value);
+        Ok(())
+    }
+    fn pre_commit(&mut self, _: &mut Self::Txn) -> Result<(), String> {
+        Ok(())
+    }
+    fn commit(&mut self, (id, records): Self::Txn) -> Result<(), String> {
+        let mut visible = self.visible.lock().unwrap();
+        if visible.0.insert(id) {
+            visible.1.extend(records);
+        }
+        Ok(())
+    }
+    fn abort(&mut self, _: Self::Txn) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+#[test]
+fn two_phase_commit_and_upsert_sinks_expose_each_result_once_across_a_stop_and_restore() {
+    use std::collections::BTreeMap;
+
+    let dir = common::data_dir("checkpoint", "two-phase");
+    let visible = Arc::new(Mutex::new((std::collections::HashSet::new(), Vec::new())));
+    let table = Arc::new(Mutex::new(BTreeMap::new()));
+    let n = 300_000u64;
+    let run = |stop_after: Option<usize>| {
+        let (visible, table) = (visible.clone(), table.clone());
+        let running = Pipeline::new(PipelineConfig::with_shards(2))
+            .checkpointing(CheckpointConfig::new(&*dir).interval(Duration::from_millis(15)))
+            .spawn(move |scope| {
+                let counts = scope
+                    .source(
+                        Generator::new(scope.shard(), scope.shards(), n, |i| i),
+                        WatermarkStrategy::monotonous(|i: &u64| EventTime::from_millis((*i / 100) as i64)),
+                    )
+                    .map(|i| {
+                        let until = Instant::now() + Duration::from_micros(2);
+                        while Instant::now() < until {}
+                        i
+                    })
+                    .key_by(|i| i % 5)
+                    .window(Windows::tumbling(Duration::from_millis(100)))
+                    .count();
+                counts
+                    .clone()
+                    .map(|r| format!("{}|{}|{}", r.key, r.window.start.millis(), r.value))
+                    .to_two_phase_commit(Staged { visible: visible.clone() });
+                let table = table.clone();
+                counts.map(|r| ((r.key, r.window.start.millis()), r.value)).to_two_phase_commit(
+                    sluice_engine::dataflow::Upsert::new(move |k: (u64, i64), v: u64| {
+                        table.lock().unwrap().insert(k, v);
+                        Ok(())
+                    }),
+                );
+            })
+            .unwrap();
+        if let Some(k) = stop_after {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while running.checkpoints().len() < k {
+                assert!(Instant::now() < deadline, "{k} checkpoints in 30 s");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            running.stop(false);
+        }
+        let restored = running.restored_from();
+        running.join().unwrap();
+        restored
+    };
+    assert_eq!(run(Some(3)), None);
+    let partial = visible.lock().unwrap().1.len();
+    assert!(run(None).is_some(), "the second run restores");
+    let mut want = Vec::new();
+    let mut want_table = BTreeMap::new();
+    let mut counts: BTreeMap<(u64, i64), u64> = BTreeMap::new();
+    for i in 0..n {
+        *counts.entry((i % 5, ((i / 100) / 100 * 100) as i64)).or_default() += 1;
+    }
+    for ((k, s), c) in counts {
+        want.push(format!("{k}|{s}|{c}"));
+        want_table.insert((k, s), c);
+    }
+    let mut got = visible.lock().unwrap().1.clone();
+    got.sort();
+    want.sort();
+    assert!(partial < want.len(), "the first run stopped before the end ({partial} results visible)");
+    assert_eq!(got, want, "each result visible once");
+    assert_eq!(*table.lock().unwrap(), want_table);
 }

@@ -119,7 +119,8 @@ fn child(spec: &str) {
     let checkpoints = PathBuf::from(parts.next().unwrap());
     let shards: usize = parts.next().unwrap().parse().unwrap();
     let e = engine(Path::new(&data));
-    let config = JobConfig { checkpoints, shards, interval: Duration::from_millis(100), work: Duration::from_micros(150) };
+    let config =
+        JobConfig { checkpoints, shards, interval: Duration::from_millis(100), work: Duration::from_micros(150) };
     spawn(&e.handle(), &config).join().unwrap();
     block_on(e.shutdown()).unwrap();
 }

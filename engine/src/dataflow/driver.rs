@@ -91,6 +91,7 @@ struct Driver {
     /// With checkpoints: the coordinator, and the last checkpoint injected here.
     coordinator: Option<Arc<Coordinator>>,
     injected: u64,
+    completed: u64,
 }
 
 /// Runs one shard's part of the pipeline until all its inputs have ended and nothing is
@@ -120,6 +121,7 @@ pub(crate) async fn run(scope: Scope, stop: Arc<StopFlag>) {
         timer: None,
         coordinator,
         injected: 0,
+        completed: 0,
     };
     while !poll_fn(|cx| driver.poll_step(cx)).await {
         glommio::yield_if_needed().await;
@@ -159,6 +161,13 @@ impl Driver {
                         if !ended {
                             input.inject_barrier(Barrier { id: trigger });
                         }
+                    }
+                }
+                let completed = coordinator.completed.load(Ordering::Acquire);
+                if completed > self.completed {
+                    self.completed = completed;
+                    for input in &mut self.inputs {
+                        input.checkpoint_completed(completed);
                     }
                 }
             }

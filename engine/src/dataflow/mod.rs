@@ -50,6 +50,7 @@ mod sink;
 mod source;
 mod stream;
 pub mod topic;
+mod twophase;
 mod watermark;
 pub mod window;
 
@@ -65,6 +66,7 @@ pub use process::{
 pub use scope::Scope;
 pub use source::{ChannelSource, Generator, Source};
 pub use stream::{BoxedKey, KeyedStream, Stream};
+pub use twophase::{TwoPhaseCommitSink, Upsert};
 pub use watermark::WatermarkStrategy;
 pub use window::{
     Aggregate, Count, CountTrigger, Firing, LatePolicy, Trigger, TriggerAction, Window, WindowResult, WindowedStream,

@@ -56,6 +56,8 @@ pub(crate) trait Input {
     /// Checkpoint `barrier` begins: a source records its positions and sends the barrier
     /// downstream, before any record it reads afterwards. Ring inputs ignore it.
     fn inject_barrier(&mut self, _barrier: Barrier) {}
+    /// Checkpoint `completed` (and every one before it) has completed.
+    fn checkpoint_completed(&mut self, _completed: u64) {}
 }
 
 /// What the shards of one running pipeline share: set-up-time registries only. Nothing

@@ -53,6 +53,13 @@ pub trait Source<T>: 'static {
         let _ = positions;
         Err("this source cannot resume from a checkpoint".into())
     }
+
+    /// A checkpoint holding `positions` (this instance's, as [`Source::positions`] gave
+    /// them) has completed: a source can publish them (a topic source commits them to
+    /// its consumer group). The default does nothing.
+    fn checkpoint_completed(&mut self, positions: &[(u64, i64)]) {
+        let _ = positions;
+    }
 }
 
 /// Generates `count` records `make(i)` for `i` in `0..count`, split over the shards: shard
@@ -212,6 +219,8 @@ pub(crate) struct SourceInput<T, S, E> {
     checkpoint: Option<(Rc<RefCell<ShardCheckpoint>>, u32)>,
     /// Ran out of records, and waits for the final checkpoint before it ends.
     exhausted: bool,
+    /// Positions reported for checkpoints not yet known completed.
+    reported: std::collections::VecDeque<(u64, Vec<(u64, i64)>)>,
 }
 
 impl<T: 'static, S: Source<T>, E: Fn(&T) -> EventTime + 'static> SourceInput<T, S, E> {
@@ -235,6 +244,7 @@ impl<T: 'static, S: Source<T>, E: Fn(&T) -> EventTime + 'static> SourceInput<T, 
             processing_tick,
             checkpoint: None,
             exhausted: false,
+            reported: std::collections::VecDeque::new(),
         }
     }
 
@@ -391,7 +401,18 @@ impl<T: 'static, S: Source<T>, E: Fn(&T) -> EventTime + 'static> Input for Sourc
     fn inject_barrier(&mut self, barrier: Barrier) {
         let Some((c, id)) = &self.checkpoint else { return };
         let positions = self.source.positions().unwrap_or_default();
+        self.reported.push_back((barrier.id, positions.clone()));
         c.borrow_mut().report_source(barrier.id, SourcePart { id: *id, positions });
         self.out.borrow_mut().barrier(barrier);
+    }
+
+    fn checkpoint_completed(&mut self, completed: u64) {
+        let mut latest = None;
+        while self.reported.front().is_some_and(|(id, _)| *id <= completed) {
+            latest = self.reported.pop_front();
+        }
+        if let Some((_, positions)) = latest {
+            self.source.checkpoint_completed(&positions);
+        }
     }
 }

@@ -104,7 +104,7 @@ impl KeyedProcessFunction<u32, In> for BucketSums {
         ctx: &mut ProcessContext<'_, u32, String>,
     ) {
         let at = timer.time.millis();
-        let (due, keep): (Vec<(i64, i64)>, Vec<(i64, i64)>) = pending.take().into_iter().partition(|(t, _)| *t <= at);
+        let (due, keep): (Vec<_>, Vec<_>) = pending.take().into_iter().partition(|(t, _)| *t <= at);
         pending.update(keep);
         ctx.emit(format!("P|{key}|{at}|{}", due.iter().map(|(_, v)| v).sum::<i64>()));
     }

@@ -414,7 +414,8 @@ mod tests {
     #[test]
     fn entries_round_trip_with_mixed_types() {
         let mut w = EntryWriter::new();
-        let entries: Vec<((i64, bool, String), Vec<Option<u64>>)> =
+        type Entry = ((i64, bool, String), Vec<Option<u64>>);
+        let entries: Vec<Entry> =
             (0..50).map(|i| ((i - 25, i % 3 == 0, "k".repeat(i as usize % 7)), vec![Some(i as u64), None])).collect();
         for (k, v) in &entries {
             w.push(k, v);

@@ -160,6 +160,8 @@ pub(crate) struct SourcePart {
 pub(crate) struct SinkPart {
     pub(crate) id: u32,
     pub(crate) pending: Vec<PendingTxn>,
+    /// A two-phase-commit sink's pre-committed transactions, each as its `Data` encoding.
+    pub(crate) opaque: Vec<Vec<u8>>,
 }
 
 /// A transaction a sink wrote: its producer id and the partitions it touched.
@@ -179,6 +181,7 @@ pub(crate) struct Restored {
     pub(crate) operators: HashMap<u32, (i64, Vec<GroupPart>)>,
     pub(crate) sources: HashMap<u32, HashMap<u64, i64>>,
     pub(crate) sinks: HashMap<u32, Vec<PendingTxn>>,
+    pub(crate) sink_txns: HashMap<u32, Vec<Vec<u8>>>,
 }
 
 impl Restored {
@@ -195,6 +198,7 @@ impl Restored {
         }
         for sink in part.sinks {
             self.sinks.entry(sink.id).or_default().extend(sink.pending);
+            self.sink_txns.entry(sink.id).or_default().extend(sink.opaque);
         }
     }
 }

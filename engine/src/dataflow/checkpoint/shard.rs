@@ -148,7 +148,7 @@ impl GroupWriter {
     /// entry belongs to, when the entry's key holds more than it).
     pub(crate) fn push_grouped<G: Hash + ?Sized, K: Data, V: Data>(&mut self, group_key: &G, key: &K, value: &V) {
         let group = key_group(group_key, self.key_groups);
-        self.groups.entry(group).or_insert_with(EntryWriter::new).push(key, value);
+        self.groups.entry(group).or_default().push(key, value);
     }
 }
 

@@ -292,6 +292,36 @@ impl<V> KeyedState for ListState<V> {
     }
 }
 
+/// Checkpointed as the value, if any.
+impl<V: Data> Data for ValueState<V> {
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.0.encode(out);
+    }
+    fn decode(input: &mut &[u8]) -> Result<Self, StateError> {
+        Option::<V>::decode(input).map(ValueState)
+    }
+}
+
+/// Checkpointed as its entries.
+impl<MK: Data + Hash + Eq, MV: Data> Data for MapState<MK, MV> {
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.0.encode(out);
+    }
+    fn decode(input: &mut &[u8]) -> Result<Self, StateError> {
+        FxHashMap::<MK, MV>::decode(input).map(MapState)
+    }
+}
+
+/// Checkpointed as its values, in order.
+impl<V: Data> Data for ListState<V> {
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.0.encode(out);
+    }
+    fn decode(input: &mut &[u8]) -> Result<Self, StateError> {
+        Vec::<V>::decode(input).map(ListState)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -321,35 +351,5 @@ mod tests {
         assert_eq!(v.value(), Some(3));
         assert_eq!(v.take(), Some(3));
         assert!(v.is_empty());
-    }
-}
-
-/// Checkpointed as the value, if any.
-impl<V: Data> Data for ValueState<V> {
-    fn encode(&self, out: &mut Vec<u8>) {
-        self.0.encode(out);
-    }
-    fn decode(input: &mut &[u8]) -> Result<Self, StateError> {
-        Option::<V>::decode(input).map(ValueState)
-    }
-}
-
-/// Checkpointed as its entries.
-impl<MK: Data + Hash + Eq, MV: Data> Data for MapState<MK, MV> {
-    fn encode(&self, out: &mut Vec<u8>) {
-        self.0.encode(out);
-    }
-    fn decode(input: &mut &[u8]) -> Result<Self, StateError> {
-        FxHashMap::<MK, MV>::decode(input).map(MapState)
-    }
-}
-
-/// Checkpointed as its values, in order.
-impl<V: Data> Data for ListState<V> {
-    fn encode(&self, out: &mut Vec<u8>) {
-        self.0.encode(out);
-    }
-    fn decode(input: &mut &[u8]) -> Result<Self, StateError> {
-        Vec::<V>::decode(input).map(ListState)
     }
 }

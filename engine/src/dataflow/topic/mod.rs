@@ -46,6 +46,7 @@ pub use sink::TopicSink;
 
 use super::{Scope, Stream, WatermarkStrategy};
 use crate::{
+    consumer::Isolation,
     engine::EngineHandle,
     error::{EngineError, Result},
     group_consumer::OffsetReset,
@@ -149,6 +150,9 @@ pub struct TopicSource {
     fetch_max_bytes: usize,
     fetch_max_wait: Duration,
     failure: Failure,
+    /// The consumer group it started from, to which checkpoints commit its positions.
+    group: Option<Arc<str>>,
+    isolation: Isolation,
 }
 
 impl TopicSource {
@@ -214,11 +218,25 @@ impl TopicSource {
             fetch_max_bytes: Self::DEFAULT_FETCH_MAX_BYTES,
             fetch_max_wait: Self::DEFAULT_FETCH_MAX_WAIT,
             failure: Failure::default(),
+            group: match &start {
+                StartFrom::Committed { group, .. } => Some(group.as_str().into()),
+                _ => None,
+            },
+            isolation: Isolation::ReadUncommitted,
         })
     }
 
     /// Stops each partition at the end it had when the source was opened: the stream ends
     /// once everything written before then has been read.
+    /// Reads only committed records of transactions (what an exactly-once sink wrote),
+    /// holding back what follows a transaction still open. A bounded source then ends at
+    /// the last stable offset below its end offsets.
+    #[must_use]
+    pub fn read_committed(mut self) -> Self {
+        self.isolation = Isolation::ReadCommitted;
+        self
+    }
+
     #[must_use]
     pub fn bounded(mut self) -> Self {
         self.bounded = true;

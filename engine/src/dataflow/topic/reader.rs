@@ -15,10 +15,11 @@ use std::{
     time::Duration,
 };
 
-use sluice_io::{Offset, OwnedBatches};
+use sluice_io::{Offset, OwnedBatches, txn::ReadCommitted};
 
 use super::{Failure, PartitionPlan, TopicRecord, TopicSource};
 use crate::{
+    consumer::Isolation,
     dataflow::Source,
     engine::EngineHandle,
     error::{EngineError, Result},
@@ -60,6 +61,8 @@ struct PartitionReader {
     end: Option<Offset>,
     records: VecDeque<TopicRecord>,
     fetch: Fetch,
+    /// Reading committed records only: the batches held back, and the stable offset.
+    committed: Option<ReadCommitted>,
 }
 
 impl PartitionReader {
@@ -124,40 +127,44 @@ impl PartitionReader {
                 .failure
                 .fail(format_args!("topic source: fetching {topic}-{} at {}", self.partition, self.next), e),
         };
+        let fetched_next = batches.next_offset();
+        let batches = match &mut self.committed {
+            None => batches,
+            Some(held) => {
+                held.push(batches);
+                held.drain().unwrap_or_else(|e| {
+                    let error = EngineError::log(topic, self.partition, e);
+                    fetcher.failure.fail(format_args!("topic source: reading committed records"), error)
+                })
+            }
+        };
         let from = self.next;
-        for batch in batches.batches() {
-            let batch = batch.unwrap_or_else(|e| {
+        // Control batches (transaction markers) are skipped by `records`.
+        for record in batches.records() {
+            let record = record.unwrap_or_else(|e| {
                 let error = EngineError::log(topic, self.partition, e);
                 fetcher.failure.fail(format_args!("topic source: reading at {from}"), error)
             });
-            // Transaction markers are not records.
-            if batch.header().attributes.is_control() {
-                continue;
+            let offset = record.offset();
+            if self.end.is_some_and(|end| offset >= end) {
+                break;
             }
-            for record in batch.records() {
-                let offset = record.offset();
-                if offset < from {
-                    continue;
-                }
-                if self.end.is_some_and(|end| offset >= end) {
-                    break;
-                }
-                self.records.push_back(TopicRecord {
-                    partition: self.partition,
-                    offset,
-                    key: record.key().map(<[u8]>::to_vec),
-                    value: record.value().to_vec(),
-                    time: record.event_time(),
-                });
-            }
+            self.records.push_back(TopicRecord {
+                partition: self.partition,
+                offset,
+                key: record.key().map(<[u8]>::to_vec),
+                value: record.value().to_vec(),
+                time: record.event_time(),
+            });
         }
-        self.next = self.next.max(batches.next_offset());
+        self.next = self.next.max(fetched_next);
     }
 }
 
 /// One shard's instance of a [`TopicSource`]: its partitions, each a split.
 pub struct TopicReader {
     fetcher: Fetcher,
+    group: Option<std::sync::Arc<str>>,
     partitions: Vec<PartitionReader>,
     /// The split to look at first on the next pull, so no partition starves the others.
     next_split: usize,
@@ -174,6 +181,7 @@ impl TopicReader {
     pub(super) fn new(source: &TopicSource, partitions: impl Iterator<Item = (u32, PartitionPlan)>) -> Self {
         let bounded = source.bounded;
         TopicReader {
+            group: source.group.clone(),
             fetcher: Fetcher {
                 handle: source.handle.clone(),
                 topic: source.topic.clone(),
@@ -188,6 +196,7 @@ impl TopicReader {
                     end: bounded.then_some(plan.end_at_open),
                     records: VecDeque::new(),
                     fetch: Fetch::Idle,
+                    committed: (source.isolation == Isolation::ReadCommitted).then(|| ReadCommitted::new(plan.start)),
                 })
                 .collect(),
             next_split: 0,
@@ -229,7 +238,12 @@ impl Source<TopicRecord> for TopicReader {
             self.partitions
                 .iter()
                 .map(|p| {
-                    let next = p.records.front().map_or(p.next, |r| r.offset);
+                    let next = p
+                        .records
+                        .front()
+                        .map(|r| r.offset)
+                        .or_else(|| p.committed.as_ref().map(ReadCommitted::stable))
+                        .unwrap_or(p.next);
                     (u64::from(p.partition), next.0 as i64)
                 })
                 .collect(),
@@ -246,8 +260,28 @@ impl Source<TopicRecord> for TopicReader {
                 p.next = Offset(at);
                 p.records.clear();
                 p.fetch = Fetch::Idle;
+                if p.committed.is_some() {
+                    p.committed = Some(ReadCommitted::new(Offset(at)));
+                }
             }
         }
         Ok(())
+    }
+
+    /// Commits the positions of a completed checkpoint to the group the source started
+    /// from, if it did.
+    fn checkpoint_completed(&mut self, positions: &[(u64, i64)]) {
+        let Some(group) = self.group.clone() else { return };
+        let offsets: Vec<(String, u32, Offset)> = positions
+            .iter()
+            .map(|&(p, at)| (self.fetcher.topic.to_string(), p as u32, Offset(at.max(0) as u64)))
+            .collect();
+        let handle = self.fetcher.handle.clone();
+        glommio::spawn_local(async move {
+            if let Err(e) = handle.commit_offsets(&group, None, &offsets).await {
+                eprintln!("sluice: committing checkpointed offsets to group {group}: {e}");
+            }
+        })
+        .detach();
     }
 }

@@ -154,7 +154,7 @@ impl Transactions {
             self.precommitted.push_back((barrier.id, txn));
         }
         let pending = self.precommitted.iter().map(|(_, t)| t.clone()).collect();
-        self.checkpoint.borrow_mut().report_sink(barrier.id, SinkPart { id: self.id, pending });
+        self.checkpoint.borrow_mut().report_sink(barrier.id, SinkPart { id: self.id, pending, opaque: Vec::new() });
     }
 
     /// Commits the transactions whose checkpoint has completed, one at a time; true while

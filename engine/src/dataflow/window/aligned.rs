@@ -10,7 +10,7 @@ use std::{cell::RefCell, hash::Hash, rc::Rc, time::Instant};
 use rustc_hash::FxHashMap;
 use sluice_io::EventTime;
 
-use super::{Firing, Window, Windows, emit::Emit, function::WindowFunction};
+use super::{Firing, Window, WindowEntry, Windows, emit::Emit, function::WindowFunction};
 use crate::dataflow::{
     Event, Operator, Port, Scope,
     checkpoint::{Barrier, Data, StateHandle},
@@ -65,7 +65,7 @@ pub(crate) fn attach<K, T, F, KS>(
         state,
     };
     if let Some(state) = &op.state {
-        let mut restored: Vec<((i64, i64, bool, K), F::Acc)> = Vec::new();
+        let mut restored: Vec<(WindowEntry<K>, F::Acc)> = Vec::new();
         let watermark = state
             .restore(|key, acc| restored.push((key, acc)))
             .unwrap_or_else(|e| panic!("restoring a window operator: {e}"));

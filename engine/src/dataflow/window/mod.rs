@@ -32,6 +32,10 @@ pub use global::{CountTrigger, Trigger, TriggerAction};
 
 use super::{BoxedKey, Event, KeyedStream, Output, Port, Stream, checkpoint::Data};
 
+/// How a window operator's snapshot names one key's window: start and end (ms), whether
+/// it has fired, and the key.
+pub(crate) type WindowEntry<K> = (i64, i64, bool, K);
+
 /// A window's span of event time, `[start, end)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Window {

@@ -10,7 +10,7 @@ use std::{cell::RefCell, collections::BTreeMap, hash::Hash, rc::Rc, time::Instan
 use rustc_hash::FxHashMap;
 use sluice_io::EventTime;
 
-use super::{Firing, Window, emit::Emit, function::WindowFunction};
+use super::{Firing, Window, WindowEntry, emit::Emit, function::WindowFunction};
 use crate::dataflow::{
     Event, Operator, Port, Scope,
     checkpoint::{Barrier, Data, StateHandle},
@@ -57,7 +57,7 @@ where
         state,
     };
     if let Some(state) = &op.state {
-        let mut restored: Vec<((i64, i64, bool, K), F::Acc)> = Vec::new();
+        let mut restored: Vec<(WindowEntry<K>, F::Acc)> = Vec::new();
         let watermark = state
             .restore(|key, acc| restored.push((key, acc)))
             .unwrap_or_else(|e| panic!("restoring a session window operator: {e}"));
