@@ -369,3 +369,138 @@ fn two_phase_commit_and_upsert_sinks_expose_each_result_once_across_a_stop_and_r
     assert_eq!(got, want, "each result visible once");
     assert_eq!(*table.lock().unwrap(), want_table);
 }
+
+#[test]
+fn a_checkpoint_that_times_out_is_aborted_and_the_next_one_completes() {
+    // The only shard stalls for 400 ms on one record: a checkpoint begun meanwhile cannot
+    // complete within its 100 ms timeout, is aborted, and later ones complete.
+    let dir = common::data_dir("checkpoint", "timeout");
+    let total = Arc::new(Mutex::new(0u64));
+    let sink = total.clone();
+    let running = Pipeline::new(PipelineConfig { batch_records: 16, ..PipelineConfig::with_shards(1) })
+        .checkpointing(
+            CheckpointConfig::new(&*dir).interval(Duration::from_millis(10)).timeout(Duration::from_millis(100)),
+        )
+        .spawn(move |scope| {
+            let sink = sink.clone();
+            scope
+                .source(
+                    Generator::new(scope.shard(), scope.shards(), 20_000, |i| i),
+                    WatermarkStrategy::monotonous(|i: &u64| EventTime::from_millis(*i as i64)),
+                )
+                .map(|i| {
+                    if i == 10_000 {
+                        std::thread::sleep(Duration::from_millis(400));
+                    } else {
+                        let until = Instant::now() + Duration::from_micros(20);
+                        while Instant::now() < until {}
+                    }
+                    i
+                })
+                .key_by(|i| i % 3)
+                .window(Windows::tumbling(Duration::from_millis(1000)))
+                .count()
+                .for_each(move |e| *sink.lock().unwrap() += e.value.value);
+        })
+        .unwrap();
+    let checkpoints = {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let done = running.checkpoints();
+            if done.windows(2).any(|w| w[1].id > w[0].id + 1) || Instant::now() > deadline {
+                break done;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    running.join().unwrap();
+    let ids: Vec<u64> = checkpoints.iter().map(|c| c.id).collect();
+    assert!(ids.windows(2).any(|w| w[1] > w[0] + 1), "an aborted checkpoint leaves a gap in the ids: {ids:?}");
+    assert_eq!(*total.lock().unwrap(), 20_000, "every record counted once");
+    let aborted = (ids[0]..*ids.last().unwrap()).find(|id| !ids.contains(id)).unwrap();
+    assert!(!dir.join(format!("chk-{aborted:020}")).exists(), "the aborted checkpoint {aborted} was removed");
+}
+
+/// A running sum per key, emitted on every record.
+struct RunningSum;
+
+impl sluice_engine::dataflow::KeyedProcessFunction<u64, u64> for RunningSum {
+    type State = sluice_engine::dataflow::ValueState<u64>;
+    type Out = (u64, u64);
+    fn process_element(
+        &mut self,
+        key: &u64,
+        e: sluice_engine::dataflow::Event<u64>,
+        sum: &mut Self::State,
+        ctx: &mut sluice_engine::dataflow::ProcessContext<'_, u64, (u64, u64)>,
+    ) {
+        let s = sum.get_or_insert_with(|| 0);
+        *s += e.value;
+        ctx.emit((*key, *s));
+    }
+}
+
+#[test]
+fn incremental_snapshots_write_only_changed_keys_and_restore_through_the_chain() {
+    use std::collections::BTreeMap;
+    // 20 000 keys are touched once, then only 10 keys for a long while: later checkpoints
+    // are deltas of a few keys on a chain back to a whole one. The run is stopped, the
+    // next one restores through the chain, and the final sums are right.
+    let dir = common::data_dir("checkpoint", "incremental");
+    let n = 400_000u64;
+    let key = |i: u64| if i < 20_000 { i } else { i % 10 };
+    let table = Arc::new(Mutex::new(BTreeMap::new()));
+    let run = |stop_after: Option<usize>| {
+        let table = table.clone();
+        let running = Pipeline::new(PipelineConfig::with_shards(2))
+            .checkpointing(CheckpointConfig::new(&*dir).interval(Duration::from_millis(10)).full_every(1000).keep(2))
+            .spawn(move |scope| {
+                let table = table.clone();
+                scope
+                    .source(
+                        Generator::new(scope.shard(), scope.shards(), n, |i| i),
+                        WatermarkStrategy::monotonous(|i: &u64| EventTime::from_millis(*i as i64)),
+                    )
+                    .map(|i| {
+                        let until = Instant::now() + Duration::from_micros(2);
+                        while Instant::now() < until {}
+                        i
+                    })
+                    .key_by(move |i| key(*i))
+                    .process(RunningSum)
+                    .to_two_phase_commit(sluice_engine::dataflow::Upsert::new(move |k: u64, v: u64| {
+                        table.lock().unwrap().insert(k, v);
+                        Ok(())
+                    }));
+            })
+            .unwrap();
+        if let Some(k) = stop_after {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while running.checkpoints().len() < k {
+                assert!(Instant::now() < deadline, "{k} checkpoints in 30 s");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            running.stop(false);
+        }
+        let stats = running.checkpoints();
+        let restored = running.restored_from();
+        running.join().unwrap();
+        (stats, restored)
+    };
+    let (first, _) = run(Some(8));
+    let whole = first[0];
+    let later = first.last().unwrap();
+    assert!(whole.keys >= 1_000, "the first checkpoint holds every key seen: {whole:?}");
+    assert!(later.keys < whole.keys / 10, "later checkpoints hold only changed keys: {first:?}");
+    // Only the last two are kept, but the whole snapshot they build on is too.
+    let kept =
+        std::fs::read_dir(&*dir).unwrap().filter(|e| e.as_ref().unwrap().path().join("MANIFEST").exists()).count();
+    assert!(kept >= 3, "two kept checkpoints and the chain under them: {kept}");
+    let (_, restored) = run(None);
+    assert!(restored.is_some(), "the second run restores");
+    let mut want = BTreeMap::new();
+    for i in 0..n {
+        *want.entry(key(i)).or_insert(0u64) += i;
+    }
+    assert_eq!(*table.lock().unwrap(), want);
+}

@@ -174,6 +174,7 @@ impl Pipeline {
             Some(c) => Some(self.start_coordinator(c)?),
             None => None,
         };
+        let full_every = self.checkpoints.as_ref().map_or(1, |c| c.full_every);
         let config = Arc::new(config);
         let build = Arc::new(build);
         let shared = Arc::new(Shared::default());
@@ -188,7 +189,7 @@ impl Pipeline {
             let (config, build, shared, stop) = (config.clone(), build.clone(), shared.clone(), stop.clone());
             let checkpoint = coordinator
                 .as_ref()
-                .map(|(c, _)| ShardCheckpoint::new(shard, config.shards, config.key_groups, c.clone()));
+                .map(|(c, _)| ShardCheckpoint::new(shard, config.shards, config.key_groups, c.clone(), full_every));
             let handle = glommio::LocalExecutorBuilder::new(placement)
                 .name(&format!("sluice-pipeline-{shard}"))
                 .io_memory(IO_MEMORY)

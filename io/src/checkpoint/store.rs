@@ -284,6 +284,15 @@ impl<S: Storage> CheckpointStore<S> {
         Ok(dirs)
     }
 
+    /// Reads checkpoint `id`'s manifest (for walking an incremental chain to its bases).
+    ///
+    /// # Errors
+    ///
+    /// A missing or damaged manifest.
+    pub async fn manifest(&self, id: CheckpointId) -> Result<Manifest> {
+        self.read_manifest(id).await
+    }
+
     async fn read_manifest(&self, id: CheckpointId) -> Result<Manifest> {
         let path = checkpoint_dir(self.root(), id).join(MANIFEST_FILE);
         let (file, size) = open_read(self.storage(), &path).await?;

@@ -21,6 +21,8 @@ pub(crate) struct Ack {
     pub(crate) shard: usize,
     /// The encoded snapshot (the part's body), or why there is none.
     pub(crate) body: Result<Vec<u8>, String>,
+    /// The checkpoint the part's deltas build on.
+    pub(crate) base: Option<u64>,
     pub(crate) keys: u64,
     pub(crate) alignment: Duration,
 }
@@ -115,9 +117,22 @@ pub(crate) async fn open_store(
     let Some((id, manifest)) = latest.latest else { return Ok((store, None)) };
     let mut restored = Restored { id: id.0, ..Restored::default() };
     for info in &manifest.parts {
-        let body = store.read_part(id, info).await.map_err(|e| e.to_string())?;
-        let part = decode_part(&body).map_err(|e| format!("checkpoint {id}, part {}: {e}", info.name))?;
-        restored.merge(part);
+        // The part, and the same shard's parts it is a delta on, back to a whole one.
+        let mut chain = Vec::new();
+        let (mut at, mut info) = (id, info.clone());
+        loop {
+            let body = store.read_part(at, &info).await.map_err(|e| e.to_string())?;
+            let part = decode_part(&body).map_err(|e| format!("checkpoint {at}, part {}: {e}", info.name))?;
+            chain.push(part);
+            let Some(base) = info.base else { break };
+            let older = store.manifest(base).await.map_err(|e| e.to_string())?;
+            info = older.part(&info.name).cloned().ok_or_else(|| {
+                format!("checkpoint {base} has no part {} for checkpoint {at} to build on", info.name)
+            })?;
+            at = base;
+        }
+        chain.reverse();
+        restored.merge_chain(chain);
     }
     eprintln!(
         "sluice: restoring checkpoint {id} ({} parts, taken at {} shards)",
@@ -195,7 +210,7 @@ pub(crate) async fn run_coordinator(
             }
             let written = match ack.body {
                 Ok(body) => store
-                    .write_part(id, &part_name(ack.shard), None, &body)
+                    .write_part(id, &part_name(ack.shard), ack.base.map(sluice_io::CheckpointId), &body)
                     .await
                     .map(|info| (info, body.len() as u64))
                     .map_err(|e| e.to_string()),

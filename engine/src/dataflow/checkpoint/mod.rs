@@ -35,7 +35,7 @@ use std::{collections::HashMap, path::PathBuf, time::Duration};
 
 pub use codec::{Data, EntryWriter, StateError, read_entries, take};
 pub(crate) use coordinator::{Coordinator, open_store, run_coordinator};
-pub(crate) use shard::{ShardCheckpoint, StateHandle};
+pub(crate) use shard::{GroupWriter, ShardCheckpoint, StateHandle};
 
 use crate::error::{EngineError, Result};
 
@@ -47,6 +47,11 @@ pub struct CheckpointConfig {
     pub dir: PathBuf,
     /// Time from one checkpoint's completion (or abort) to the next one's start. Default 1 s.
     pub interval: Duration,
+    /// Incremental snapshots: state that supports it (keyed process functions) writes only
+    /// the keys changed since the last completed checkpoint, and a whole snapshot every
+    /// this many checkpoints (and after a restore). `1` writes whole snapshots always.
+    /// Default 10.
+    pub full_every: u32,
     /// Completed checkpoints kept. Default 3.
     pub keep: usize,
     /// A checkpoint not completed this long after it began is aborted. Default 60 s.
@@ -59,6 +64,7 @@ impl CheckpointConfig {
         CheckpointConfig {
             dir: dir.into(),
             interval: Duration::from_secs(1),
+            full_every: 10,
             keep: 3,
             timeout: Duration::from_secs(60),
         }
@@ -68,6 +74,13 @@ impl CheckpointConfig {
     #[must_use]
     pub fn interval(mut self, interval: Duration) -> Self {
         self.interval = interval;
+        self
+    }
+
+    /// Sets [`CheckpointConfig::full_every`].
+    #[must_use]
+    pub fn full_every(mut self, n: u32) -> Self {
+        self.full_every = n;
         self
     }
 
@@ -86,9 +99,9 @@ impl CheckpointConfig {
     }
 
     pub(crate) fn validate(&self) -> Result<()> {
-        if self.keep == 0 || self.interval.is_zero() || self.timeout.is_zero() {
+        if self.keep == 0 || self.full_every == 0 || self.interval.is_zero() || self.timeout.is_zero() {
             return Err(EngineError::InvalidConfig(format!(
-                "checkpoints need keep >= 1 and a non-zero interval and timeout: {self:?}"
+                "checkpoints need keep >= 1, full_every >= 1 and a non-zero interval and timeout: {self:?}"
             )));
         }
         Ok(())
@@ -123,6 +136,9 @@ pub struct CheckpointStats {
 /// One shard's snapshot: the body of part `shard-{s}`.
 #[derive(Debug, Default, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub(crate) struct ShardPart {
+    /// The checkpoint this part's incremental operator states are deltas on (the same
+    /// shard's part there), or none when every state in it is whole.
+    pub(crate) base: Option<u64>,
     pub(crate) shard: u32,
     pub(crate) shards: u32,
     pub(crate) key_groups: u32,
@@ -137,6 +153,9 @@ pub(crate) struct OperatorPart {
     pub(crate) id: u32,
     /// The operator's watermark when the barrier passed it.
     pub(crate) watermark: i64,
+    /// The entries are changes since the part's base (upserts, and deletions as the
+    /// operator encodes them) rather than the whole state.
+    pub(crate) delta: bool,
     pub(crate) groups: Vec<GroupPart>,
 }
 
@@ -185,14 +204,31 @@ pub(crate) struct Restored {
 }
 
 impl Restored {
-    pub(crate) fn merge(&mut self, part: ShardPart) {
-        self.shards = part.shards;
-        self.key_groups = part.key_groups;
-        for op in part.operators {
-            let slot = self.operators.entry(op.id).or_insert((i64::MAX, Vec::new()));
-            slot.0 = slot.0.min(op.watermark);
-            slot.1.extend(op.groups);
+    /// Takes in one shard's chain of parts, oldest first: the last whole snapshot of each
+    /// operator and the deltas after it, in order.
+    pub(crate) fn merge_chain(&mut self, chain: Vec<ShardPart>) {
+        let mut operators: HashMap<u32, (i64, Vec<GroupPart>)> = HashMap::new();
+        let mut last = None;
+        for part in chain {
+            for op in part.operators {
+                let slot = operators.entry(op.id).or_insert((i64::MAX, Vec::new()));
+                if !op.delta {
+                    slot.1.clear();
+                }
+                slot.0 = op.watermark;
+                slot.1.extend(op.groups);
+            }
+            last = Some((part.shard, part.shards, part.key_groups, part.sources, part.sinks));
         }
+        let Some((_, shards, key_groups, sources, sinks)) = last else { return };
+        self.shards = shards;
+        self.key_groups = key_groups;
+        for (id, (watermark, groups)) in operators {
+            let slot = self.operators.entry(id).or_insert((i64::MAX, Vec::new()));
+            slot.0 = slot.0.min(watermark);
+            slot.1.extend(groups);
+        }
+        let part = ShardPart { sources, sinks, ..ShardPart::default() };
         for source in part.sources {
             self.sources.entry(source.id).or_default().extend(source.positions);
         }

@@ -1,7 +1,14 @@
 //! One shard's side of checkpoints: the participants registered at build time, the
 //! snapshot being collected, and its asynchronous write.
 
-use std::{cell::RefCell, collections::BTreeMap, hash::Hash, rc::Rc, sync::Arc, time::Instant};
+use std::{
+    cell::RefCell,
+    collections::BTreeMap,
+    hash::Hash,
+    rc::Rc,
+    sync::{Arc, atomic::Ordering},
+    time::Instant,
+};
 
 use sluice_io::EventTime;
 
@@ -32,12 +39,24 @@ pub(crate) struct ShardCheckpoint {
     next_source: u32,
     next_sink: u32,
     current: Option<InProgress>,
+    /// The first checkpoint this shard snapshotted in this run: incremental state may
+    /// build only on a completed checkpoint at or after it.
+    first_snapshot: Option<u64>,
+    /// Incremental snapshots since the last whole one, and how many make a whole one due.
+    deltas: u32,
+    full_every: u32,
     /// Operators built on this shard whose state cannot be checkpointed.
     pub(crate) unsupported: Vec<&'static str>,
 }
 
 impl ShardCheckpoint {
-    pub(crate) fn new(shard: usize, shards: usize, key_groups: u32, coordinator: Arc<Coordinator>) -> ShardCheckpoint {
+    pub(crate) fn new(
+        shard: usize,
+        shards: usize,
+        key_groups: u32,
+        coordinator: Arc<Coordinator>,
+        full_every: u32,
+    ) -> ShardCheckpoint {
         ShardCheckpoint {
             shard,
             shards,
@@ -48,6 +67,9 @@ impl ShardCheckpoint {
             next_source: 0,
             next_sink: 0,
             current: None,
+            first_snapshot: None,
+            deltas: 0,
+            full_every: full_every.max(1),
             unsupported: Vec::new(),
         }
     }
@@ -80,10 +102,21 @@ impl ShardCheckpoint {
     fn entry(&mut self, id: u64) -> &mut InProgress {
         if self.current.as_ref().is_none_or(|p| p.id != id) {
             // A snapshot of an older checkpoint still here was aborted: drop it.
+            //
+            // Incremental state builds on the last completed checkpoint, if this run's
+            // shard has a part there, until a whole snapshot is due.
+            let completed = self.coordinator.completed.load(Ordering::Acquire);
+            let base = match self.first_snapshot {
+                Some(first) if completed >= first && self.deltas + 1 < self.full_every => Some(completed),
+                _ => None,
+            };
+            self.first_snapshot.get_or_insert(id);
+            self.deltas = if base.is_some() { self.deltas + 1 } else { 0 };
             self.current = Some(InProgress {
                 id,
                 reported: 0,
                 part: ShardPart {
+                    base,
                     shard: self.shard as u32,
                     shards: self.shards as u32,
                     key_groups: self.key_groups,
@@ -94,6 +127,12 @@ impl ShardCheckpoint {
             });
         }
         self.current.as_mut().expect("set above")
+    }
+
+    /// The checkpoint that incremental state snapshotted for checkpoint `id` builds on,
+    /// or `None` when the snapshot must be whole.
+    pub(crate) fn base(&mut self, id: u64) -> Option<u64> {
+        self.entry(id).part.base
     }
 
     pub(crate) fn report_operator(&mut self, id: u64, part: OperatorPart, keys: u64) {
@@ -120,12 +159,17 @@ impl ShardCheckpoint {
         if p.reported < participants {
             return;
         }
-        let p = self.current.take().expect("checked");
+        let mut p = self.current.take().expect("checked");
         let alignment = p.first.elapsed();
+        if !p.part.operators.iter().any(|o| o.delta) {
+            // Nothing in the part builds on the base: it does not need the base kept.
+            p.part.base = None;
+        }
         // The shard encodes its snapshot and goes on; the coordinator's thread writes it,
         // so no shard ever waits for the disk.
         let body = encode_part(&p.part).map_err(|e| e.to_string());
-        self.coordinator.ack(Ack { id: p.id, shard: self.shard, body, keys: p.keys, alignment });
+        let base = p.part.base;
+        self.coordinator.ack(Ack { id: p.id, shard: self.shard, body, base, keys: p.keys, alignment });
     }
 }
 
@@ -184,12 +228,24 @@ impl StateHandle {
         GroupWriter { key_groups: self.key_groups, groups: BTreeMap::new() }
     }
 
-    /// Hands the snapshot taken at `barrier` to the shard.
-    pub(crate) fn report(&self, barrier: Barrier, watermark: EventTime, writer: GroupWriter) {
+    /// The checkpoint an incremental snapshot at `barrier` builds on (`None`: whole).
+    pub(crate) fn base(&self, barrier: Barrier) -> Option<u64> {
+        self.shard.borrow_mut().base(barrier.id)
+    }
+
+    /// The last completed checkpoint.
+    pub(crate) fn completed(&self) -> u64 {
+        self.shard.borrow().coordinator.completed.load(Ordering::Acquire)
+    }
+
+    /// Hands the snapshot taken at `barrier` to the shard: whole, or with `delta` the
+    /// changes since [`StateHandle::base`].
+    pub(crate) fn report_delta(&self, barrier: Barrier, watermark: EventTime, writer: GroupWriter, delta: bool) {
         let mut keys = 0;
         let part = OperatorPart {
             id: self.id,
             watermark: watermark.millis(),
+            delta,
             groups: writer
                 .groups
                 .into_iter()
@@ -200,5 +256,10 @@ impl StateHandle {
                 .collect(),
         };
         self.shard.borrow_mut().report_operator(barrier.id, part, keys);
+    }
+
+    /// Hands the whole snapshot taken at `barrier` to the shard.
+    pub(crate) fn report(&self, barrier: Barrier, watermark: EventTime, writer: GroupWriter) {
+        self.report_delta(barrier, watermark, writer, false);
     }
 }

@@ -14,13 +14,13 @@ use std::{
     time::{Duration, Instant},
 };
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use sluice_io::EventTime;
 
 use super::{KeyedProcessFunction, KeyedState, ProcessContext, TimeDomain, Timer, context::Timers, timers::TimerQueue};
 use crate::dataflow::{
     Event, Operator, Port,
-    checkpoint::{Barrier, Data, StateHandle},
+    checkpoint::{Barrier, Data, GroupWriter, StateHandle},
     scope::{TickRequest, Ticker, request_tick},
 };
 
@@ -39,13 +39,15 @@ pub(crate) struct ProcessOperator<K, T, F: KeyedProcessFunction<K, T>> {
     out: Port<F::Out>,
     ended: bool,
     state: Option<StateHandle>,
+    /// With checkpoints: keys whose state or timers changed since the last snapshot, and
+    /// the sets of earlier snapshots not yet covered by a completed checkpoint.
+    dirty: Option<FxHashSet<K>>,
+    history: std::collections::VecDeque<(u64, FxHashSet<K>)>,
 }
 
-/// What a process operator's snapshot entry holds, by kind: a key's state, or one of its
-/// event-time or processing-time timers.
-const STATE: u8 = 0;
-const EVENT_TIMER: u8 = 1;
-const PROCESSING_TIMER: u8 = 2;
+/// One key in a process operator's snapshot: its state (encoded), and its event-time and
+/// processing-time timers (ms). A delta snapshot writes `None` for a key that is gone.
+type KeyEntry = (Vec<u8>, Vec<i64>, Vec<i64>);
 
 impl<K, T, F> ProcessOperator<K, T, F>
 where
@@ -73,6 +75,8 @@ where
             tick,
             out,
             ended: false,
+            dirty: state.as_ref().map(|_| FxHashSet::default()),
+            history: std::collections::VecDeque::new(),
             state,
         };
         op.restore();
@@ -82,27 +86,62 @@ where
     /// Takes in the restored state of the keys this shard owns, if any.
     fn restore(&mut self) {
         let Some(handle) = self.state.clone() else { return };
-        let mut entries: Vec<((u8, K), Vec<u8>)> = Vec::new();
-        let decode_state = |bytes: &[u8]| F::State::decode(&mut &bytes[..]);
-        let decode_time = |bytes: &[u8]| i64::decode(&mut &bytes[..]);
+        // Entries come oldest first (a whole snapshot, then deltas): the last for a key
+        // wins, and a deletion removes it.
+        let mut keys: FxHashMap<K, Option<KeyEntry>> = FxHashMap::default();
         let watermark = handle
-            .restore(|key, value| entries.push((key, value)))
+            .restore(|key: K, entry: Option<KeyEntry>| {
+                keys.insert(key, entry);
+            })
             .unwrap_or_else(|e| panic!("restoring a process operator: {e}"));
-        for ((kind, key), value) in entries {
-            let decoded = match kind {
-                STATE => decode_state(&value).map(|s| {
-                    self.states.insert(key, s);
-                }),
-                EVENT_TIMER | PROCESSING_TIMER => decode_time(&value).map(|time| {
-                    let queue = if kind == EVENT_TIMER { &mut self.timers.event } else { &mut self.timers.processing };
-                    queue.register(&key, EventTime::from_millis(time));
-                }),
-                other => Err(crate::dataflow::checkpoint::StateError(format!("unknown entry kind {other}"))),
-            };
-            decoded.unwrap_or_else(|e| panic!("restoring a process operator: {e}"));
+        for (key, entry) in keys {
+            let Some((state, event, processing)) = entry else { continue };
+            let state =
+                F::State::decode(&mut &state[..]).unwrap_or_else(|e| panic!("restoring a process operator: {e}"));
+            for t in event {
+                self.timers.event.register(&key, EventTime::from_millis(t));
+            }
+            for t in processing {
+                self.timers.processing.register(&key, EventTime::from_millis(t));
+            }
+            self.states.insert(key, state);
         }
         if let Some(w) = watermark {
             self.watermark = w;
+        }
+    }
+
+    /// Writes the keys in `keys` (every key when `None`) to `w`: each key's state and
+    /// timers, or a deletion for a key that holds nothing now.
+    fn write_keys(&self, w: &mut GroupWriter, keys: Option<&FxHashSet<K>>) {
+        let mut timers: FxHashMap<&K, (Vec<i64>, Vec<i64>)> = FxHashMap::default();
+        for (time, key) in self.timers.event.iter() {
+            if keys.is_none_or(|k| k.contains(key)) {
+                timers.entry(key).or_default().0.push(time.millis());
+            }
+        }
+        for (time, key) in self.timers.processing.iter() {
+            if keys.is_none_or(|k| k.contains(key)) {
+                timers.entry(key).or_default().1.push(time.millis());
+            }
+        }
+        let mut entry = |key: &K, timers: &mut FxHashMap<&K, (Vec<i64>, Vec<i64>)>| {
+            let (event, processing) = timers.remove(key).unwrap_or_default();
+            let value: Option<KeyEntry> = match self.states.get(key) {
+                Some(state) => Some((to_bytes(state), event, processing)),
+                None if event.is_empty() && processing.is_empty() => None,
+                // Timers without state: the key's state is the default one.
+                None => Some((to_bytes(&F::State::default()), event, processing)),
+            };
+            w.push_grouped(key, key, &value);
+        };
+        match keys {
+            Some(keys) => keys.iter().for_each(|k| entry(k, &mut timers)),
+            None => {
+                self.states.keys().for_each(|k| entry(k, &mut timers));
+                let rest: Vec<&K> = timers.keys().copied().collect();
+                rest.into_iter().for_each(|k| entry(k, &mut timers));
+            }
         }
     }
 
@@ -116,6 +155,9 @@ where
     ) {
         // Taking the state out (rather than borrowing it in place) lets the context borrow
         // the timers and the output next to it, and makes dropping an emptied key free.
+        if let Some(dirty) = &mut self.dirty {
+            dirty.insert(key.clone());
+        }
         let mut state = self.states.remove(&key).unwrap_or_default();
         let mut ctx =
             ProcessContext { key: &key, time, watermark: self.watermark, timers: &mut self.timers, out: &mut self.buf };
@@ -181,17 +223,32 @@ where
 
     fn on_barrier(&mut self, barrier: Barrier) {
         self.out.borrow_mut().push(&mut self.buf);
-        if let Some(handle) = &self.state {
+        if let Some(handle) = self.state.clone() {
             let mut w = handle.writer();
-            for (key, state) in &self.states {
-                w.push_grouped(key, &(STATE, key.clone()), &to_bytes(state));
-            }
-            for (kind, queue) in [(EVENT_TIMER, &self.timers.event), (PROCESSING_TIMER, &self.timers.processing)] {
-                for (time, key) in queue.iter() {
-                    w.push_grouped(key, &(kind, key.clone()), &to_bytes(&time.millis()));
+            // Keys changed since each earlier snapshot this operator took; those a completed
+            // checkpoint covers are no longer needed.
+            let changed = std::mem::take(self.dirty.get_or_insert_with(FxHashSet::default));
+            // A later snapshot builds on a checkpoint at least as new as the last completed
+            // one (or this snapshot's base, which is older): older sets are not needed.
+            let base = handle.base(barrier);
+            let keep_after = base.unwrap_or(u64::MAX).min(handle.completed());
+            self.history.retain(|(id, _)| *id > keep_after);
+            let delta = match base {
+                Some(base) => {
+                    let mut keys = changed.clone();
+                    for (_, set) in self.history.iter().filter(|(id, _)| *id > base) {
+                        keys.extend(set.iter().cloned());
+                    }
+                    self.write_keys(&mut w, Some(&keys));
+                    true
                 }
-            }
-            handle.report(barrier, self.watermark, w);
+                None => {
+                    self.write_keys(&mut w, None);
+                    false
+                }
+            };
+            self.history.push_back((barrier.id, changed));
+            handle.report_delta(barrier, self.watermark, w, delta);
         }
         self.out.borrow_mut().barrier(barrier);
     }
