@@ -40,6 +40,24 @@ enum Command {
     /// every shard; prints `window_start<TAB>window_end<TAB>key<TAB>count` (ms since the
     /// epoch) as each window closes.
     Count(CountArgs),
+    /// Serve the data directory over the Kafka protocol until SIGINT or SIGTERM; prints
+    /// `listening on HOST:PORT` once clients can connect.
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, Args)]
+struct ServeArgs {
+    #[command(flatten)]
+    dir: DataDir,
+    /// The address to listen on (loopback unless told otherwise; port 0 picks one).
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    listen: std::net::SocketAddr,
+    /// The `HOST:PORT` clients are told to connect to, if not the listen address.
+    #[arg(long, value_name = "HOST:PORT")]
+    advertise: Option<String>,
+    /// Shards (and listener executors); one per CPU by default.
+    #[arg(long)]
+    shards: Option<usize>,
 }
 
 #[derive(Debug, Args)]
@@ -264,6 +282,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Consume(a) if a.group.is_some() => with_engine(&a.dir, |h| consume_group(h, &a)),
         Command::Consume(a) => with_engine(&a.dir, |h| consume(h, &a)),
         Command::Count(a) => with_engine(&a.dir, |h| count(h, &a)),
+        Command::Serve(a) => serve(&a),
         Command::Group(GroupCommand::List(dir)) => with_engine(&dir, |h| {
             for g in block_on(h.list_groups())? {
                 println!("{g}");
@@ -321,6 +340,75 @@ fn count(h: &EngineHandle, a: &CountArgs) -> Result<()> {
 }
 
 /// Starts the engine on the data directory, runs `f` with a handle, and shuts it down.
+/// `sluice serve`: the engine and its Kafka listener, until SIGINT or SIGTERM.
+fn serve(a: &ServeArgs) -> Result<()> {
+    use sluice_engine::kafka::{KafkaConfig, KafkaServer};
+    let advertise = match &a.advertise {
+        None => None,
+        Some(s) => {
+            let (host, port) = s.rsplit_once(':').with_context(|| format!("--advertise {s:?} is not HOST:PORT"))?;
+            let port: u16 = port.parse().with_context(|| format!("--advertise {s:?}: bad port"))?;
+            Some((host.to_string(), port))
+        }
+    };
+    // Before any thread starts, so every thread inherits the mask and only the wait
+    // below sees these signals.
+    let signals = signals::block_termination()?;
+    let mut config = EngineConfig::new(&a.dir.data_dir);
+    config.shards = a.shards;
+    let engine = block_on(Engine::open(config)).with_context(|| format!("opening {}", a.dir.data_dir.display()))?;
+    let mut kafka = KafkaConfig::new(a.listen);
+    kafka.advertise = advertise;
+    kafka.executors = engine.shards();
+    let server = match KafkaServer::start(engine.handle(), kafka) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = block_on(engine.shutdown());
+            return Err(e.into());
+        }
+    };
+    println!("listening on {}", server.local_addr());
+    std::io::stdout().flush()?;
+    let signal = signals::wait(&signals)?;
+    eprintln!("sluice serve: signal {signal}, shutting down");
+    server.shutdown();
+    block_on(engine.shutdown()).context("shutting down")
+}
+
+mod signals {
+    //! Waiting for SIGINT or SIGTERM without a handler: the signals are blocked in every
+    //! thread and taken synchronously with `sigwait`.
+
+    /// SIGINT and SIGTERM, blocked in the calling thread (and so in threads it starts).
+    pub(super) fn block_termination() -> anyhow::Result<libc::sigset_t> {
+        // SAFETY: `set` is a local the libc calls initialise before use (sigemptyset
+        // first); pthread_sigmask only changes this thread's mask. Covered by the
+        // `serve` test in tests/kafka_serve.rs, which stops the server with SIGTERM.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGINT);
+            libc::sigaddset(&mut set, libc::SIGTERM);
+            let rc = libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+            if rc != 0 {
+                anyhow::bail!("blocking SIGINT and SIGTERM: {}", std::io::Error::from_raw_os_error(rc));
+            }
+            Ok(set)
+        }
+    }
+
+    /// Waits for one of the blocked signals; returns its number.
+    pub(super) fn wait(set: &libc::sigset_t) -> anyhow::Result<i32> {
+        let mut signal = 0;
+        // SAFETY: `set` was filled by `block_termination`; `signal` is a valid out-pointer.
+        let rc = unsafe { libc::sigwait(set, &mut signal) };
+        if rc != 0 {
+            anyhow::bail!("waiting for a signal: {}", std::io::Error::from_raw_os_error(rc));
+        }
+        Ok(signal)
+    }
+}
+
 fn with_engine(dir: &DataDir, f: impl FnOnce(&EngineHandle) -> Result<()>) -> Result<()> {
     let engine = block_on(Engine::open(EngineConfig::new(&dir.data_dir)))
         .with_context(|| format!("opening {}", dir.data_dir.display()))?;

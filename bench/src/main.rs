@@ -5,7 +5,7 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 use sluice_bench::{
     harness::write_json,
-    workloads::{log, pipeline, ring},
+    workloads::{kafka, log, pipeline, ring},
 };
 
 /// sluice's load and latency harness.
@@ -27,6 +27,9 @@ enum Workload {
     /// Events per second and result latency of a windowed keyed count through the
     /// processor, against the same job written with timely dataflow (--compare timely)
     Pipeline(pipeline::PipelineArgs),
+    /// Produce throughput through the Kafka listener with kcat (librdkafka) against the
+    /// embedded log, and produce-to-consume latency with confluent-kafka at a fixed rate
+    Kafka(kafka::KafkaArgs),
 }
 
 fn main() -> Result<()> {
@@ -56,6 +59,13 @@ fn main() -> Result<()> {
             let report = pipeline::run(&args)?;
             report.table().print();
             if let Some(path) = &args.json {
+                write_json(path, &report)?;
+            }
+        }
+        Workload::Kafka(args) => {
+            let report = kafka::run(&args)?;
+            report.table().print();
+            if let Some(path) = &args.common.json {
                 write_json(path, &report)?;
             }
         }

@@ -6,6 +6,7 @@
 //! are left to the binary.
 
 pub mod e2e;
+pub mod kafka;
 pub mod log;
 pub mod log_shard;
 pub mod pipeline;

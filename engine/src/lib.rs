@@ -14,6 +14,7 @@ pub mod dataflow;
 pub mod engine;
 pub mod error;
 pub mod group_consumer;
+pub mod kafka;
 pub mod meta;
 pub mod names;
 pub mod offsets;

@@ -1,0 +1,382 @@
+//! `sluice-bench kafka`: the Kafka listener driven over loopback by a real client
+//! library, against the embedded log in the same run.
+//!
+//! 1. Embedded: `--records` records of `--record-bytes` appended through the engine
+//!    handle (batches of `--batch-records`, spread over the partitions, a few in flight per
+//!    partition), as host code would.
+//! 2. Kafka: the same number and size of records produced through the listener by
+//!    `--producers` kcat processes at once (librdkafka, acks=all, its default batching),
+//!    each from a file of its share, timed from the first start to the last exit (kcat
+//!    waits for every acknowledgement), then checked: the partitions hold them all. One
+//!    kcat is the bottleneck otherwise: it spends more CPU per record than the listener.
+//! 3. Latency (unless `--latency-records 0`): confluent-kafka (librdkafka) produces at
+//!    `--rate` records per second, open loop, and consumes them through the listener; each
+//!    record's latency runs from its scheduled send time to its consumption.
+//!
+//! Both throughput runs use the same engine, topic settings and fsync policy; the
+//! listener runs one executor per shard. `.ci/deps` installs kcat and confluent-kafka.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail, ensure};
+use clap::Args;
+use futures_lite::future::block_on;
+use serde::{Deserialize, Serialize};
+use sluice_engine::kafka::{KafkaConfig, KafkaServer};
+use sluice_engine::{Engine, EngineConfig, EngineHandle, OwnedRecord, TopicConfig};
+use sluice_io::{BatchMeta, FsyncPolicy, Timestamp};
+
+use crate::harness::{LatencyRecorder, LatencySummary, Table};
+use crate::workloads::CommonArgs;
+
+/// The latency client, run with `python3 -c`.
+const LATENCY_SCRIPT: &str = include_str!("kafka_latency.py");
+
+/// Options of `sluice-bench kafka`.
+#[derive(Debug, Clone, Args)]
+pub struct KafkaArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Engine shards (and listener executors).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub shards: u64,
+    /// Partitions of each topic [default: one per shard]
+    #[arg(long)]
+    pub partitions: Option<u32>,
+    /// Records produced in each throughput run.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub records: u64,
+    /// Value bytes per record.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(8..=65_536))]
+    pub record_bytes: u64,
+    /// kcat processes producing at once in the Kafka run (each a share of the records).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub producers: u64,
+    /// Records per append in the embedded run.
+    #[arg(long, default_value_t = 1000)]
+    pub batch_records: usize,
+    /// The topics' fsync policy: always, interval:MS or never.
+    #[arg(long, default_value = "interval:5")]
+    pub fsync: FsyncPolicy,
+    /// Offered rate of the latency run, records per second.
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub rate: u64,
+    /// Records in the latency run (0 skips it).
+    #[arg(long, default_value_t = 10_000)]
+    pub latency_records: u64,
+}
+
+/// The result; the `--json` schema.
+#[derive(Debug, Clone, Serialize)]
+pub struct KafkaReport {
+    /// Always `"kafka"`.
+    pub workload: &'static str,
+    /// Engine shards and listener executors.
+    pub shards: u64,
+    /// Partitions per topic.
+    pub partitions: u32,
+    /// Records per throughput run.
+    pub records: u64,
+    /// kcat processes in the Kafka run.
+    pub producers: u64,
+    /// Value bytes per record.
+    pub record_bytes: u64,
+    /// The topics' fsync policy.
+    #[serde(serialize_with = "crate::harness::serialize_display")]
+    pub fsync: FsyncPolicy,
+    /// Embedded log: records per second appended through the engine handle.
+    pub embedded_records_per_s: f64,
+    /// Through the listener with kcat: records per second, acknowledged.
+    pub kafka_records_per_s: f64,
+    /// `kafka_records_per_s / embedded_records_per_s`.
+    pub kafka_over_embedded: f64,
+    /// CPU of this process (engine, and the embedded producer) per record, embedded run,
+    /// microseconds.
+    pub embedded_cpu_us_per_record: f64,
+    /// CPU of this process (engine and listener) per record, Kafka run, microseconds.
+    pub listener_cpu_us_per_record: f64,
+    /// CPU of the kcat processes per record, Kafka run, microseconds.
+    pub kcat_cpu_us_per_record: f64,
+    /// Offered rate of the latency run.
+    pub latency_rate: u64,
+    /// Rate the latency producer achieved.
+    pub latency_achieved_rate: f64,
+    /// Produce-to-consume latency through the listener, microseconds.
+    pub produce_to_consume_us: LatencySummary,
+}
+
+#[derive(Deserialize)]
+struct LatencyOutput {
+    latencies_us: Vec<u64>,
+    achieved_rate: f64,
+}
+
+/// CPU time (user plus system) used so far by this process (`RUSAGE_SELF`) or by its
+/// children that have been waited for (`RUSAGE_CHILDREN`).
+fn cpu(who: libc::c_int) -> Duration {
+    // SAFETY: getrusage writes one `rusage` into the zeroed local it is given; `who` is
+    // RUSAGE_SELF or RUSAGE_CHILDREN. Exercised by every run, tests/kafka.rs included.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(who, &mut usage);
+        usage
+    };
+    let tv = |t: libc::timeval| Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64);
+    tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
+/// Fails with a message naming `.ci/deps` when a client is missing.
+fn check_clients(latency: bool) -> anyhow::Result<()> {
+    let kcat = Command::new("kcat").arg("-V").output().map(|o| o.status.success()).unwrap_or(false);
+    ensure!(kcat, "kcat is not installed: run .ci/deps");
+    if latency {
+        let py = Command::new(python()).args(["-c", "import confluent_kafka"]).output();
+        ensure!(
+            py.map(|o| o.status.success()).unwrap_or(false),
+            "Python confluent-kafka is not installed for {}: run .ci/deps",
+            python()
+        );
+    }
+    Ok(())
+}
+
+fn python() -> String {
+    std::env::var("SLUICE_PYTHON").unwrap_or_else(|_| "python3".to_string())
+}
+
+/// Record `i`'s value: its number, zero-padded to `bytes` (the last digits if longer).
+fn value(i: u64, bytes: usize) -> Vec<u8> {
+    let mut v = vec![b'0'; bytes];
+    let digits = i.to_string();
+    let d = &digits.as_bytes()[digits.len().saturating_sub(bytes)..];
+    v[bytes - d.len()..].copy_from_slice(d);
+    v
+}
+
+/// Appends `records` records through the handle; returns records per second.
+fn embedded(handle: &EngineHandle, args: &KafkaArgs, partitions: u32) -> anyhow::Result<f64> {
+    let (records, bytes, batch) = (args.records, args.record_bytes as usize, args.batch_records.max(1) as u64);
+    let handle = handle.clone();
+    let started = Instant::now();
+    glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+        .io_memory(256 << 10)
+        .spawn(move || async move {
+            // Up to four appends in flight per partition, batches dealt round robin.
+            let mut tasks = Vec::new();
+            for p in 0..partitions {
+                let handle = handle.clone();
+                tasks.push(glommio::spawn_local(async move {
+                    let permits = std::rc::Rc::new(glommio::sync::Semaphore::new(4));
+                    let mut inflight = Vec::new();
+                    let mut next = u64::from(p) * batch;
+                    while next < records {
+                        let recs: Vec<OwnedRecord> = (next..(next + batch).min(records))
+                            .map(|i| OwnedRecord { key: None, value: value(i, bytes), event_time: Timestamp::now() })
+                            .collect();
+                        let permit = permits.clone().acquire_static_permit(1).await.expect("semaphore open");
+                        let handle = handle.clone();
+                        inflight.push(glommio::spawn_local(async move {
+                            let r = handle.append("embedded", p, recs, BatchMeta::default()).await.map(|_| ());
+                            drop(permit);
+                            r
+                        }));
+                        next += batch * u64::from(partitions);
+                    }
+                    for t in inflight {
+                        t.await?;
+                    }
+                    Ok::<(), sluice_engine::EngineError>(())
+                }));
+            }
+            for t in tasks {
+                t.await?;
+            }
+            Ok::<(), sluice_engine::EngineError>(())
+        })
+        .map_err(|e| anyhow::anyhow!("starting the embedded producer: {e}"))?
+        .join()
+        .map_err(|e| anyhow::anyhow!("embedded producer: {e:?}"))??;
+    Ok(records as f64 / started.elapsed().as_secs_f64())
+}
+
+/// Produces the records through the listener with `--producers` kcat processes at once;
+/// returns records per second, from the first start to the last exit.
+fn through_kcat(addr: &str, args: &KafkaArgs, dir: &std::path::Path) -> anyhow::Result<f64> {
+    let producers = args.producers.max(1);
+    let mut inputs = Vec::new();
+    for k in 0..producers {
+        let path = dir.join(format!("kcat-input-{k}"));
+        let mut f = std::io::BufWriter::new(std::fs::File::create(&path).context("writing kcat's input")?);
+        for i in (k..args.records).step_by(producers as usize) {
+            f.write_all(&value(i, args.record_bytes as usize))?;
+            f.write_all(b"\n")?;
+        }
+        f.flush()?;
+        inputs.push(path);
+    }
+    let started = Instant::now();
+    let mut children = Vec::new();
+    for path in &inputs {
+        let child = Command::new("kcat")
+            .args(["-b", addr, "-P", "-t", "kafka", "-X", "acks=all", "-X", "queue.buffering.max.messages=1000000"])
+            .stdin(Stdio::from(std::fs::File::open(path)?))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("running kcat")?;
+        children.push(child);
+    }
+    let mut failed = None;
+    for child in children {
+        let out = child.wait_with_output()?;
+        if !out.status.success() {
+            failed.get_or_insert(String::from_utf8_lossy(&out.stderr).into_owned());
+        }
+    }
+    let elapsed = started.elapsed();
+    for path in &inputs {
+        let _ = std::fs::remove_file(path);
+    }
+    if let Some(err) = failed {
+        bail!("kcat failed: {err}");
+    }
+    Ok(args.records as f64 / elapsed.as_secs_f64())
+}
+
+fn stored(handle: &EngineHandle, topic: &str, partitions: u32) -> anyhow::Result<u64> {
+    let mut n = 0;
+    for p in 0..partitions {
+        let (start, end) = block_on(handle.offsets(topic, p))?;
+        n += end.0 - start.0;
+    }
+    Ok(n)
+}
+
+fn latency(addr: &str, args: &KafkaArgs, partitions: u32) -> anyhow::Result<(f64, LatencySummary)> {
+    let limit = Duration::from_secs(120) + Duration::from_secs_f64(args.latency_records as f64 / args.rate as f64);
+    let mut child = Command::new(python())
+        .args(["-c", LATENCY_SCRIPT, addr, "latency"])
+        .args([partitions.to_string(), args.rate.to_string(), args.latency_records.to_string()])
+        .arg(args.record_bytes.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("running the latency client")?;
+    // Its output is read while it runs: it is larger than a pipe holds.
+    let pipe = |mut r: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = r.read_to_end(&mut buf);
+            buf
+        })
+    };
+    let stdout = pipe(Box::new(child.stdout.take().context("the client's stdout")?));
+    let stderr = pipe(Box::new(child.stderr.take().context("the client's stderr")?));
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("the latency client ran past {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let (stdout, stderr) = (stdout.join().unwrap_or_default(), stderr.join().unwrap_or_default());
+    ensure!(status.success(), "the latency client failed: {}", String::from_utf8_lossy(&stderr));
+    let parsed: LatencyOutput = serde_json::from_slice(&stdout).context("reading the latency client's output")?;
+    ensure!(
+        parsed.latencies_us.len() as u64 == args.latency_records,
+        "{} of {} latency records arrived",
+        parsed.latencies_us.len(),
+        args.latency_records
+    );
+    let mut rec = LatencyRecorder::new();
+    for us in parsed.latencies_us {
+        rec.record(Duration::from_micros(us));
+    }
+    Ok((parsed.achieved_rate, rec.summary()))
+}
+
+/// Runs the workload.
+pub fn run(args: &KafkaArgs) -> anyhow::Result<KafkaReport> {
+    ensure!(args.records > 0, "--records must be positive");
+    check_clients(args.latency_records > 0)?;
+    let work_dir = args.common.work_dir("kafka")?;
+    let shards = args.shards as usize;
+    let partitions = args.partitions.unwrap_or(args.shards as u32).max(1);
+    let engine = block_on(Engine::open(EngineConfig { shards: Some(shards), ..EngineConfig::new(work_dir.path()) }))
+        .context("starting the engine")?;
+    let handle = engine.handle();
+    let topic = TopicConfig { fsync: args.fsync.to_string(), ..TopicConfig::default() };
+    for name in ["embedded", "kafka", "latency"] {
+        block_on(handle.create_topic(name, partitions, Some(topic.clone())))?;
+    }
+    let mut config = KafkaConfig::new("127.0.0.1:0".parse()?);
+    config.executors = shards;
+    let server = KafkaServer::start(handle.clone(), config)?;
+    let addr = server.local_addr().to_string();
+
+    let per_record = |d: Duration| d.as_secs_f64() * 1e6 / args.records as f64;
+    let self_before = cpu(libc::RUSAGE_SELF);
+    let embedded_rate = embedded(&handle, args, partitions)?;
+    let embedded_cpu = per_record(cpu(libc::RUSAGE_SELF).saturating_sub(self_before));
+    ensure!(stored(&handle, "embedded", partitions)? == args.records, "the embedded run lost records");
+    let (self_before, children_before) = (cpu(libc::RUSAGE_SELF), cpu(libc::RUSAGE_CHILDREN));
+    let kafka_rate = through_kcat(&addr, args, work_dir.path())?;
+    let listener_cpu = per_record(cpu(libc::RUSAGE_SELF).saturating_sub(self_before));
+    let kcat_cpu = per_record(cpu(libc::RUSAGE_CHILDREN).saturating_sub(children_before));
+    let got = stored(&handle, "kafka", partitions)?;
+    ensure!(got == args.records, "kcat produced {got} of {} records", args.records);
+    let (latency_achieved_rate, produce_to_consume_us) =
+        if args.latency_records > 0 { latency(&addr, args, partitions)? } else { (0.0, LatencySummary::default()) };
+    server.shutdown();
+    block_on(engine.shutdown())?;
+    Ok(KafkaReport {
+        workload: "kafka",
+        shards: args.shards,
+        partitions,
+        records: args.records,
+        producers: args.producers,
+        record_bytes: args.record_bytes,
+        fsync: args.fsync,
+        embedded_records_per_s: embedded_rate,
+        kafka_records_per_s: kafka_rate,
+        kafka_over_embedded: kafka_rate / embedded_rate,
+        embedded_cpu_us_per_record: embedded_cpu,
+        listener_cpu_us_per_record: listener_cpu,
+        kcat_cpu_us_per_record: kcat_cpu,
+        latency_rate: args.rate,
+        latency_achieved_rate,
+        produce_to_consume_us,
+    })
+}
+
+impl KafkaReport {
+    /// The human-readable form of the report.
+    pub fn table(&self) -> Table {
+        let mut table = Table::titled(format!(
+            "kafka listener: {} shards, {} partitions, {} records x {} B, fsync {}, {} kcat producers",
+            self.shards, self.partitions, self.records, self.record_bytes, self.fsync, self.producers
+        ));
+        let mb = |rate: f64| rate * self.record_bytes as f64 / 1e6;
+        table.row("embedded append", format!("{:.0}", self.embedded_records_per_s), "records/s");
+        table.row("embedded append", format!("{:.1}", mb(self.embedded_records_per_s)), "MB/s");
+        table.row("kcat produce via listener", format!("{:.0}", self.kafka_records_per_s), "records/s");
+        table.row("kcat produce via listener", format!("{:.1}", mb(self.kafka_records_per_s)), "MB/s");
+        table.row("listener / embedded", format!("{:.2}", self.kafka_over_embedded), "");
+        table.row("cpu, embedded run", format!("{:.3}", self.embedded_cpu_us_per_record), "us/record");
+        table.row("cpu, listener + engine", format!("{:.3}", self.listener_cpu_us_per_record), "us/record");
+        table.row("cpu, kcat", format!("{:.3}", self.kcat_cpu_us_per_record), "us/record");
+        if self.produce_to_consume_us.count > 0 {
+            table.row("latency run offered", self.latency_rate, "records/s");
+            table.row("latency run achieved", format!("{:.0}", self.latency_achieved_rate), "records/s");
+            table.latency_rows("produce to consume", &self.produce_to_consume_us);
+        }
+        table
+    }
+}

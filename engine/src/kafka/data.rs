@@ -1,0 +1,337 @@
+//! Produce, Fetch and ListOffsets.
+//!
+//! Produce appends each Kafka batch as one sluice batch through
+//! [`EngineHandle::append`](crate::EngineHandle::append), which answers once the batch is
+//! as durable as the topic's fsync policy says: acks=1 and acks=all (-1) both wait for
+//! that (there are no replicas to wait for), acks=0 appends and sends no response.
+//! Idempotent producers' id, epoch and base sequence travel with the batch and are checked
+//! by the owning shard (duplicates answer with the original offsets).
+//!
+//! Fetch reads every partition at once without waiting; if that gives less than
+//! `min_bytes`, it long-polls all of them until one has data or `max_wait_ms` passes, then
+//! reads again. The answer keeps to `max_bytes` (past the first batch, as Kafka's does).
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context as TaskContext, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use futures_lite::Future;
+use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{
+    FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse, ProduceRequest, ProduceResponse,
+};
+use kafka_protocol::protocol::StrBytes;
+use sluice_io::{Offset, OwnedBatches, Timestamp};
+
+use crate::error::EngineError;
+
+use super::errors::{self, code};
+use super::listener::Context;
+use super::records;
+
+type Boxed<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
+
+/// Runs futures together; their results in order. Each is first polled in order, so the
+/// requests they send reach their shards in order.
+pub(crate) async fn join_all<'a, T: Unpin + 'a>(futures: Vec<Boxed<'a, T>>) -> Vec<T> {
+    struct JoinAll<'a, T> {
+        futures: Vec<Option<Boxed<'a, T>>>,
+        results: Vec<Option<T>>,
+    }
+    impl<T: Unpin> Future for JoinAll<'_, T> {
+        type Output = Vec<T>;
+        fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Vec<T>> {
+            let this = &mut *self;
+            for (slot, result) in this.futures.iter_mut().zip(this.results.iter_mut()) {
+                if let Some(f) = slot
+                    && let Poll::Ready(v) = f.as_mut().poll(cx)
+                {
+                    *result = Some(v);
+                    *slot = None;
+                }
+            }
+            if this.futures.iter().all(Option::is_none) {
+                Poll::Ready(this.results.iter_mut().filter_map(Option::take).collect())
+            } else {
+                Poll::Pending
+            }
+        }
+    }
+    let results = futures.iter().map(|_| None).collect();
+    JoinAll { futures: futures.into_iter().map(Some).collect(), results }.await
+}
+
+/// Resolves when the first of `futures` does (or at once if there are none).
+async fn first_of<'a>(futures: Vec<Boxed<'a, ()>>) {
+    struct FirstOf<'a> {
+        futures: Vec<Boxed<'a, ()>>,
+    }
+    impl Future for FirstOf<'_> {
+        type Output = ();
+        fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<()> {
+            if self.futures.is_empty() {
+                return Poll::Ready(());
+            }
+            for f in &mut self.futures {
+                if f.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(());
+                }
+            }
+            Poll::Pending
+        }
+    }
+    FirstOf { futures }.await;
+}
+
+fn topic_str(name: &StrBytes) -> &str {
+    name.as_str()
+}
+
+/// Handles a Produce request; `None` for acks=0.
+pub(crate) async fn produce(ctx: &Arc<Context>, req: ProduceRequest, version: i16) -> Option<ProduceResponse> {
+    let acks = req.acks;
+    let refuse_all = if !matches!(acks, -1..=1) {
+        Some(code::INVALID_REQUIRED_ACKS)
+    } else if req.transactional_id.is_some() {
+        Some(code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    } else {
+        None
+    };
+    let mut work: Vec<Boxed<'_, (usize, PartitionProduceResponse)>> = Vec::new();
+    let mut topics = Vec::with_capacity(req.topic_data.len());
+    for (ti, topic) in req.topic_data.iter().enumerate() {
+        let mut t = TopicProduceResponse::default();
+        t.name = topic.name.clone();
+        topics.push(t);
+        for part in &topic.partition_data {
+            let name = topic_str(&topic.name.0);
+            let index = part.index;
+            let engine = &ctx.engine;
+            work.push(Box::pin(async move {
+                let mut r = PartitionProduceResponse::default();
+                r.index = index;
+                r.log_append_time_ms = -1;
+                r.log_start_offset = -1;
+                let fail = |mut r: PartitionProduceResponse, code: i16, msg: String| {
+                    r.error_code = code;
+                    if version >= 8 {
+                        r.error_message = Some(StrBytes::from_string(msg));
+                    }
+                    r.base_offset = -1;
+                    (ti, r)
+                };
+                if let Some(code) = refuse_all {
+                    return fail(r, code, "acks must be 0, 1 or -1, and transactions are not supported".into());
+                }
+                let Ok(partition) = u32::try_from(index) else {
+                    return fail(r, code::UNKNOWN_TOPIC_OR_PARTITION, format!("partition {index}"));
+                };
+                let batches = match records::decode_produced(part.records.as_deref().unwrap_or_default()) {
+                    Ok(b) => b,
+                    Err(e) => return fail(r, e.code, e.message),
+                };
+                let mut base = None;
+                for b in batches {
+                    match engine.append(name, partition, b.records, b.meta).await {
+                        Ok(info) => {
+                            base.get_or_insert(info.base_offset.0 as i64);
+                        }
+                        Err(e) => return fail(r, errors::of(&e), e.to_string()),
+                    }
+                }
+                r.base_offset = base.unwrap_or(-1);
+                (ti, r)
+            }));
+        }
+    }
+    for (ti, r) in join_all(work).await {
+        topics[ti].partition_responses.push(r);
+    }
+    if acks == 0 {
+        return None;
+    }
+    let mut resp = ProduceResponse::default();
+    resp.responses = topics;
+    Some(resp)
+}
+
+/// One partition's share of a fetch.
+struct Read {
+    result: Result<OwnedBatches, EngineError>,
+    bounds: Option<(Offset, Offset)>,
+}
+
+async fn read_partition(
+    ctx: &Context,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+    max_bytes: usize,
+    wait: Duration,
+) -> Read {
+    let Ok(p) = u32::try_from(partition) else {
+        return Read { result: Err(EngineError::UnknownTopic(topic.to_string())), bounds: None };
+    };
+    let Ok(offset) = u64::try_from(offset) else {
+        let bounds = ctx.engine.offsets(topic, p).await.ok();
+        let (start, end) = bounds.unwrap_or_default();
+        let requested = Offset(0);
+        let e = EngineError::OffsetOutOfRange { topic: topic.to_string(), partition: p, requested, start, end };
+        return Read { result: Err(e), bounds };
+    };
+    let result = ctx.engine.fetch(topic, p, Offset(offset), max_bytes.max(1), wait).await;
+    let bounds = ctx.engine.offsets(topic, p).await.ok();
+    Read { result, bounds }
+}
+
+/// Handles a Fetch request.
+pub(crate) async fn fetch(ctx: &Arc<Context>, req: FetchRequest, version: i16) -> FetchResponse {
+    let started = Instant::now();
+    let max_wait = Duration::from_millis(u64::try_from(req.max_wait_ms).unwrap_or(0)).min(ctx.config.max_fetch_wait);
+    let min_bytes = usize::try_from(req.min_bytes).unwrap_or(0).max(1);
+    let max_bytes = if version >= 3 { usize::try_from(req.max_bytes).unwrap_or(0) } else { usize::MAX };
+    let mut wanted = Vec::new();
+    for t in &req.topics {
+        for p in &t.partitions {
+            let pmax = usize::try_from(p.partition_max_bytes).unwrap_or(0);
+            wanted.push((topic_str(&t.topic.0).to_string(), p.partition, p.fetch_offset, pmax));
+        }
+    }
+    let read_all = |wait: Duration| {
+        let futures: Vec<Boxed<'_, Read>> = wanted
+            .iter()
+            .map(|(t, p, o, m)| Box::pin(read_partition(ctx, t, *p, *o, *m, wait)) as Boxed<'_, Read>)
+            .collect();
+        join_all(futures)
+    };
+    let mut reads = read_all(Duration::ZERO).await;
+    let bytes_in =
+        |reads: &[Read]| -> usize { reads.iter().map(|r| r.result.as_ref().map_or(0, |b| b.bytes().len())).sum() };
+    let any_error = reads.iter().any(|r| r.result.is_err());
+    if bytes_in(&reads) < min_bytes && !any_error && !wanted.is_empty() {
+        let left = max_wait.saturating_sub(started.elapsed());
+        if !left.is_zero() {
+            // Long poll: until some partition has data past its offset, or the wait ends.
+            let waits: Vec<Boxed<'_, ()>> = wanted
+                .iter()
+                .zip(&reads)
+                .map(|((t, p, _, m), r)| {
+                    let at = r.result.as_ref().map_or(Offset(0), OwnedBatches::next_offset);
+                    Box::pin(async move {
+                        if let Ok(p) = u32::try_from(*p) {
+                            let _ = ctx.engine.fetch(t, p, at, (*m).max(1), left).await;
+                        }
+                    }) as Boxed<'_, ()>
+                })
+                .collect();
+            let timer: Boxed<'_, ()> = Box::pin(glommio::timer::sleep(left));
+            let mut waits = waits;
+            waits.push(timer);
+            first_of(waits).await;
+            reads = read_all(Duration::ZERO).await;
+        }
+    }
+    let mut budget = max_bytes;
+    let mut first_data = true;
+    let mut topics: Vec<FetchableTopicResponse> = Vec::new();
+    for ((topic, partition, _, _), read) in wanted.iter().zip(reads) {
+        let mut pd = PartitionData::default();
+        pd.partition_index = *partition;
+        if let Some((start, end)) = read.bounds {
+            pd.high_watermark = end.0 as i64;
+            pd.last_stable_offset = end.0 as i64;
+            pd.log_start_offset = start.0 as i64;
+        } else {
+            pd.high_watermark = -1;
+        }
+        let mut out = BytesMut::new();
+        match read.result {
+            Ok(batches) => {
+                let size = batches.bytes().len();
+                if size > 0 && (first_data || size <= budget) {
+                    for b in batches.batches() {
+                        match b {
+                            Ok(view) => records::encode_batch(view, &mut out),
+                            Err(e) => {
+                                pd.error_code = code::KAFKA_STORAGE_ERROR;
+                                eprintln!("sluice kafka listener: fetch of {topic}-{partition}: {e}");
+                                break;
+                            }
+                        }
+                    }
+                    budget = budget.saturating_sub(size);
+                    first_data = false;
+                }
+            }
+            Err(e) => pd.error_code = errors::of(&e),
+        }
+        pd.records = Some(out.freeze());
+        match topics.last_mut() {
+            Some(t) if t.topic.0.as_str() == topic => t.partitions.push(pd),
+            _ => {
+                let mut t = FetchableTopicResponse::default();
+                t.topic = StrBytes::from_string(topic.clone()).into();
+                t.partitions.push(pd);
+                topics.push(t);
+            }
+        }
+    }
+    let mut resp = FetchResponse::default();
+    resp.responses = topics;
+    resp
+}
+
+/// Handles a ListOffsets request: -2 earliest, -1 latest, otherwise the first record at
+/// or after a time.
+pub(crate) async fn list_offsets(ctx: &Arc<Context>, req: ListOffsetsRequest, _version: i16) -> ListOffsetsResponse {
+    let mut topics = Vec::with_capacity(req.topics.len());
+    for t in &req.topics {
+        let name = topic_str(&t.name.0);
+        let mut tr = ListOffsetsTopicResponse::default();
+        tr.name = t.name.clone();
+        for p in &t.partitions {
+            let mut pr = ListOffsetsPartitionResponse::default();
+            pr.partition_index = p.partition_index;
+            match list_one(ctx, name, p.partition_index, p.timestamp).await {
+                Ok((offset, timestamp)) => {
+                    pr.offset = offset;
+                    pr.timestamp = timestamp;
+                }
+                Err(e) => pr.error_code = e,
+            }
+            tr.partitions.push(pr);
+        }
+        topics.push(tr);
+    }
+    let mut resp = ListOffsetsResponse::default();
+    resp.topics = topics;
+    resp
+}
+
+async fn list_one(ctx: &Context, topic: &str, partition: i32, timestamp: i64) -> Result<(i64, i64), i16> {
+    let p = u32::try_from(partition).map_err(|_| code::UNKNOWN_TOPIC_OR_PARTITION)?;
+    let engine = &ctx.engine;
+    let (start, end) = engine.offsets(topic, p).await.map_err(|e| errors::of(&e))?;
+    match timestamp {
+        -2 => Ok((start.0 as i64, -1)),
+        -1 => Ok((end.0 as i64, -1)),
+        t if t < 0 => Err(code::INVALID_REQUEST),
+        t => match engine.offset_for_time(topic, p, Timestamp(t)).await.map_err(|e| errors::of(&e))? {
+            None => Ok((-1, -1)),
+            Some(o) => {
+                // The time of the record found, as Kafka answers.
+                let batches = engine.fetch(topic, p, o, 1, Duration::ZERO).await.map_err(|e| errors::of(&e))?;
+                let time = batches
+                    .records()
+                    .filter_map(Result::ok)
+                    .find(|r| r.offset() >= o)
+                    .map_or(t, |r| r.event_time().millis());
+                Ok((o.0 as i64, time))
+            }
+        },
+    }
+}

@@ -1,0 +1,193 @@
+//! Request frames in, response frames out: the header, the version table, decoding with
+//! the `kafka-protocol` crate, the handler, and the encoded response.
+//!
+//! Versions: the listener advertises, and accepts, only the ranges in [`SUPPORTED`]; they
+//! stop before the versions that name topics by id (Fetch 13, Metadata 13, ...), which
+//! sluice does not have. A request at another version, or with an unknown API key, closes
+//! the connection, as Kafka's broker does, except ApiVersions: a client asking at a
+//! version newer than ours gets an UNSUPPORTED_VERSION reply in the v0 format listing our
+//! ranges, from which it retries at a version we speak (KIP-511). Bytes after a request's
+//! last field are ignored (librdkafka sends some).
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use futures_lite::Future;
+use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::{ApiKey, ApiVersionsResponse, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
+use kafka_protocol::protocol::{Decodable, Encodable};
+
+use super::errors::code;
+use super::listener::Context;
+use super::{admin, data, groups, guard};
+
+/// The encoded response frame (`None` when the request wants none: Produce with acks=0),
+/// or why the connection must close.
+pub(crate) type Reply = Result<Option<Vec<u8>>, String>;
+
+/// What became of a frame.
+pub(crate) enum Handled {
+    /// The connection must close (a malformed or unsupported request).
+    Close(String),
+    /// The response, ready at once.
+    Ready(Reply),
+    /// The response once the engine has answered.
+    Working(Pin<Box<dyn Future<Output = Reply>>>),
+}
+
+/// The API versions this listener handles, inclusive.
+pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
+    (ApiKey::Produce, 3, 9),
+    (ApiKey::Fetch, 4, 12),
+    (ApiKey::ListOffsets, 1, 6),
+    (ApiKey::Metadata, 0, 12),
+    (ApiKey::OffsetCommit, 2, 8),
+    (ApiKey::OffsetFetch, 1, 7),
+    (ApiKey::FindCoordinator, 0, 3),
+    (ApiKey::JoinGroup, 0, 9),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 5),
+    (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::DescribeGroups, 0, 5),
+    (ApiKey::ListGroups, 0, 4),
+    (ApiKey::ApiVersions, 0, 3),
+    (ApiKey::CreateTopics, 2, 7),
+    (ApiKey::DeleteTopics, 1, 6),
+    (ApiKey::InitProducerId, 0, 4),
+];
+
+fn supported(key: i16) -> Option<(ApiKey, i16, i16)> {
+    SUPPORTED.iter().copied().find(|(k, _, _)| *k as i16 == key)
+}
+
+fn api_versions_body(error_code: i16) -> ApiVersionsResponse {
+    let mut r = ApiVersionsResponse::default();
+    r.error_code = error_code;
+    r.api_keys = SUPPORTED
+        .iter()
+        .map(|&(k, min, max)| {
+            let mut v = ApiVersion::default();
+            v.api_key = k as i16;
+            v.min_version = min;
+            v.max_version = max;
+            v
+        })
+        .collect();
+    r
+}
+
+/// Encodes a response frame: size, header, body.
+pub(crate) fn encode(api: ApiKey, version: i16, correlation_id: i32, body: &ResponseKind) -> Reply {
+    let mut buf = BytesMut::with_capacity(256);
+    buf.put_i32(0);
+    let mut header = ResponseHeader::default();
+    header.correlation_id = correlation_id;
+    header
+        .encode(&mut buf, api.response_header_version(version))
+        .map_err(|e| format!("encoding a {api:?} v{version} response header: {e}"))?;
+    body.encode(&mut buf, version).map_err(|e| format!("encoding a {api:?} v{version} response: {e}"))?;
+    let len = i32::try_from(buf.len() - 4).map_err(|_| format!("a {api:?} response of {} bytes", buf.len()))?;
+    buf[..4].copy_from_slice(&len.to_be_bytes());
+    Ok(Some(buf.to_vec()))
+}
+
+/// Parses a frame and starts its handler.
+pub(crate) fn handle(ctx: &Arc<Context>, frame: Vec<u8>) -> Handled {
+    if frame.len() < 8 {
+        return Handled::Close(format!("a request of {} bytes has no header", frame.len()));
+    }
+    let key = i16::from_be_bytes([frame[0], frame[1]]);
+    let version = i16::from_be_bytes([frame[2], frame[3]]);
+    let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
+    let Some((api, min, max)) = supported(key) else {
+        return Handled::Close(format!("unsupported API key {key}"));
+    };
+    if api == ApiKey::ApiVersions && version > max {
+        let body = ResponseKind::ApiVersions(api_versions_body(code::UNSUPPORTED_VERSION));
+        return Handled::Ready(encode(api, 0, correlation_id, &body));
+    }
+    if version < min || version > max {
+        return Handled::Close(format!(
+            "unsupported version {version} of {api:?} (this listener handles {min}..={max})"
+        ));
+    }
+    let mut bytes = Bytes::from(frame);
+    let header = match RequestHeader::decode(&mut bytes, api.request_header_version(version)) {
+        Ok(h) => h,
+        Err(e) => return Handled::Close(format!("malformed {api:?} v{version} request header: {e}")),
+    };
+    if let Err(e) = guard::check_body(key, version, &bytes) {
+        return Handled::Close(format!("malformed {api:?} v{version} request: {e}"));
+    }
+    let request = match RequestKind::decode(api, &mut bytes, version) {
+        Ok(r) => r,
+        Err(e) => return Handled::Close(format!("malformed {api:?} v{version} request: {e}")),
+    };
+    // Anything left in `bytes` is ignored on purpose (see the module docs).
+    let ctx = ctx.clone();
+    let done = move |body: ResponseKind| encode(api, version, header.correlation_id, &body);
+    match request {
+        RequestKind::ApiVersions(_) => Handled::Ready(done(ResponseKind::ApiVersions(api_versions_body(0)))),
+        RequestKind::Produce(req) => Handled::Working(Box::pin(async move {
+            match data::produce(&ctx, req, version).await {
+                Some(resp) => done(ResponseKind::Produce(resp)),
+                None => Ok(None),
+            }
+        })),
+        RequestKind::Fetch(req) => {
+            Handled::Working(Box::pin(async move { done(ResponseKind::Fetch(data::fetch(&ctx, req, version).await)) }))
+        }
+        RequestKind::ListOffsets(req) => Handled::Working(Box::pin(async move {
+            done(ResponseKind::ListOffsets(data::list_offsets(&ctx, req, version).await))
+        })),
+        RequestKind::Metadata(req) => Handled::Working(Box::pin(async move {
+            done(ResponseKind::Metadata(admin::metadata(&ctx, req, version).await))
+        })),
+        RequestKind::CreateTopics(req) => Handled::Working(Box::pin(async move {
+            done(ResponseKind::CreateTopics(admin::create_topics(&ctx, req, version).await))
+        })),
+        RequestKind::DeleteTopics(req) => Handled::Working(Box::pin(async move {
+            done(ResponseKind::DeleteTopics(admin::delete_topics(&ctx, req, version).await))
+        })),
+        RequestKind::FindCoordinator(req) => {
+            Handled::Ready(done(ResponseKind::FindCoordinator(admin::find_coordinator(&ctx, req, version))))
+        }
+        RequestKind::InitProducerId(req) => Handled::Working(Box::pin(async move {
+            done(ResponseKind::InitProducerId(admin::init_producer_id(&ctx, req).await))
+        })),
+        RequestKind::JoinGroup(req) => {
+            Handled::Working(Box::pin(
+                async move { done(ResponseKind::JoinGroup(groups::join(&ctx, req, version).await)) },
+            ))
+        }
+        RequestKind::SyncGroup(req) => {
+            Handled::Working(Box::pin(
+                async move { done(ResponseKind::SyncGroup(groups::sync(&ctx, req, version).await)) },
+            ))
+        }
+        RequestKind::Heartbeat(req) => {
+            Handled::Working(Box::pin(async move { done(ResponseKind::Heartbeat(groups::heartbeat(&ctx, req).await)) }))
+        }
+        RequestKind::LeaveGroup(req) => Handled::Working(Box::pin(async move {
+            done(ResponseKind::LeaveGroup(groups::leave(&ctx, req, version).await))
+        })),
+        RequestKind::OffsetCommit(req) => Handled::Working(Box::pin(async move {
+            done(ResponseKind::OffsetCommit(groups::offset_commit(&ctx, req).await))
+        })),
+        RequestKind::OffsetFetch(req) => {
+            Handled::Working(Box::pin(
+                async move { done(ResponseKind::OffsetFetch(groups::offset_fetch(&ctx, req).await)) },
+            ))
+        }
+        RequestKind::ListGroups(req) => {
+            Handled::Working(Box::pin(
+                async move { done(ResponseKind::ListGroups(groups::list(&ctx, req, version).await)) },
+            ))
+        }
+        RequestKind::DescribeGroups(req) => Handled::Working(Box::pin(async move {
+            done(ResponseKind::DescribeGroups(groups::describe(&ctx, req, version).await))
+        })),
+        _ => Handled::Close(format!("no handler for {api:?}")),
+    }
+}

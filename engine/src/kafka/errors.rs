@@ -1,0 +1,98 @@
+//! Engine errors as Kafka error codes.
+
+use crate::error::EngineError;
+use crate::names::NameError;
+use crate::producer_state::SequenceError;
+use sluice_io::LogError;
+
+/// The Kafka error codes the listener sends (Kafka's `Errors.java`).
+pub mod code {
+    /// No error.
+    pub const NONE: i16 = 0;
+    /// An unexpected server error.
+    pub const UNKNOWN_SERVER_ERROR: i16 = -1;
+    /// The offset is outside the partition's range.
+    pub const OFFSET_OUT_OF_RANGE: i16 = 1;
+    /// A record batch failed its CRC or is malformed.
+    pub const CORRUPT_MESSAGE: i16 = 2;
+    /// No such topic or partition.
+    pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+    /// A batch larger than the log takes.
+    pub const RECORD_LIST_TOO_LARGE: i16 = 18;
+    /// acks is not 0, 1 or -1.
+    pub const INVALID_REQUIRED_ACKS: i16 = 21;
+    /// A record is larger than the topic accepts.
+    pub const MESSAGE_TOO_LARGE: i16 = 10;
+    /// The coordinator is not available (the engine is shutting down).
+    pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+    /// The topic name is not valid.
+    pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
+    /// A request from an older generation of the group.
+    pub const ILLEGAL_GENERATION: i16 = 22;
+    /// The group uses another protocol, or none the member offers is known.
+    pub const INCONSISTENT_GROUP_PROTOCOL: i16 = 23;
+    /// The group id is not valid.
+    pub const INVALID_GROUP_ID: i16 = 24;
+    /// The member is not in the group.
+    pub const UNKNOWN_MEMBER_ID: i16 = 25;
+    /// The session timeout is out of range.
+    pub const INVALID_SESSION_TIMEOUT: i16 = 26;
+    /// The group moved to a new generation: rejoin.
+    pub const REBALANCE_IN_PROGRESS: i16 = 27;
+    /// The version of the API is not supported.
+    pub const UNSUPPORTED_VERSION: i16 = 35;
+    /// The topic exists already.
+    pub const TOPIC_ALREADY_EXISTS: i16 = 36;
+    /// The partition count is not valid.
+    pub const INVALID_PARTITIONS: i16 = 37;
+    /// The replication factor is not valid (sluice keeps one copy).
+    pub const INVALID_REPLICATION_FACTOR: i16 = 38;
+    /// A configuration value is not valid.
+    pub const INVALID_CONFIG: i16 = 40;
+    /// The request is not valid.
+    pub const INVALID_REQUEST: i16 = 42;
+    /// A batch's sequence number is out of order.
+    pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
+    /// The producer's epoch is older than its current one.
+    pub const INVALID_PRODUCER_EPOCH: i16 = 47;
+    /// The storage failed.
+    pub const KAFKA_STORAGE_ERROR: i16 = 56;
+    /// No state is held for the producer.
+    pub const UNKNOWN_PRODUCER_ID: i16 = 59;
+    /// The compression codec is not supported.
+    pub const UNSUPPORTED_COMPRESSION_TYPE: i16 = 76;
+    /// A topic id that is not known (sluice has none).
+    pub const UNKNOWN_TOPIC_ID: i16 = 100;
+    /// The group has no committed offsets or members.
+    pub const GROUP_ID_NOT_FOUND: i16 = 69;
+    /// The operation is not supported by this broker (transactions).
+    pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
+}
+
+/// The Kafka error code of an engine error.
+#[must_use]
+pub fn of(e: &EngineError) -> i16 {
+    match e {
+        EngineError::UnknownTopic(_) | EngineError::PartitionOutOfRange { .. } => code::UNKNOWN_TOPIC_OR_PARTITION,
+        EngineError::TopicExists(_) => code::TOPIC_ALREADY_EXISTS,
+        EngineError::RecordTooLarge { .. } => code::MESSAGE_TOO_LARGE,
+        EngineError::InvalidName(
+            NameError::Empty { kind } | NameError::TooLong { kind, .. } | NameError::Invalid { kind, .. },
+        ) if *kind == "group" => code::INVALID_GROUP_ID,
+        EngineError::InvalidName(_) => code::INVALID_TOPIC_EXCEPTION,
+        EngineError::InvalidConfig(_) => code::INVALID_CONFIG,
+        EngineError::OffsetOutOfRange { .. } => code::OFFSET_OUT_OF_RANGE,
+        EngineError::Log { source: LogError::BatchTooLarge { .. }, .. } => code::RECORD_LIST_TOO_LARGE,
+        EngineError::Log { .. } | EngineError::Io { .. } => code::KAFKA_STORAGE_ERROR,
+        EngineError::Sequence { source, .. } => match source {
+            SequenceError::OutOfOrderSequence { .. } => code::OUT_OF_ORDER_SEQUENCE_NUMBER,
+            SequenceError::InvalidProducerEpoch { .. } => code::INVALID_PRODUCER_EPOCH,
+            SequenceError::UnknownProducer { .. } => code::UNKNOWN_PRODUCER_ID,
+            SequenceError::InvalidBatch { .. } => code::INVALID_REQUEST,
+        },
+        EngineError::UnknownGroup(_) | EngineError::UnknownMember { .. } => code::UNKNOWN_MEMBER_ID,
+        EngineError::StaleGeneration { .. } => code::ILLEGAL_GENERATION,
+        EngineError::ShutDown => code::COORDINATOR_NOT_AVAILABLE,
+        _ => code::UNKNOWN_SERVER_ERROR,
+    }
+}

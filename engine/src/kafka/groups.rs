@@ -1,0 +1,432 @@
+//! Kafka's classic consumer group protocol over the engine's coordinator.
+//!
+//! The engine computes assignments itself (as KIP-848 does), so the listener never
+//! elects a client as leader: JoinGroup names no leader, every member sends an empty
+//! SyncGroup, and SyncGroup answers each with the coordinator's assignment for it in the
+//! consumer protocol's format. The assignor is the first of the member's protocols the
+//! engine knows (`range`, `roundrobin`, `sticky`). Membership changes make a new
+//! generation at once; a member still at an older one is told REBALANCE_IN_PROGRESS on its
+//! next heartbeat or sync and rejoins; the commit it makes as it gives up its partitions
+//! is accepted (as Kafka accepts it during a rebalance), one from a member no longer in
+//! the group is refused (UNKNOWN_MEMBER_ID). Consumption is at least once: until the old
+//! member hears of the new generation, it and the new owner may both read a partition.
+//!
+//! Subscriptions and assignments are parsed and written here, with bounds checks on every
+//! count, rather than with the protocol crate (whose decoder allocates what a count
+//! claims before reading it).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
+use kafka_protocol::messages::leave_group_response::MemberResponse;
+use kafka_protocol::messages::list_groups_response::ListedGroup;
+use kafka_protocol::messages::offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
+use kafka_protocol::messages::offset_fetch_response::{OffsetFetchResponsePartition, OffsetFetchResponseTopic};
+use kafka_protocol::messages::{
+    DescribeGroupsRequest, DescribeGroupsResponse, GroupId, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest,
+    JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse,
+    OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, SyncGroupRequest,
+    SyncGroupResponse, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use sluice_io::Offset;
+
+use crate::assignor::{ASSIGNOR_NAMES, MemberId, TopicPartition};
+use crate::coordinator::JoinRequest;
+use crate::error::EngineError;
+
+use super::errors::{self, code};
+use super::listener::Context;
+
+/// The protocol type of consumer groups.
+const CONSUMER: &str = "consumer";
+/// Session timeouts accepted, in milliseconds (Kafka's broker defaults are 6 s to 30 min;
+/// the lower bound here is lower so tests can run fast).
+const SESSION_TIMEOUT_MS: std::ops::RangeInclusive<i32> = 1_000..=1_800_000;
+
+fn str_bytes(s: impl Into<String>) -> StrBytes {
+    StrBytes::from_string(s.into())
+}
+
+/// Reads the topics of a consumer protocol subscription (any version: the topic list
+/// comes first in all of them; what follows is not needed).
+pub fn parse_subscription(bytes: &[u8]) -> Result<Vec<String>, String> {
+    let mut at = 0usize;
+    let mut take = |n: usize| -> Result<&[u8], String> {
+        let end = at.checked_add(n).filter(|&e| e <= bytes.len()).ok_or("subscription truncated")?;
+        let s = &bytes[at..end];
+        at = end;
+        Ok(s)
+    };
+    let version = i16::from_be_bytes(take(2)?.try_into().map_err(|_| "subscription truncated")?);
+    if version < 0 {
+        return Err(format!("subscription version {version}"));
+    }
+    let count = i32::from_be_bytes(take(4)?.try_into().map_err(|_| "subscription truncated")?);
+    if count < 0 || count as usize > bytes.len() / 2 {
+        return Err(format!("subscription claims {count} topics in {} bytes", bytes.len()));
+    }
+    let mut topics = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        let len = i16::from_be_bytes(take(2)?.try_into().map_err(|_| "subscription truncated")?);
+        let len = usize::try_from(len).map_err(|_| "a null topic name in a subscription")?;
+        let name = std::str::from_utf8(take(len)?).map_err(|_| "a topic name that is not UTF-8")?;
+        topics.push(name.to_string());
+    }
+    Ok(topics)
+}
+
+/// Writes a consumer protocol subscription (version 0) of `topics`.
+pub fn encode_subscription(topics: &[String]) -> Bytes {
+    let mut b = BytesMut::new();
+    b.put_i16(0);
+    b.put_i32(topics.len() as i32);
+    for t in topics {
+        b.put_i16(t.len() as i16);
+        b.put_slice(t.as_bytes());
+    }
+    b.put_i32(-1); // no user data
+    b.freeze()
+}
+
+/// Writes a consumer protocol assignment (version 0) of `partitions`.
+pub fn encode_assignment(partitions: &[TopicPartition]) -> Bytes {
+    let mut by_topic: Vec<(&str, Vec<i32>)> = Vec::new();
+    for tp in partitions {
+        match by_topic.iter_mut().find(|(t, _)| *t == tp.topic) {
+            Some((_, ps)) => ps.push(tp.partition as i32),
+            None => by_topic.push((&tp.topic, vec![tp.partition as i32])),
+        }
+    }
+    let mut b = BytesMut::new();
+    b.put_i16(0);
+    b.put_i32(by_topic.len() as i32);
+    for (t, ps) in by_topic {
+        b.put_i16(t.len() as i16);
+        b.put_slice(t.as_bytes());
+        b.put_i32(ps.len() as i32);
+        for p in ps {
+            b.put_i32(p);
+        }
+    }
+    b.put_i32(-1); // no user data
+    b.freeze()
+}
+
+fn member_of(id: &StrBytes) -> Option<MemberId> {
+    (!id.is_empty()).then(|| MemberId::new(id.as_str()))
+}
+
+/// Handles a JoinGroup request.
+pub(crate) async fn join(ctx: &Arc<Context>, req: JoinGroupRequest, version: i16) -> JoinGroupResponse {
+    let mut resp = JoinGroupResponse::default();
+    resp.generation_id = -1;
+    resp.member_id = req.member_id.clone();
+    let outcome: Result<(String, crate::coordinator::MemberState), i16> = async {
+        if req.protocol_type.as_str() != CONSUMER {
+            return Err(code::INCONSISTENT_GROUP_PROTOCOL);
+        }
+        if !SESSION_TIMEOUT_MS.contains(&req.session_timeout_ms) {
+            return Err(code::INVALID_SESSION_TIMEOUT);
+        }
+        let protocol = req
+            .protocols
+            .iter()
+            .find(|p| ASSIGNOR_NAMES.contains(&p.name.as_str()))
+            .ok_or(code::INCONSISTENT_GROUP_PROTOCOL)?;
+        let topics = parse_subscription(&protocol.metadata).map_err(|_| code::INCONSISTENT_GROUP_PROTOCOL)?;
+        let join = JoinRequest {
+            member: member_of(&req.member_id),
+            topics,
+            session_timeout: Duration::from_millis(req.session_timeout_ms as u64),
+            assignor: protocol.name.as_str().to_string(),
+        };
+        let state = ctx.engine.join_group(req.group_id.0.as_str(), join).await.map_err(|e| match e {
+            EngineError::InvalidConfig(_) => code::INCONSISTENT_GROUP_PROTOCOL,
+            e => errors::of(&e),
+        })?;
+        Ok((protocol.name.as_str().to_string(), state))
+    }
+    .await;
+    match outcome {
+        Ok((protocol, state)) => {
+            resp.generation_id = state.generation as i32;
+            resp.member_id = str_bytes(state.member.as_str());
+            resp.protocol_name = Some(str_bytes(protocol));
+            if version >= 7 {
+                resp.protocol_type = Some(str_bytes(CONSUMER));
+            }
+            // No leader: the coordinator assigns (see the module docs).
+            resp.leader = StrBytes::default();
+        }
+        Err(c) => resp.error_code = c,
+    }
+    resp
+}
+
+/// A stale generation in a sync or heartbeat means "rejoin".
+fn rejoin_code(e: &EngineError) -> i16 {
+    match e {
+        EngineError::StaleGeneration { .. } => code::REBALANCE_IN_PROGRESS,
+        e => errors::of(e),
+    }
+}
+
+/// Handles a SyncGroup request: the member's assignment from the coordinator.
+pub(crate) async fn sync(ctx: &Arc<Context>, req: SyncGroupRequest, version: i16) -> SyncGroupResponse {
+    let mut resp = SyncGroupResponse::default();
+    let Some(member) = member_of(&req.member_id) else {
+        resp.error_code = code::UNKNOWN_MEMBER_ID;
+        return resp;
+    };
+    let generation = u32::try_from(req.generation_id).unwrap_or(u32::MAX);
+    match ctx.engine.sync_group(req.group_id.0.as_str(), &member, generation).await {
+        Ok(state) => {
+            resp.assignment = encode_assignment(&state.assignment);
+            if version >= 5 {
+                resp.protocol_type = req.protocol_type.clone().or_else(|| Some(str_bytes(CONSUMER)));
+                resp.protocol_name = req.protocol_name.clone();
+            }
+        }
+        Err(e) => resp.error_code = rejoin_code(&e),
+    }
+    resp
+}
+
+/// Handles a Heartbeat request: REBALANCE_IN_PROGRESS once the group has a newer
+/// generation than the member's.
+pub(crate) async fn heartbeat(ctx: &Arc<Context>, req: HeartbeatRequest) -> HeartbeatResponse {
+    let mut resp = HeartbeatResponse::default();
+    resp.error_code = match heartbeat_code(ctx, &req).await {
+        Ok(c) => c,
+        Err(e) => rejoin_code(&e),
+    };
+    resp
+}
+
+async fn heartbeat_code(ctx: &Context, req: &HeartbeatRequest) -> Result<i16, EngineError> {
+    let group = req.group_id.0.as_str();
+    let Some(member) = member_of(&req.member_id) else { return Ok(code::UNKNOWN_MEMBER_ID) };
+    // The engine's heartbeat wants the member's topics (to notice new partitions).
+    let topics = match ctx.engine.describe_group(group).await? {
+        Some(d) => match d.members.into_iter().find(|(m, _, _)| *m == member) {
+            Some((_, topics, _)) => topics,
+            None => return Ok(code::UNKNOWN_MEMBER_ID),
+        },
+        None => return Ok(code::UNKNOWN_MEMBER_ID),
+    };
+    let state = ctx.engine.heartbeat(group, &member, &topics).await?;
+    Ok(if i64::from(state.generation) == i64::from(req.generation_id) {
+        code::NONE
+    } else {
+        code::REBALANCE_IN_PROGRESS
+    })
+}
+
+/// Handles a LeaveGroup request (one member before v3, a list from v3).
+pub(crate) async fn leave(ctx: &Arc<Context>, req: LeaveGroupRequest, version: i16) -> LeaveGroupResponse {
+    let mut resp = LeaveGroupResponse::default();
+    let group = req.group_id.0.as_str();
+    let leave_one = |id: StrBytes| async move {
+        match member_of(&id) {
+            None => code::UNKNOWN_MEMBER_ID,
+            Some(m) => match ctx.engine.leave_group(group, &m).await {
+                Ok(()) => code::NONE,
+                Err(e) => errors::of(&e),
+            },
+        }
+    };
+    if version < 3 {
+        resp.error_code = leave_one(req.member_id.clone()).await;
+    } else {
+        for m in req.members {
+            let mut r = MemberResponse::default();
+            r.error_code = leave_one(m.member_id.clone()).await;
+            r.member_id = m.member_id;
+            r.group_instance_id = m.group_instance_id;
+            resp.members.push(r);
+        }
+    }
+    resp
+}
+
+/// Handles an OffsetCommit request, from a member (its id and generation) or standalone
+/// (generation -1, no member id) while the group has no members.
+pub(crate) async fn offset_commit(ctx: &Arc<Context>, req: OffsetCommitRequest) -> OffsetCommitResponse {
+    let group = req.group_id.0.as_str();
+    let member = member_of(&req.member_id);
+    let generation = req.generation_id_or_member_epoch;
+    let mut offsets = Vec::new();
+    let mut invalid = Vec::new();
+    for t in &req.topics {
+        for p in &t.partitions {
+            match (u32::try_from(p.partition_index), u64::try_from(p.committed_offset)) {
+                (Ok(pi), Ok(o)) => offsets.push((t.name.0.as_str().to_string(), pi, Offset(o))),
+                _ => invalid.push((t.name.0.as_str().to_string(), p.partition_index)),
+            }
+        }
+    }
+    let result = match (&member, generation) {
+        (None, -1) => ctx.engine.commit_offsets(group, None, &offsets).await,
+        (Some(m), g) if g >= 0 => match ctx.engine.commit_offsets(group, Some((m, g as u32)), &offsets).await {
+            // The engine starts a new generation as soon as membership changes, where
+            // Kafka's coordinator first waits for every member to rejoin, accepting the
+            // commits members make as they give up their partitions. A member still in
+            // the group committing at its older generation is doing just that: let it
+            // through (at worst records are read twice, never skipped).
+            Err(EngineError::StaleGeneration { got, current, .. }) if got < current => {
+                ctx.engine.commit_offsets(group, Some((m, current)), &offsets).await
+            }
+            other => other,
+        },
+        (None, _) => Err(EngineError::UnknownMember { group: group.to_string(), member: String::new() }),
+        (Some(m), _) => {
+            Err(EngineError::StaleGeneration { group: group.into(), member: m.to_string(), got: 0, current: 0 })
+        }
+    };
+    let shared = match &result {
+        Ok(()) => code::NONE,
+        Err(EngineError::InvalidConfig(_)) => code::UNKNOWN_MEMBER_ID,
+        Err(e) => errors::of(e),
+    };
+    let mut resp = OffsetCommitResponse::default();
+    for t in req.topics {
+        let mut tr = OffsetCommitResponseTopic::default();
+        for p in &t.partitions {
+            let mut pr = OffsetCommitResponsePartition::default();
+            pr.partition_index = p.partition_index;
+            let bad = invalid.iter().any(|(n, i)| n == t.name.0.as_str() && *i == p.partition_index);
+            pr.error_code = if bad { code::INVALID_REQUEST } else { shared };
+            tr.partitions.push(pr);
+        }
+        tr.name = t.name;
+        resp.topics.push(tr);
+    }
+    resp
+}
+
+/// Handles an OffsetFetch request (one group, versions before 8).
+pub(crate) async fn offset_fetch(ctx: &Arc<Context>, req: OffsetFetchRequest) -> OffsetFetchResponse {
+    let mut resp = OffsetFetchResponse::default();
+    let committed = match ctx.engine.committed_offsets(req.group_id.0.as_str()).await {
+        Ok(c) => c,
+        Err(e) => {
+            resp.error_code = errors::of(&e);
+            return resp;
+        }
+    };
+    let asked: Vec<(String, Vec<i32>)> = match req.topics {
+        Some(ts) => ts.into_iter().map(|t| (t.name.0.as_str().to_string(), t.partition_indexes)).collect(),
+        None => {
+            let mut all: Vec<(String, Vec<i32>)> = Vec::new();
+            for (topic, p) in committed.keys() {
+                match all.last_mut() {
+                    Some((t, ps)) if t == topic => ps.push(*p as i32),
+                    _ => all.push((topic.clone(), vec![*p as i32])),
+                }
+            }
+            all
+        }
+    };
+    for (topic, partitions) in asked {
+        let mut tr = OffsetFetchResponseTopic::default();
+        for p in partitions {
+            let mut pr = OffsetFetchResponsePartition::default();
+            pr.partition_index = p;
+            pr.committed_offset =
+                u32::try_from(p).ok().and_then(|pi| committed.get(&(topic.clone(), pi))).map_or(-1, |o| o.0 as i64);
+            pr.metadata = Some(StrBytes::default());
+            tr.partitions.push(pr);
+        }
+        tr.name = TopicName(str_bytes(topic));
+        resp.topics.push(tr);
+    }
+    resp
+}
+
+fn state_name(members: usize) -> &'static str {
+    if members == 0 { "Empty" } else { "Stable" }
+}
+
+/// Handles a ListGroups request.
+pub(crate) async fn list(ctx: &Arc<Context>, _req: ListGroupsRequest, version: i16) -> ListGroupsResponse {
+    let mut resp = ListGroupsResponse::default();
+    match ctx.engine.list_groups().await {
+        Ok(groups) => {
+            for g in groups {
+                let mut lg = ListedGroup::default();
+                if version >= 4 {
+                    let members = ctx.engine.describe_group(&g).await.ok().flatten().map_or(0, |d| d.members.len());
+                    lg.group_state = str_bytes(state_name(members));
+                }
+                lg.group_id = GroupId(str_bytes(g));
+                lg.protocol_type = str_bytes(CONSUMER);
+                resp.groups.push(lg);
+            }
+        }
+        Err(e) => resp.error_code = errors::of(&e),
+    }
+    resp
+}
+
+/// Handles a DescribeGroups request.
+pub(crate) async fn describe(ctx: &Arc<Context>, req: DescribeGroupsRequest, _version: i16) -> DescribeGroupsResponse {
+    let mut resp = DescribeGroupsResponse::default();
+    for g in req.groups {
+        let mut dg = DescribedGroup::default();
+        match ctx.engine.describe_group(g.0.as_str()).await {
+            Ok(None) => dg.group_state = str_bytes("Dead"),
+            Ok(Some(d)) => {
+                dg.group_state = str_bytes(state_name(d.members.len()));
+                dg.protocol_type = str_bytes(CONSUMER);
+                dg.protocol_data = str_bytes(d.assignor.clone());
+                for (id, topics, assignment) in d.members {
+                    let mut m = DescribedGroupMember::default();
+                    m.member_id = str_bytes(id.as_str());
+                    m.member_metadata = encode_subscription(&topics);
+                    m.member_assignment = encode_assignment(&assignment);
+                    dg.members.push(m);
+                }
+            }
+            Err(e) => dg.error_code = errors::of(&e),
+        }
+        dg.group_id = g;
+        resp.groups.push(dg);
+    }
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subscriptions_round_trip_and_lies_are_refused() {
+        let topics = vec!["orders".to_string(), "a.b-c_d".to_string()];
+        assert_eq!(parse_subscription(&encode_subscription(&topics)), Ok(topics));
+        assert!(parse_subscription(&[0, 0, 0x7f, 0xff, 0xff, 0xff]).is_err());
+        assert!(parse_subscription(&[0, 1, 0, 0, 0, 1, 0, 9, b'x']).is_err());
+        assert!(parse_subscription(&[0]).is_err());
+    }
+
+    #[test]
+    fn assignments_group_partitions_by_topic() {
+        let a =
+            encode_assignment(&[TopicPartition::new("t", 0), TopicPartition::new("u", 3), TopicPartition::new("t", 2)]);
+        let mut want = BytesMut::new();
+        want.put_i16(0);
+        want.put_i32(2);
+        for (t, ps) in [("t", &[0, 2][..]), ("u", &[3][..])] {
+            want.put_i16(1);
+            want.put_slice(t.as_bytes());
+            want.put_i32(ps.len() as i32);
+            for p in ps {
+                want.put_i32(*p);
+            }
+        }
+        want.put_i32(-1);
+        assert_eq!(a, want.freeze());
+    }
+}

@@ -1,0 +1,447 @@
+//! A bounds check of every request body before the protocol crate decodes it.
+//!
+//! `kafka-protocol` 0.18 sizes a vector from an array's count before reading a single
+//! element (`Vec::with_capacity(n)`), so a 12-byte Metadata request claiming 2^31 topics
+//! makes it ask for ~150 GB, and a failed allocation aborts the process (upstream
+//! kafka-protocol-rs pull requests #152, #161 and #200). This module walks the body by
+//! the schema of each API at the versions the listener supports, checks that every
+//! count is no larger than the bytes left (every element takes at least one byte), and
+//! refuses the request otherwise, before anything is allocated from it.
+//!
+//! The schemas below mirror the crate's generated decoders field by field; a test
+//! encodes a request of every supported API and version with the crate and checks that
+//! the walk accepts it and ends exactly at its end.
+
+/// A field's wire type.
+#[derive(Clone, Copy, Debug)]
+enum T {
+    I8,
+    I16,
+    I32,
+    I64,
+    Uuid,
+    /// A (nullable) string: i16 length, or a compact length in flexible versions.
+    Str,
+    /// (Nullable) bytes: i32 length, or a compact length in flexible versions.
+    Bytes,
+    /// An array of i32.
+    ArrI32,
+    /// An array of strings.
+    ArrStr,
+    /// An array of structs with these fields (each with tagged fields when flexible).
+    Arr(&'static [F]),
+}
+
+/// A field present in versions `min..=max`.
+#[derive(Clone, Copy, Debug)]
+struct F {
+    t: T,
+    min: i16,
+    max: i16,
+}
+
+const fn all(t: T) -> F {
+    F { t, min: 0, max: i16::MAX }
+}
+
+const fn since(min: i16, t: T) -> F {
+    F { t, min, max: i16::MAX }
+}
+
+const fn until(max: i16, t: T) -> F {
+    F { t, min: 0, max }
+}
+
+const fn between(min: i16, max: i16, t: T) -> F {
+    F { t, min, max }
+}
+
+use T::{Arr, ArrI32, ArrStr, Bytes, I8, I16, I32, I64, Str, Uuid};
+
+const PRODUCE: &[F] =
+    &[all(Str), all(I16), all(I32), all(Arr(&[until(12, Str), since(13, Uuid), all(Arr(&[all(I32), all(Bytes)]))]))];
+const FETCH: &[F] = &[
+    until(14, I32),
+    all(I32),
+    all(I32),
+    all(I32),
+    all(I8),
+    since(7, I32),
+    since(7, I32),
+    all(Arr(&[
+        until(12, Str),
+        since(13, Uuid),
+        all(Arr(&[all(I32), since(9, I32), all(I64), since(12, I32), since(5, I64), all(I32)])),
+    ])),
+    since(7, Arr(&[between(7, 12, Str), since(13, Uuid), all(ArrI32)])),
+    since(11, Str),
+];
+const LIST_OFFSETS: &[F] =
+    &[all(I32), since(2, I8), all(Arr(&[all(Str), all(Arr(&[all(I32), since(4, I32), all(I64)]))])), since(10, I32)];
+const METADATA: &[F] = &[all(Arr(&[since(10, Uuid), all(Str)])), since(4, I8), between(8, 10, I8), since(8, I8)];
+const OFFSET_COMMIT: &[F] = &[
+    all(Str),
+    all(I32),
+    all(Str),
+    since(7, Str),
+    until(4, I64),
+    all(Arr(&[all(Str), all(Arr(&[all(I32), all(I64), since(6, I32), all(Str)]))])),
+];
+const OFFSET_FETCH: &[F] = &[until(7, Str), until(7, Arr(&[all(Str), all(ArrI32)])), since(7, I8)];
+const FIND_COORDINATOR: &[F] = &[until(3, Str), since(1, I8)];
+const JOIN_GROUP: &[F] = &[
+    all(Str),
+    all(I32),
+    since(1, I32),
+    all(Str),
+    since(5, Str),
+    all(Str),
+    all(Arr(&[all(Str), all(Bytes)])),
+    since(8, Str),
+];
+const HEARTBEAT: &[F] = &[all(Str), all(I32), all(Str), since(3, Str)];
+const LEAVE_GROUP: &[F] = &[all(Str), until(2, Str), since(3, Arr(&[all(Str), all(Str), since(5, Str)]))];
+const SYNC_GROUP: &[F] =
+    &[all(Str), all(I32), all(Str), since(3, Str), since(5, Str), since(5, Str), all(Arr(&[all(Str), all(Bytes)]))];
+const DESCRIBE_GROUPS: &[F] = &[all(ArrStr), since(3, I8)];
+const LIST_GROUPS: &[F] = &[since(4, ArrStr), since(5, ArrStr)];
+const API_VERSIONS: &[F] = &[since(3, Str), since(3, Str)];
+const CREATE_TOPICS: &[F] = &[
+    all(Arr(&[all(Str), all(I32), all(I16), all(Arr(&[all(I32), all(ArrI32)])), all(Arr(&[all(Str), all(Str)]))])),
+    all(I32),
+    since(1, I8),
+];
+const DELETE_TOPICS: &[F] = &[since(6, Arr(&[all(Str), all(Uuid)])), until(5, ArrStr), all(I32)];
+const INIT_PRODUCER_ID: &[F] = &[all(Str), all(I32), since(3, I64), since(3, I16)];
+
+/// The schema of an API's request body and the first version that is flexible.
+fn schema(api_key: i16) -> Option<(&'static [F], i16)> {
+    Some(match api_key {
+        0 => (PRODUCE, 9),
+        1 => (FETCH, 12),
+        2 => (LIST_OFFSETS, 6),
+        3 => (METADATA, 9),
+        8 => (OFFSET_COMMIT, 8),
+        9 => (OFFSET_FETCH, 6),
+        10 => (FIND_COORDINATOR, 3),
+        11 => (JOIN_GROUP, 6),
+        12 => (HEARTBEAT, 4),
+        13 => (LEAVE_GROUP, 4),
+        14 => (SYNC_GROUP, 4),
+        15 => (DESCRIBE_GROUPS, 5),
+        16 => (LIST_GROUPS, 3),
+        18 => (API_VERSIONS, 3),
+        19 => (CREATE_TOPICS, 5),
+        20 => (DELETE_TOPICS, 4),
+        22 => (INIT_PRODUCER_ID, 2),
+        _ => return None,
+    })
+}
+
+struct Walk<'a> {
+    bytes: &'a [u8],
+    at: usize,
+    version: i16,
+    flexible: bool,
+}
+
+impl Walk<'_> {
+    fn left(&self) -> usize {
+        self.bytes.len() - self.at
+    }
+
+    fn skip(&mut self, n: usize) -> Result<(), String> {
+        if n > self.left() {
+            return Err(format!("a field of {n} bytes at byte {} runs past the end ({} left)", self.at, self.left()));
+        }
+        self.at += n;
+        Ok(())
+    }
+
+    fn fixed<const N: usize>(&mut self) -> Result<[u8; N], String> {
+        let start = self.at;
+        self.skip(N)?;
+        let mut b = [0u8; N];
+        b.copy_from_slice(&self.bytes[start..self.at]);
+        Ok(b)
+    }
+
+    fn uvarint(&mut self) -> Result<u64, String> {
+        let mut v = 0u64;
+        for i in 0..5 {
+            let [b] = self.fixed::<1>()?;
+            v |= u64::from(b & 0x7f) << (7 * i);
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err(format!("an unsigned varint longer than 5 bytes at byte {}", self.at))
+    }
+
+    /// A length or count: `None` for null.
+    fn length(&mut self, wide: bool) -> Result<Option<usize>, String> {
+        if self.flexible {
+            return Ok(self.uvarint()?.checked_sub(1).map(|n| n as usize));
+        }
+        let n = if wide {
+            i64::from(i32::from_be_bytes(self.fixed()?))
+        } else {
+            i64::from(i16::from_be_bytes(self.fixed()?))
+        };
+        match n {
+            -1 => Ok(None),
+            n if n < 0 => Err(format!("a negative length {n} at byte {}", self.at)),
+            n => Ok(Some(n as usize)),
+        }
+    }
+
+    fn count(&mut self) -> Result<usize, String> {
+        let n = self.length(true)?.unwrap_or(0);
+        if n > self.left() {
+            return Err(format!("an array of {n} elements with {} bytes left", self.left()));
+        }
+        Ok(n)
+    }
+
+    fn tagged(&mut self) -> Result<(), String> {
+        if self.flexible {
+            let n = self.uvarint()?;
+            for _ in 0..n {
+                self.uvarint()?;
+                let size = self.uvarint()?;
+                self.skip(size as usize)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn fields(&mut self, fields: &[F]) -> Result<(), String> {
+        let version = self.version;
+        for f in fields.iter().filter(|f| (f.min..=f.max).contains(&version)) {
+            match f.t {
+                I8 => self.skip(1)?,
+                I16 => self.skip(2)?,
+                I32 => self.skip(4)?,
+                I64 => self.skip(8)?,
+                Uuid => self.skip(16)?,
+                Str => {
+                    let n = self.length(false)?.unwrap_or(0);
+                    self.skip(n)?;
+                }
+                Bytes => {
+                    let n = self.length(true)?.unwrap_or(0);
+                    self.skip(n)?;
+                }
+                ArrI32 => {
+                    let n = self.count()?;
+                    self.skip(n.checked_mul(4).ok_or("an array too large")?)?;
+                }
+                ArrStr => {
+                    for _ in 0..self.count()? {
+                        let n = self.length(false)?.unwrap_or(0);
+                        self.skip(n)?;
+                    }
+                }
+                Arr(inner) => {
+                    for _ in 0..self.count()? {
+                        self.fields(inner)?;
+                        self.tagged()?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Checks a request body (after its header) of `api_key` at `version`. Returns the bytes
+/// the body's fields take (anything after them is ignored by the decoder).
+pub fn check_body(api_key: i16, version: i16, body: &[u8]) -> Result<usize, String> {
+    let (fields, flexible_from) = schema(api_key).ok_or_else(|| format!("no schema for API key {api_key}"))?;
+    let mut w = Walk { bytes: body, at: 0, version, flexible: version >= flexible_from };
+    w.fields(fields)?;
+    w.tagged()?;
+    Ok(w.at)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kafka::dispatch::SUPPORTED;
+    use bytes::BytesMut;
+    use kafka_protocol::messages::*;
+    use kafka_protocol::protocol::{Encodable, StrBytes};
+
+    fn enc<M: Encodable>(m: &M, buf: &mut BytesMut, version: i16) -> Result<(), String> {
+        m.encode(buf, version).map_err(|e| e.to_string())
+    }
+
+    fn s(x: &str) -> StrBytes {
+        StrBytes::from_string(x.to_string())
+    }
+
+    /// A request of `api` with one element in every array, encoded at `version`.
+    fn sample(api: ApiKey, version: i16) -> Vec<u8> {
+        let mut buf = BytesMut::new();
+        let topic = TopicName(s("topic"));
+        let r: Result<(), String> = match api {
+            ApiKey::Produce => {
+                let mut p = produce_request::PartitionProduceData::default();
+                p.records = Some(bytes::Bytes::from_static(b"0123456789"));
+                let mut t = produce_request::TopicProduceData::default();
+                t.name = topic;
+                t.partition_data = vec![p];
+                let mut r = ProduceRequest::default();
+                r.topic_data = vec![t];
+                enc(&r, &mut buf, version)
+            }
+            ApiKey::Fetch => {
+                let mut t = fetch_request::FetchTopic::default();
+                t.topic = topic.clone();
+                t.partitions = vec![fetch_request::FetchPartition::default()];
+                let mut r = FetchRequest::default();
+                r.topics = vec![t];
+                if version >= 7 {
+                    let mut f = fetch_request::ForgottenTopic::default();
+                    f.topic = topic;
+                    f.partitions = vec![1, 2];
+                    r.forgotten_topics_data = vec![f];
+                }
+                enc(&r, &mut buf, version)
+            }
+            ApiKey::ListOffsets => {
+                let mut t = list_offsets_request::ListOffsetsTopic::default();
+                t.name = topic;
+                t.partitions = vec![list_offsets_request::ListOffsetsPartition::default()];
+                let mut r = ListOffsetsRequest::default();
+                r.topics = vec![t];
+                enc(&r, &mut buf, version)
+            }
+            ApiKey::Metadata => {
+                let mut t = metadata_request::MetadataRequestTopic::default();
+                t.name = Some(topic);
+                let mut r = MetadataRequest::default();
+                r.topics = Some(vec![t]);
+                enc(&r, &mut buf, version)
+            }
+            ApiKey::OffsetCommit => {
+                let mut t = offset_commit_request::OffsetCommitRequestTopic::default();
+                t.name = topic;
+                t.partitions = vec![offset_commit_request::OffsetCommitRequestPartition::default()];
+                let mut r = OffsetCommitRequest::default();
+                r.group_id = GroupId(s("g"));
+                r.topics = vec![t];
+                enc(&r, &mut buf, version)
+            }
+            ApiKey::OffsetFetch => {
+                let mut t = offset_fetch_request::OffsetFetchRequestTopic::default();
+                t.name = topic;
+                t.partition_indexes = vec![0, 1];
+                let mut r = OffsetFetchRequest::default();
+                r.group_id = GroupId(s("g"));
+                r.topics = Some(vec![t]);
+                enc(&r, &mut buf, version)
+            }
+            ApiKey::FindCoordinator => {
+                let mut r = FindCoordinatorRequest::default();
+                r.key = s("g");
+                enc(&r, &mut buf, version)
+            }
+            ApiKey::JoinGroup => {
+                let mut p = join_group_request::JoinGroupRequestProtocol::default();
+                p.name = s("range");
+                p.metadata = bytes::Bytes::from_static(b"meta");
+                let mut r = JoinGroupRequest::default();
+                r.group_id = GroupId(s("g"));
+                r.protocol_type = s("consumer");
+                r.protocols = vec![p];
+                enc(&r, &mut buf, version)
+            }
+            ApiKey::Heartbeat => enc(&HeartbeatRequest::default(), &mut buf, version),
+            ApiKey::LeaveGroup => {
+                let mut r = LeaveGroupRequest::default();
+                if version >= 3 {
+                    r.members = vec![leave_group_request::MemberIdentity::default()];
+                }
+                enc(&r, &mut buf, version)
+            }
+            ApiKey::SyncGroup => {
+                let mut a = sync_group_request::SyncGroupRequestAssignment::default();
+                a.member_id = s("m");
+                a.assignment = bytes::Bytes::from_static(b"assignment");
+                let mut r = SyncGroupRequest::default();
+                r.assignments = vec![a];
+                enc(&r, &mut buf, version)
+            }
+            ApiKey::DescribeGroups => {
+                let mut r = DescribeGroupsRequest::default();
+                r.groups = vec![GroupId(s("g")), GroupId(s("h"))];
+                enc(&r, &mut buf, version)
+            }
+            ApiKey::ListGroups => {
+                let mut r = ListGroupsRequest::default();
+                if version >= 4 {
+                    r.states_filter = vec![s("Stable")];
+                }
+                enc(&r, &mut buf, version)
+            }
+            ApiKey::ApiVersions => enc(&ApiVersionsRequest::default(), &mut buf, version),
+            ApiKey::CreateTopics => {
+                let mut a = create_topics_request::CreatableReplicaAssignment::default();
+                a.broker_ids = vec![BrokerId(0)];
+                let mut c = create_topics_request::CreatableTopicConfig::default();
+                c.name = s("retention.ms");
+                c.value = Some(s("1000"));
+                let mut t = create_topics_request::CreatableTopic::default();
+                t.name = topic;
+                t.assignments = vec![a];
+                t.configs = vec![c];
+                let mut r = CreateTopicsRequest::default();
+                r.topics = vec![t];
+                enc(&r, &mut buf, version)
+            }
+            ApiKey::DeleteTopics => {
+                let mut r = DeleteTopicsRequest::default();
+                if version >= 6 {
+                    let mut t = delete_topics_request::DeleteTopicState::default();
+                    t.name = Some(topic);
+                    r.topics = vec![t];
+                } else {
+                    r.topic_names = vec![topic];
+                }
+                enc(&r, &mut buf, version)
+            }
+            ApiKey::InitProducerId => enc(&InitProducerIdRequest::default(), &mut buf, version),
+            other => panic!("no sample for {other:?}"),
+        };
+        r.unwrap_or_else(|e| panic!("encoding {api:?} v{version}: {e}"));
+        buf.to_vec()
+    }
+
+    #[test]
+    fn every_supported_request_walks_to_its_end() {
+        for &(api, min, max) in SUPPORTED {
+            for version in min..=max {
+                let body = sample(api, version);
+                assert_eq!(
+                    check_body(api as i16, version, &body),
+                    Ok(body.len()),
+                    "{api:?} v{version} ({} bytes)",
+                    body.len()
+                );
+                // Every strict prefix is refused (nothing is optional at the end).
+                for cut in 0..body.len() {
+                    assert!(check_body(api as i16, version, &body[..cut]).is_err(), "{api:?} v{version} cut at {cut}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn counts_larger_than_the_bytes_left_are_refused() {
+        assert!(check_body(3, 1, &[0x7f, 0xff, 0xff, 0xff]).is_err());
+        assert!(check_body(3, 9, &[0xff, 0xff, 0xff, 0xff, 0x0f, 0]).is_err());
+        assert!(check_body(15, 0, &[0, 0, 0, 3, 0, 1, b'a']).is_err());
+        assert_eq!(check_body(3, 1, &[0xff, 0xff, 0xff, 0xff]), Ok(4), "a null topic list");
+    }
+}

@@ -1,0 +1,360 @@
+//! The listener: executors that accept connections, and each connection's read and write
+//! loops.
+//!
+//! Every executor binds its own socket to the same address with `SO_REUSEPORT`, and the
+//! kernel spreads new connections over them; executor `i` is pinned to the core of shard
+//! `i` (thread-per-core: the shard and the connections it most likely serves share a
+//! core, though a request for a partition another shard owns still crosses to it through
+//! the engine handle's channel). A connection stays on the executor that accepted it.
+//!
+//! A connection is two tasks. The reader reads a frame (its length first; more than
+//! `max_request_bytes` closes the connection; the body must arrive within
+//! `frame_timeout`, and its buffer grows only with bytes received), starts handling it,
+//! and queues the pending response; the queue holds `max_in_flight_per_connection`, so a
+//! client that pipelines more waits. Each request is polled once before the next is read,
+//! so requests reach the shards in the order they were sent (Kafka's per-connection order
+//! for produce). The writer sends responses in request order and gives up on a client
+//! that does not read within `write_timeout`. Either loop ending ends the other.
+
+use std::cell::Cell;
+use std::net::{SocketAddr, TcpListener as StdListener};
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use futures_lite::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
+use futures_lite::{Future, FutureExt};
+use glommio::net::{TcpListener, TcpStream};
+
+use crate::engine::EngineHandle;
+
+use super::dispatch::{self, Handled, Reply};
+use super::{KafkaConfig, KafkaError};
+
+/// A running listener. Dropping it stops it (as [`KafkaServer::shutdown`] does).
+#[derive(Debug)]
+pub struct KafkaServer {
+    addr: SocketAddr,
+    stop: Option<async_channel::Sender<()>>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+/// What every connection of the listener shares.
+#[derive(Debug)]
+pub(crate) struct Context {
+    pub(crate) engine: EngineHandle,
+    pub(crate) config: KafkaConfig,
+    /// The host and port clients are told to connect to.
+    pub(crate) advertised: (String, i32),
+}
+
+impl KafkaServer {
+    /// Binds the address and starts `config.executors` listener executors serving
+    /// `engine`. Returns once every executor is accepting.
+    pub fn start(engine: EngineHandle, config: KafkaConfig) -> Result<KafkaServer, KafkaError> {
+        if config.executors == 0 || config.executors > 1024 {
+            return Err(KafkaError::Config(format!("executors must be within 1..=1024, not {}", config.executors)));
+        }
+        if config.max_request_bytes < 64 || config.max_request_bytes > (1 << 30) {
+            return Err(KafkaError::Config(format!(
+                "max_request_bytes must be within 64..=1 GiB, not {}",
+                config.max_request_bytes
+            )));
+        }
+        if config.max_in_flight_per_connection == 0 || config.max_connections_per_executor == 0 {
+            return Err(KafkaError::Config("in-flight and connection limits must be positive".into()));
+        }
+        // Bind once without SO_REUSEPORT first: this fails if anything already listens
+        // there (a reuse-port socket would silently share the port with it) and resolves
+        // port 0 to the port every executor then binds.
+        let probe =
+            StdListener::bind(config.listen).map_err(|source| KafkaError::Bind { addr: config.listen, source })?;
+        let addr = probe.local_addr().map_err(|source| KafkaError::Bind { addr: config.listen, source })?;
+        drop(probe);
+        let advertised = match &config.advertise {
+            Some((host, port)) => (host.clone(), i32::from(*port)),
+            None if addr.ip().is_unspecified() => ("127.0.0.1".to_string(), i32::from(addr.port())),
+            None => (addr.ip().to_string(), i32::from(addr.port())),
+        };
+        let executors = config.executors;
+        let ctx = Arc::new(Context { engine, config, advertised });
+        let (stop_tx, stop_rx) = async_channel::bounded::<()>(1);
+        let cpus: Vec<usize> = core_affinity::get_core_ids().unwrap_or_default().into_iter().map(|c| c.id).collect();
+        let mut server = KafkaServer { addr, stop: Some(stop_tx), threads: Vec::with_capacity(executors) };
+        for i in 0..executors {
+            let placement = match cpus.get(i % cpus.len().max(1)) {
+                Some(&cpu) => glommio::Placement::Fixed(cpu),
+                None => glommio::Placement::Unbound,
+            };
+            let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel::<std::io::Result<()>>(1);
+            let (ctx, stop_rx) = (ctx.clone(), stop_rx.clone());
+            let builder = glommio::LocalExecutorBuilder::new(placement)
+                .name(&format!("sluice-kafka-{i}"))
+                // Sockets need no registered buffers to speak of: keep locked memory for
+                // the shards' direct I/O.
+                .io_memory(64 << 10)
+                .ring_depth(128);
+            let handle = builder
+                .spawn(move || accept_loop(ctx, addr, stop_rx, ready_tx))
+                .map_err(|e| KafkaError::Executor { executor: i, reason: e.to_string() })?;
+            server.threads.push(std::thread::spawn(move || {
+                let _ = handle.join();
+            }));
+            // On an error the server is dropped, which stops the executors started so far.
+            let ready = ready_rx.recv().unwrap_or_else(|_| Err(std::io::Error::other("the executor exited")));
+            ready.map_err(|source| KafkaError::Bind { addr, source })?;
+        }
+        Ok(server)
+    }
+
+    /// The bound address (with the port chosen when the configuration said 0).
+    #[must_use]
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops accepting, closes every connection and waits for the executors to exit.
+    /// Requests being handled are abandoned; the engine itself keeps running.
+    pub fn shutdown(mut self) {
+        self.stop_all();
+    }
+
+    fn stop_all(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            stop.close();
+        }
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for KafkaServer {
+    fn drop(&mut self) {
+        self.stop_all();
+    }
+}
+
+async fn accept_loop(
+    ctx: Arc<Context>,
+    addr: SocketAddr,
+    stop: async_channel::Receiver<()>,
+    ready: std::sync::mpsc::SyncSender<std::io::Result<()>>,
+) {
+    let listener = match TcpListener::bind(addr) {
+        Ok(l) => {
+            let _ = ready.send(Ok(()));
+            l
+        }
+        Err(e) => {
+            let _ = ready.send(Err(std::io::Error::other(e.to_string())));
+            return;
+        }
+    };
+    let open = Rc::new(Cell::new(0usize));
+    loop {
+        let accepted = async { Some(listener.accept().await) }.or(async {
+            let _ = stop.recv().await;
+            None
+        });
+        let stream = match accepted.await {
+            None => return, // dropping the listener; connections see `stop` closed too
+            Some(Ok(s)) => s,
+            Some(Err(e)) => {
+                // Out of file descriptors and the like: wait a little rather than spin.
+                eprintln!("sluice kafka listener: accept failed: {e}");
+                glommio::timer::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        if open.get() >= ctx.config.max_connections_per_executor {
+            drop(stream); // over the limit: closed at once
+            continue;
+        }
+        let _ = stream.set_nodelay(true);
+        open.set(open.get() + 1);
+        let (ctx, stop, open) = (ctx.clone(), stop.clone(), open.clone());
+        glommio::spawn_local(async move {
+            serve_connection(ctx, stream, stop).await;
+            open.set(open.get() - 1);
+        })
+        .detach();
+    }
+}
+
+/// A response on its way: ready, or still being worked out.
+enum Pending {
+    Ready(Reply),
+    Working(glommio::Task<Reply>),
+}
+
+async fn serve_connection(ctx: Arc<Context>, stream: TcpStream, stop: async_channel::Receiver<()>) {
+    let (mut reader, writer) = futures_lite::io::split(stream);
+    let (queue_tx, queue_rx) =
+        glommio::channels::local_channel::new_bounded::<Pending>(ctx.config.max_in_flight_per_connection);
+    // Dropped when the writer stops, which the reader sees as the channel closing.
+    let (writer_alive, writer_gone) = async_channel::bounded::<()>(1);
+    let write_timeout = ctx.config.write_timeout;
+    let writer_task = glommio::spawn_local(async move {
+        write_loop(writer, queue_rx, write_timeout).await;
+        drop(writer_alive);
+    });
+    loop {
+        let frame = async { Some(read_frame(&mut reader, &ctx.config).await) }
+            .or(async {
+                let _ = stop.recv().await;
+                None
+            })
+            .or(async {
+                let _ = writer_gone.recv().await;
+                None
+            })
+            .await;
+        let frame = match frame {
+            Some(Ok(Some(frame))) => frame,
+            Some(Err(FrameError::Io(_))) | Some(Ok(None)) | None => break, // gone, or shutting down
+            Some(Err(e)) => {
+                eprintln!("sluice kafka listener: closing a connection: {e}");
+                break;
+            }
+        };
+        let pending = match dispatch::handle(&ctx, frame) {
+            Handled::Close(reason) => {
+                eprintln!("sluice kafka listener: closing a connection: {reason}");
+                break;
+            }
+            Handled::Ready(bytes) => Pending::Ready(bytes),
+            Handled::Working(mut fut) => {
+                // Polled once here, so it reaches its shard before the next request does.
+                match futures_lite::future::poll_once(&mut fut).await {
+                    Some(bytes) => Pending::Ready(bytes),
+                    None => Pending::Working(glommio::spawn_local(fut)),
+                }
+            }
+        };
+        // A full queue waits for the writer, which may itself give up on the client.
+        let queued = async { queue_tx.send(pending).await.is_ok() }
+            .or(async {
+                let _ = writer_gone.recv().await;
+                false
+            })
+            .or(async {
+                let _ = stop.recv().await;
+                false
+            })
+            .await;
+        if !queued {
+            break;
+        }
+    }
+    drop(queue_tx);
+    // The writer sends what is queued, then ends; on shutdown it is cut short.
+    let _ = writer_task
+        .or(async {
+            let _ = stop.recv().await;
+        })
+        .await;
+}
+
+async fn write_loop(
+    mut writer: WriteHalf<TcpStream>,
+    queue: glommio::channels::local_channel::LocalReceiver<Pending>,
+    write_timeout: Duration,
+) {
+    while let Some(pending) = queue.recv().await {
+        let reply = match pending {
+            Pending::Ready(r) => r,
+            Pending::Working(task) => task.await,
+        };
+        let bytes = match reply {
+            Ok(Some(bytes)) => bytes,
+            Ok(None) => continue, // acks=0: no response
+            Err(reason) => {
+                eprintln!("sluice kafka listener: closing a connection: {reason}");
+                return;
+            }
+        };
+        let write = async { writer.write_all(&bytes).await.and(writer.flush().await) };
+        if with_timeout(write_timeout, write).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Why a frame was not read.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum FrameError {
+    #[error("{0}")]
+    Io(std::io::Error),
+    #[error("a request of {0} bytes is over the limit")]
+    TooLarge(usize),
+    #[error("a request of {0} bytes cannot hold a header")]
+    TooSmall(i32),
+    #[error("the client was too slow or idle for too long")]
+    TimedOut,
+    #[error("the client closed the connection in the middle of a request")]
+    Truncated,
+}
+
+/// Reads one size-prefixed frame; `Ok(None)` at a clean end of stream.
+async fn read_frame(reader: &mut ReadHalf<TcpStream>, config: &KafkaConfig) -> Result<Option<Vec<u8>>, FrameError> {
+    let mut size = [0u8; 4];
+    let first = with_timeout(config.idle_timeout, reader.read(&mut size)).await?;
+    if first == 0 {
+        return Ok(None);
+    }
+    let deadline = config.frame_timeout;
+    let body = async {
+        let mut got = first;
+        while got < 4 {
+            match reader.read(&mut size[got..]).await.map_err(FrameError::Io)? {
+                0 => return Err(FrameError::Truncated),
+                n => got += n,
+            }
+        }
+        let len = i32::from_be_bytes(size);
+        if len < 8 {
+            return Err(FrameError::TooSmall(len));
+        }
+        let len = len as usize;
+        if len > config.max_request_bytes {
+            return Err(FrameError::TooLarge(len));
+        }
+        // Grow with what arrives (at most doubling), never to the declared size up front.
+        const CHUNK: usize = 64 << 10;
+        let mut buf = Vec::with_capacity(len.min(CHUNK));
+        while buf.len() < len {
+            let at = buf.len();
+            let want = (len - at).min(at.max(CHUNK));
+            buf.resize(at + want, 0);
+            match reader.read(&mut buf[at..]).await.map_err(FrameError::Io)? {
+                0 => return Err(FrameError::Truncated),
+                n => buf.truncate(at + n),
+            }
+        }
+        Ok(buf)
+    };
+    with_timeout(deadline, body).await.map(Some)
+}
+
+/// Runs `fut` for at most `limit`.
+async fn with_timeout<T, E>(limit: Duration, fut: impl Future<Output = Result<T, E>>) -> Result<T, FrameError>
+where
+    FrameError: From<E>,
+{
+    let timed = async {
+        glommio::timer::sleep(limit).await;
+        Err(FrameError::TimedOut)
+    };
+    let fut: Pin<Box<dyn Future<Output = Result<T, FrameError>> + '_>> =
+        Box::pin(async { fut.await.map_err(FrameError::from) });
+    fut.or(timed).await
+}
+
+impl From<std::io::Error> for FrameError {
+    fn from(e: std::io::Error) -> Self {
+        FrameError::Io(e)
+    }
+}

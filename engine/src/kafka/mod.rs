@@ -1,0 +1,116 @@
+//! A Kafka-protocol listener over the engine: Kafka clients (librdkafka, kafka-python, the
+//! Java client) produce to and consume from sluice's partition logs as from one broker.
+//!
+//! - [`listener`]: one glommio executor per shard core, each with its own `SO_REUSEPORT`
+//!   socket on the same address, so the kernel spreads connections over the cores; a
+//!   connection lives on the executor that accepted it. Frames are capped, read with
+//!   deadlines, and answered in request order with a bounded number in flight.
+//! - [`dispatch`]: request headers, the ApiVersions table (and its v0 fallback), decoding
+//!   with the `kafka-protocol` crate and encoding the responses.
+//! - [`data`] (Produce, Fetch, ListOffsets), [`admin`] (Metadata, CreateTopics,
+//!   DeleteTopics, FindCoordinator, InitProducerId), [`groups`] (the classic consumer group
+//!   protocol mapped onto the engine's coordinator).
+//! - [`records`]: Kafka's record batch v2 to and from sluice's records, CRC-32C checked.
+//! - [`guard`]: every request body is walked by its schema, and counts checked against
+//!   the bytes left, before the protocol crate decodes it (its decoder would allocate
+//!   what a hostile count claims).
+//!
+//! Contract: the listener never touches a partition log. Every request reaches the owning
+//! shard through the [`EngineHandle`](crate::EngineHandle), as host code's do; the
+//! listener's executors only parse, wait and encode. A bad frame closes its connection
+//! (or gets the protocol's error code) and nothing else.
+
+pub mod admin;
+pub mod data;
+pub mod dispatch;
+pub mod errors;
+pub mod groups;
+pub mod guard;
+pub mod listener;
+pub mod records;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+pub use listener::KafkaServer;
+
+/// The node id sluice reports for itself: the only broker of its cluster.
+pub const NODE_ID: i32 = 0;
+
+/// How the listener is set up.
+#[derive(Clone, Debug)]
+pub struct KafkaConfig {
+    /// Where to listen; loopback unless told otherwise.
+    pub listen: SocketAddr,
+    /// The host and port clients are told to connect to (Metadata, FindCoordinator);
+    /// `None` means the bound address.
+    pub advertise: Option<(String, u16)>,
+    /// Listener executors (one per shard core is the intent); at least 1.
+    pub executors: usize,
+    /// The largest request frame accepted; a larger one closes the connection (Kafka's
+    /// `socket.request.max.bytes`).
+    pub max_request_bytes: usize,
+    /// The most requests of one connection being handled at once (responses still go out
+    /// in request order).
+    pub max_in_flight_per_connection: usize,
+    /// The most open connections per executor; more are closed on accept.
+    pub max_connections_per_executor: usize,
+    /// How long a frame may take to arrive once its first byte has (a slow client is cut
+    /// off after this).
+    pub frame_timeout: Duration,
+    /// How long a response write may block on a client that does not read.
+    pub write_timeout: Duration,
+    /// A connection with no request for this long is closed (`connections.max.idle.ms`).
+    pub idle_timeout: Duration,
+    /// The longest a Fetch may wait for data, whatever the client asks.
+    pub max_fetch_wait: Duration,
+    /// Partitions of a topic created because a client asked for it in Metadata or
+    /// Produce (`auto.create.topics.enable` with `num.partitions`); `None` turns that off.
+    pub auto_create_partitions: Option<u32>,
+}
+
+impl KafkaConfig {
+    /// Defaults for everything but the address.
+    #[must_use]
+    pub fn new(listen: SocketAddr) -> KafkaConfig {
+        KafkaConfig {
+            listen,
+            advertise: None,
+            executors: 1,
+            max_request_bytes: 100 << 20,
+            max_in_flight_per_connection: 16,
+            max_connections_per_executor: 4096,
+            frame_timeout: Duration::from_secs(30),
+            write_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(600),
+            max_fetch_wait: Duration::from_secs(30),
+            auto_create_partitions: Some(1),
+        }
+    }
+}
+
+/// Why the listener could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum KafkaError {
+    /// The address could not be bound.
+    #[error("binding the Kafka listener to {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A listener executor could not start.
+    #[error("starting Kafka listener executor {executor}: {reason}")]
+    Executor {
+        /// Its index.
+        executor: usize,
+        /// What glommio said.
+        reason: String,
+    },
+    /// A setting is out of range.
+    #[error("invalid Kafka listener configuration: {0}")]
+    Config(String),
+}

@@ -1,0 +1,432 @@
+//! Kafka's record batch v2 (magic 2) to and from sluice's records, at the edge.
+//!
+//! Produce: each batch's length, magic, CRC-32C, attributes and record count are checked
+//! before any record is read, and every length and count inside is checked against the
+//! bytes that are really there, so a hostile batch costs at most its own size. Compressed
+//! batches are refused (UNSUPPORTED_COMPRESSION_TYPE): the listener is built without
+//! codecs. Record headers are not stored (sluice's send path carries key, value and time
+//! only) and a null value is stored as an empty one.
+//!
+//! Fetch: each stored batch becomes one Kafka batch with the same base offset, offset
+//! deltas, producer id, epoch and base sequence, and its CRC-32C computed here.
+
+use bytes::{BufMut, BytesMut};
+use sluice_io::record::Attributes;
+use sluice_io::{BatchMeta, BatchView, ProducerId, Timestamp};
+
+use crate::shard::OwnedRecord;
+
+use super::errors::code;
+
+/// Bytes of a v2 batch header, from the base offset to the record count inclusive.
+pub const BATCH_HEADER_BYTES: usize = 61;
+/// The fewest bytes a record takes (length, attributes, timestamp delta, offset delta,
+/// key length, value length, header count: one byte each).
+const MIN_RECORD_BYTES: usize = 7;
+
+const COMPRESSION_MASK: i16 = 0x7;
+const TIMESTAMP_LOG_APPEND: i16 = 1 << 3;
+const ATTR_TRANSACTIONAL: i16 = 1 << 4;
+const ATTR_CONTROL: i16 = 1 << 5;
+
+/// A produced batch, ready to append.
+#[derive(Debug)]
+pub struct ProducedBatch {
+    /// Producer id, epoch and base sequence.
+    pub meta: BatchMeta,
+    /// The records, in order.
+    pub records: Vec<OwnedRecord>,
+}
+
+/// Why a produced batch was refused: a Kafka error code and a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchRejected {
+    /// The Kafka error code.
+    pub code: i16,
+    /// What was wrong.
+    pub message: String,
+}
+
+fn reject(code: i16, message: impl Into<String>) -> BatchRejected {
+    BatchRejected { code, message: message.into() }
+}
+
+fn corrupt(message: impl Into<String>) -> BatchRejected {
+    reject(code::CORRUPT_MESSAGE, message)
+}
+
+/// A cursor over untrusted bytes: every read is bounds-checked.
+struct Cursor<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], BatchRejected> {
+        let end =
+            self.at.checked_add(n).filter(|&e| e <= self.bytes.len()).ok_or_else(|| corrupt("record truncated"))?;
+        let s = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(s)
+    }
+
+    fn i8(&mut self) -> Result<i8, BatchRejected> {
+        Ok(self.take(1)?[0] as i8)
+    }
+
+    fn varlong(&mut self) -> Result<i64, BatchRejected> {
+        // Most lengths and deltas fit one byte.
+        if let Some(&b) = self.bytes.get(self.at)
+            && b & 0x80 == 0
+        {
+            self.at += 1;
+            return Ok(i64::from(b >> 1) ^ -i64::from(b & 1));
+        }
+        let mut raw: u64 = 0;
+        for i in 0..10 {
+            let b = self.take(1)?[0];
+            raw |= u64::from(b & 0x7f) << (7 * i);
+            if b & 0x80 == 0 {
+                return Ok((raw >> 1) as i64 ^ -((raw & 1) as i64));
+            }
+        }
+        Err(corrupt("varint longer than 10 bytes"))
+    }
+
+    fn varint(&mut self) -> Result<i32, BatchRejected> {
+        i32::try_from(self.varlong()?).map_err(|_| corrupt("varint out of the 32-bit range"))
+    }
+
+    /// A varint length followed by that many bytes; -1 is null.
+    fn nullable_bytes(&mut self) -> Result<Option<&'a [u8]>, BatchRejected> {
+        match self.varint()? {
+            -1 => Ok(None),
+            n if n < 0 => Err(corrupt(format!("negative length {n}"))),
+            n => Ok(Some(self.take(n as usize)?)),
+        }
+    }
+}
+
+fn be_i16(b: &[u8], at: usize) -> i16 {
+    i16::from_be_bytes([b[at], b[at + 1]])
+}
+
+fn be_i32(b: &[u8], at: usize) -> i32 {
+    i32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+fn be_i64(b: &[u8], at: usize) -> i64 {
+    let mut x = [0u8; 8];
+    x.copy_from_slice(&b[at..at + 8]);
+    i64::from_be_bytes(x)
+}
+
+/// Splits a Produce request's records into checked batches.
+pub fn decode_produced(mut bytes: &[u8]) -> Result<Vec<ProducedBatch>, BatchRejected> {
+    let mut out = Vec::new();
+    if bytes.is_empty() {
+        return Err(reject(code::INVALID_REQUEST, "a produce request with no records"));
+    }
+    while !bytes.is_empty() {
+        if bytes.len() < BATCH_HEADER_BYTES {
+            return Err(corrupt(format!("a record batch of {} bytes is shorter than its header", bytes.len())));
+        }
+        let batch_len = be_i32(bytes, 8);
+        let total = usize::try_from(batch_len).ok().and_then(|l| l.checked_add(12));
+        let total = match total {
+            Some(t) if t >= BATCH_HEADER_BYTES && t <= bytes.len() => t,
+            _ => {
+                return Err(corrupt(format!(
+                    "record batch length {batch_len} does not fit the {} bytes sent",
+                    bytes.len()
+                )));
+            }
+        };
+        let (batch, rest) = bytes.split_at(total);
+        bytes = rest;
+        out.push(decode_batch(batch)?);
+    }
+    Ok(out)
+}
+
+fn decode_batch(b: &[u8]) -> Result<ProducedBatch, BatchRejected> {
+    let magic = b[16] as i8;
+    if magic != 2 {
+        return Err(reject(code::INVALID_REQUEST, format!("record batch magic {magic}: only v2 batches are accepted")));
+    }
+    let crc = u32::from_be_bytes([b[17], b[18], b[19], b[20]]);
+    let actual = crc32c::crc32c(&b[21..]);
+    if crc != actual {
+        return Err(corrupt(format!(
+            "record batch CRC-32C mismatch: header says {crc:#010x}, bytes give {actual:#010x}"
+        )));
+    }
+    let attributes = be_i16(b, 21);
+    if attributes & COMPRESSION_MASK != 0 {
+        return Err(reject(
+            code::UNSUPPORTED_COMPRESSION_TYPE,
+            format!("compression codec {} is not supported: produce uncompressed", attributes & COMPRESSION_MASK),
+        ));
+    }
+    if attributes & (ATTR_TRANSACTIONAL | ATTR_CONTROL) != 0 {
+        return Err(reject(code::INVALID_REQUEST, "transactional and control batches are not supported"));
+    }
+    let log_append_time = attributes & TIMESTAMP_LOG_APPEND != 0;
+    let first_timestamp = be_i64(b, 27);
+    let producer_id = be_i64(b, 43);
+    let producer_epoch = be_i16(b, 51);
+    let base_sequence = be_i32(b, 53);
+    let count = be_i32(b, 57);
+    let body = &b[BATCH_HEADER_BYTES..];
+    if count <= 0 || count as usize > body.len() / MIN_RECORD_BYTES {
+        return Err(corrupt(format!("record count {count} does not fit a batch body of {} bytes", body.len())));
+    }
+    let now = Timestamp::now();
+    let mut cur = Cursor { bytes: body, at: 0 };
+    let mut records = Vec::with_capacity(count as usize);
+    for i in 0..count {
+        let len = cur.varint()?;
+        if len < 0 {
+            return Err(corrupt(format!("record {i} has length {len}")));
+        }
+        let rec = cur.take(len as usize)?;
+        let mut r = Cursor { bytes: rec, at: 0 };
+        let _attributes = r.i8()?;
+        let ts_delta = r.varlong()?;
+        let offset_delta = r.varint()?;
+        if offset_delta != i {
+            return Err(corrupt(format!("record {i} has offset delta {offset_delta}")));
+        }
+        let key = r.nullable_bytes()?.map(<[u8]>::to_vec);
+        let value = r.nullable_bytes()?.map(<[u8]>::to_vec).unwrap_or_default();
+        let headers = r.varint()?;
+        if headers < 0 {
+            return Err(corrupt(format!("record {i} has {headers} headers")));
+        }
+        for _ in 0..headers {
+            // Checked, then dropped (see the module docs).
+            let key = r.nullable_bytes()?.ok_or_else(|| corrupt("a record header with a null key"))?;
+            std::str::from_utf8(key).map_err(|_| corrupt("a record header key that is not UTF-8"))?;
+            r.nullable_bytes()?;
+        }
+        if r.at != rec.len() {
+            return Err(corrupt(format!("record {i} has {} bytes past its last field", rec.len() - r.at)));
+        }
+        let event_time = if log_append_time || first_timestamp < 0 {
+            now
+        } else {
+            Timestamp(first_timestamp.saturating_add(ts_delta))
+        };
+        records.push(OwnedRecord { key, value, event_time });
+    }
+    if cur.at != body.len() {
+        return Err(corrupt(format!("{} bytes after the batch's last record", body.len() - cur.at)));
+    }
+    let meta = BatchMeta {
+        attributes: Attributes::default(),
+        producer_id: ProducerId(producer_id),
+        producer_epoch,
+        base_sequence,
+    };
+    Ok(ProducedBatch { meta, records })
+}
+
+fn put_varlong(out: &mut BytesMut, v: i64) {
+    let mut z = ((v << 1) ^ (v >> 63)) as u64;
+    while z >= 0x80 {
+        out.put_u8((z as u8) | 0x80);
+        z >>= 7;
+    }
+    out.put_u8(z as u8);
+}
+
+fn varlong_len(v: i64) -> usize {
+    let z = ((v << 1) ^ (v >> 63)) as u64;
+    ((64 - z.leading_zeros() as usize).max(1)).div_ceil(7)
+}
+
+fn nullable_len(b: Option<&[u8]>) -> usize {
+    match b {
+        None => 1,
+        Some(b) => varlong_len(b.len() as i64) + b.len(),
+    }
+}
+
+fn put_nullable(out: &mut BytesMut, b: Option<&[u8]>) {
+    match b {
+        None => put_varlong(out, -1),
+        Some(b) => {
+            put_varlong(out, b.len() as i64);
+            out.put_slice(b);
+        }
+    }
+}
+
+/// Appends one stored batch to `out` as a Kafka v2 batch.
+pub fn encode_batch(view: BatchView<'_>, out: &mut BytesMut) {
+    let h = *view.header();
+    let records: Vec<_> = view.records().collect();
+    let first_ts = records.first().map_or(0, |r| r.event_time().millis());
+    let max_ts = records.iter().map(|r| r.event_time().millis()).max().unwrap_or(first_ts);
+    let start = out.len();
+    out.put_i64(h.base_offset.0 as i64);
+    out.put_i32(0); // batch length, filled in below
+    out.put_i32(0); // partition leader epoch
+    out.put_i8(2);
+    out.put_u32(0); // CRC, filled in below
+    let mut attributes = 0i16;
+    if h.attributes.is_transactional() {
+        attributes |= ATTR_TRANSACTIONAL;
+    }
+    if h.attributes.is_control() {
+        attributes |= ATTR_CONTROL;
+    }
+    out.put_i16(attributes);
+    out.put_i32(h.last_offset_delta as i32);
+    out.put_i64(first_ts);
+    out.put_i64(max_ts);
+    out.put_i64(h.producer_id.0);
+    out.put_i16(h.producer_epoch);
+    out.put_i32(h.base_sequence);
+    out.put_i32(records.len() as i32);
+    for r in &records {
+        let ts_delta = r.event_time().millis().wrapping_sub(first_ts);
+        let offset_delta = (r.offset().0 - h.base_offset.0) as i64;
+        let headers: Vec<_> = r.headers().collect();
+        let mut body_len = 1 + varlong_len(ts_delta) + varlong_len(offset_delta);
+        body_len += nullable_len(r.key()) + nullable_len(Some(r.value()));
+        body_len += varlong_len(headers.len() as i64);
+        for hd in &headers {
+            body_len += nullable_len(Some(hd.key.as_bytes())) + nullable_len(Some(hd.value));
+        }
+        put_varlong(out, body_len as i64);
+        out.put_i8(0);
+        put_varlong(out, ts_delta);
+        put_varlong(out, offset_delta);
+        put_nullable(out, r.key());
+        put_nullable(out, Some(r.value()));
+        put_varlong(out, headers.len() as i64);
+        for hd in &headers {
+            put_nullable(out, Some(hd.key.as_bytes()));
+            put_nullable(out, Some(hd.value));
+        }
+    }
+    let batch_len = (out.len() - start - 12) as i32;
+    out[start + 8..start + 12].copy_from_slice(&batch_len.to_be_bytes());
+    let crc = crc32c::crc32c(&out[start + 21..]);
+    out[start + 17..start + 21].copy_from_slice(&crc.to_be_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::records::{
+        Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
+    use sluice_io::Offset;
+    use sluice_io::record::BatchEncoder;
+
+    fn kafka_record(offset: i64, key: Option<&str>, value: &str, ts: i64) -> Record {
+        Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: 0,
+            producer_id: 7,
+            producer_epoch: 1,
+            timestamp_type: TimestampType::Creation,
+            offset,
+            sequence: 10 + offset as i32,
+            timestamp: ts,
+            key: key.map(|k| bytes::Bytes::copy_from_slice(k.as_bytes())),
+            value: Some(bytes::Bytes::copy_from_slice(value.as_bytes())),
+            headers: Default::default(),
+        }
+    }
+
+    fn encode_kafka(records: &[Record]) -> Vec<u8> {
+        let mut buf = BytesMut::new();
+        let opts = RecordEncodeOptions { version: 2, compression: Compression::None };
+        RecordBatchEncoder::encode(&mut buf, records.iter(), &opts).expect("encodes");
+        buf.to_vec()
+    }
+
+    #[test]
+    fn a_batch_from_the_kafka_protocol_crate_decodes() {
+        let bytes = encode_kafka(&[kafka_record(0, Some("k"), "v0", 1000), kafka_record(1, None, "v1", 1005)]);
+        let batches = decode_produced(&bytes).expect("decodes");
+        assert_eq!(batches.len(), 1);
+        let b = &batches[0];
+        assert_eq!((b.meta.producer_id, b.meta.producer_epoch, b.meta.base_sequence), (ProducerId(7), 1, 10));
+        assert_eq!(
+            b.records[0],
+            OwnedRecord { key: Some(b"k".to_vec()), value: b"v0".to_vec(), event_time: Timestamp(1000) }
+        );
+        assert_eq!(b.records[1], OwnedRecord { key: None, value: b"v1".to_vec(), event_time: Timestamp(1005) });
+    }
+
+    #[test]
+    fn a_flipped_byte_fails_the_crc() {
+        let mut bytes = encode_kafka(&[kafka_record(0, Some("k"), "value", 1000)]);
+        let last = bytes.len() - 3;
+        bytes[last] ^= 0x40;
+        let e = decode_produced(&bytes).expect_err("corrupt");
+        assert_eq!(e.code, code::CORRUPT_MESSAGE, "{e:?}");
+        assert!(e.message.contains("CRC"), "{e:?}");
+    }
+
+    #[test]
+    fn lying_lengths_and_counts_are_refused_without_allocating_them() {
+        let good = encode_kafka(&[kafka_record(0, Some("k"), "value", 1000)]);
+        // A record count far beyond the body (CRC recomputed so only the count is wrong).
+        let mut b = good.clone();
+        b[57..61].copy_from_slice(&i32::MAX.to_be_bytes());
+        let crc = crc32c::crc32c(&b[21..]);
+        b[17..21].copy_from_slice(&crc.to_be_bytes());
+        assert_eq!(decode_produced(&b).expect_err("count").code, code::CORRUPT_MESSAGE);
+        // A batch length longer than what was sent.
+        let mut b = good.clone();
+        b[8..12].copy_from_slice(&(1i32 << 30).to_be_bytes());
+        assert_eq!(decode_produced(&b).expect_err("length").code, code::CORRUPT_MESSAGE);
+        // Truncated.
+        assert_eq!(decode_produced(&good[..good.len() - 1]).expect_err("short").code, code::CORRUPT_MESSAGE);
+        assert_eq!(decode_produced(&good[..20]).expect_err("header").code, code::CORRUPT_MESSAGE);
+        // Compressed.
+        let mut b = good;
+        b[22] |= 1;
+        let crc = crc32c::crc32c(&b[21..]);
+        b[17..21].copy_from_slice(&crc.to_be_bytes());
+        assert_eq!(decode_produced(&b).expect_err("gzip").code, code::UNSUPPORTED_COMPRESSION_TYPE);
+    }
+
+    #[test]
+    fn stored_batches_encode_to_what_the_kafka_protocol_crate_reads() {
+        let recs = [
+            sluice_io::Record::keyed(b"a", b"one", Timestamp(2000)),
+            sluice_io::Record::unkeyed(b"two", Timestamp(1990)),
+            sluice_io::Record::keyed(b"c", &[0u8; 300], Timestamp(2100)),
+        ];
+        let meta =
+            BatchMeta { producer_id: ProducerId(9), producer_epoch: 2, base_sequence: 40, ..BatchMeta::default() };
+        let mut enc = BatchEncoder::new();
+        let (stored, _) = enc.encode(&recs, &meta, Offset(500)).expect("encodes");
+        // A stored batch is read from a 16-byte aligned address.
+        let mut buf = vec![0u8; stored.len() + 16];
+        let at = buf.as_ptr().align_offset(16);
+        buf[at..at + stored.len()].copy_from_slice(stored);
+        let view = BatchView::new(&buf[at..at + stored.len()]).expect("valid");
+        let mut out = BytesMut::new();
+        encode_batch(view, &mut out);
+        let mut bytes = out.freeze();
+        let set = RecordBatchDecoder::decode(&mut bytes).expect("the crate reads it, CRC included");
+        assert_eq!(set.records.len(), 3);
+        let offsets: Vec<i64> = set.records.iter().map(|r| r.offset).collect();
+        assert_eq!(offsets, [500, 501, 502]);
+        let times: Vec<i64> = set.records.iter().map(|r| r.timestamp).collect();
+        assert_eq!(times, [2000, 1990, 2100]);
+        assert_eq!(set.records[0].key.as_deref(), Some(&b"a"[..]));
+        assert_eq!(set.records[1].key, None);
+        assert_eq!(set.records[2].value.as_deref(), Some(&[0u8; 300][..]));
+        assert_eq!((set.records[0].producer_id, set.records[0].producer_epoch, set.records[0].sequence), (9, 2, 40));
+    }
+}

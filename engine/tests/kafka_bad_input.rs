@@ -1,0 +1,373 @@
+//! Bad input to the Kafka listener over raw TCP: each gets the protocol's error code or a
+//! closed connection, never a crash, and the listener keeps serving others meanwhile.
+
+mod common;
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use common::{TestDir, data_dir};
+use futures_lite::future::block_on;
+use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+use sluice_engine::kafka::{KafkaConfig, KafkaServer};
+use sluice_engine::{Engine, EngineConfig};
+
+const MAX_REQUEST: usize = 1 << 20;
+
+struct Served {
+    server: Option<KafkaServer>,
+    engine: Option<Engine>,
+    _dir: TestDir,
+}
+
+impl Served {
+    fn start(name: &str) -> Served {
+        Served::with_frame_timeout(name, Duration::from_millis(300))
+    }
+
+    fn with_frame_timeout(name: &str, frame_timeout: Duration) -> Served {
+        let dir = data_dir("kafka_bad_input", name);
+        let mut config = EngineConfig::new(&*dir);
+        config.shards = Some(1);
+        let engine = block_on(Engine::open(config)).expect("engine opens");
+        let mut kafka = KafkaConfig::new("127.0.0.1:0".parse().expect("address"));
+        kafka.max_request_bytes = MAX_REQUEST;
+        kafka.frame_timeout = frame_timeout;
+        kafka.write_timeout = Duration::from_millis(500);
+        let server = KafkaServer::start(engine.handle(), kafka).expect("listener starts");
+        Served { server: Some(server), engine: Some(engine), _dir: dir }
+    }
+
+    fn addr(&self) -> SocketAddr {
+        self.server.as_ref().expect("running").local_addr()
+    }
+
+    fn connect(&self) -> TcpStream {
+        let s = TcpStream::connect(self.addr()).expect("connects");
+        s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+        s
+    }
+
+    /// The listener still answers a well-formed request on a fresh connection.
+    fn assert_serving(&self) {
+        let mut s = self.connect();
+        let (error, keys) = api_versions(&mut s, 0);
+        assert_eq!(error, 0);
+        assert!(keys.iter().any(|&(k, _, _)| k == 3), "Metadata advertised: {keys:?}");
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        if let Some(s) = self.server.take() {
+            s.shutdown();
+        }
+        if let Some(e) = self.engine.take() {
+            let _ = block_on(e.shutdown());
+        }
+    }
+}
+
+/// A request frame: size, then header v1 (api key, version, correlation id, client id),
+/// then `body`.
+fn frame(key: i16, version: i16, correlation: i32, body: &[u8]) -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend_from_slice(&key.to_be_bytes());
+    f.extend_from_slice(&version.to_be_bytes());
+    f.extend_from_slice(&correlation.to_be_bytes());
+    f.extend_from_slice(&4i16.to_be_bytes());
+    f.extend_from_slice(b"test");
+    f.extend_from_slice(body);
+    let mut out = (f.len() as i32).to_be_bytes().to_vec();
+    out.extend_from_slice(&f);
+    out
+}
+
+/// Reads one response frame.
+fn response(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {
+    let mut size = [0u8; 4];
+    s.read_exact(&mut size)?;
+    let mut body = vec![0u8; i32::from_be_bytes(size) as usize];
+    s.read_exact(&mut body)?;
+    Ok(body)
+}
+
+/// True once the server has closed the connection (EOF or reset) within 5 s.
+fn closed_by_server(s: &mut TcpStream) -> bool {
+    s.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+    let mut buf = [0u8; 64];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue, // a response to something earlier; keep reading
+            Err(e) if matches!(e.kind(), ErrorKind::ConnectionReset | ErrorKind::BrokenPipe) => return true,
+            Err(_) => return false, // timed out: still open
+        }
+    }
+}
+
+fn be_i16(b: &[u8], at: usize) -> i16 {
+    i16::from_be_bytes([b[at], b[at + 1]])
+}
+
+fn be_i32(b: &[u8], at: usize) -> i32 {
+    i32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+/// Sends ApiVersions at `version` (an empty v0-style body) and parses a v0 reply: the
+/// error code and the (key, min, max) list.
+fn api_versions(s: &mut TcpStream, version: i16) -> (i16, Vec<(i16, i16, i16)>) {
+    s.write_all(&frame(18, version, 7, &[])).expect("send");
+    let r = response(s).expect("a response");
+    assert_eq!(be_i32(&r, 0), 7, "correlation id");
+    let error = be_i16(&r, 4);
+    let n = be_i32(&r, 6);
+    let keys =
+        (0..n as usize).map(|i| (be_i16(&r, 10 + 6 * i), be_i16(&r, 12 + 6 * i), be_i16(&r, 14 + 6 * i))).collect();
+    (error, keys)
+}
+
+#[test]
+fn an_api_versions_request_at_an_unknown_version_gets_the_v0_fallback() {
+    let s = Served::start("apiversions_fallback");
+    let mut c = s.connect();
+    let (error, keys) = api_versions(&mut c, 99);
+    assert_eq!(error, 35, "UNSUPPORTED_VERSION");
+    assert!(keys.contains(&(18, 0, 3)), "ApiVersions 0..=3 listed: {keys:?}");
+    assert!(keys.contains(&(0, 3, 9)), "Produce 3..=9 listed: {keys:?}");
+    // The client retries at a version listed, on the same connection.
+    let (error, keys2) = api_versions(&mut c, 0);
+    assert_eq!(error, 0);
+    assert_eq!(keys, keys2);
+}
+
+#[test]
+fn an_unknown_api_key_or_version_closes_the_connection() {
+    let s = Served::start("unknown_api");
+    let mut c = s.connect();
+    c.write_all(&frame(9999, 0, 1, &[])).expect("send");
+    assert!(closed_by_server(&mut c), "unknown API key");
+    let mut c = s.connect();
+    c.write_all(&frame(3, 99, 1, &[0, 0, 0, 0])).expect("send");
+    assert!(closed_by_server(&mut c), "Metadata v99");
+    let mut c = s.connect();
+    // Fetch v13 names topics by id, which sluice does not have: not advertised, refused.
+    c.write_all(&frame(1, 13, 1, &[])).expect("send");
+    assert!(closed_by_server(&mut c), "Fetch v13");
+    s.assert_serving();
+}
+
+#[test]
+fn truncated_and_malformed_frames_close_the_connection() {
+    let s = Served::start("truncated");
+    // A frame too short for a header.
+    let mut c = s.connect();
+    c.write_all(&4i32.to_be_bytes()).expect("send");
+    c.write_all(&[0, 3, 0, 1]).expect("send");
+    assert!(closed_by_server(&mut c), "4-byte frame");
+    // A negative size.
+    let mut c = s.connect();
+    c.write_all(&(-5i32).to_be_bytes()).expect("send");
+    assert!(closed_by_server(&mut c), "negative size");
+    // A Metadata v1 body that ends inside its topic array (claims 3 topics, has none).
+    let mut c = s.connect();
+    c.write_all(&frame(3, 1, 1, &3i32.to_be_bytes())).expect("send");
+    assert!(closed_by_server(&mut c), "body ends early");
+    // A Metadata v1 request claiming 2^31-1 topics in 4 bytes: refused, not allocated.
+    let mut c = s.connect();
+    c.write_all(&frame(3, 1, 1, &[0x7f, 0xff, 0xff, 0xff])).expect("send");
+    assert!(closed_by_server(&mut c), "huge array count");
+    // A header whose client id runs past the frame.
+    let mut c = s.connect();
+    let mut f = 10i32.to_be_bytes().to_vec();
+    f.extend_from_slice(&[0, 18, 0, 0, 0, 0, 0, 1, 0x7f, 0xff]);
+    c.write_all(&f).expect("send");
+    assert!(closed_by_server(&mut c), "client id past the frame");
+    s.assert_serving();
+}
+
+#[test]
+fn trailing_bytes_after_a_request_are_ignored() {
+    let s = Served::start("trailing");
+    let mut c = s.connect();
+    // Metadata v1 with a null topic list (all topics), then junk.
+    let mut body = (-1i32).to_be_bytes().to_vec();
+    body.extend_from_slice(b"trailing junk");
+    c.write_all(&frame(3, 1, 42, &body)).expect("send");
+    let r = response(&mut c).expect("answered");
+    assert_eq!(be_i32(&r, 0), 42);
+    assert_eq!(be_i32(&r, 4), 1, "one broker");
+}
+
+#[test]
+fn an_oversized_request_closes_the_connection_before_its_body_arrives() {
+    let s = Served::start("oversized");
+    let mut c = s.connect();
+    c.write_all(&((MAX_REQUEST + 1) as i32).to_be_bytes()).expect("send");
+    assert!(closed_by_server(&mut c), "over max_request_bytes");
+    let mut c = s.connect();
+    c.write_all(&i32::MAX.to_be_bytes()).expect("send");
+    assert!(closed_by_server(&mut c), "2 GiB frame");
+    s.assert_serving();
+}
+
+#[test]
+fn a_client_that_disconnects_mid_request_leaves_the_listener_serving() {
+    let s = Served::start("disconnect");
+    for cut in [2usize, 6, 20] {
+        let mut c = s.connect();
+        let mut body = (-1i32).to_be_bytes().to_vec();
+        body.extend_from_slice(&[0u8; 32]);
+        let f = frame(3, 1, 1, &body);
+        c.write_all(&f[..cut]).expect("send");
+        drop(c);
+    }
+    // Requests pipelined and then abandoned before the responses are read.
+    let mut c = s.connect();
+    for i in 0..8 {
+        c.write_all(&frame(18, 0, i, &[])).expect("send");
+    }
+    drop(c);
+    s.assert_serving();
+}
+
+#[test]
+fn a_slow_client_is_cut_off_without_stalling_others() {
+    let frame_timeout = Duration::from_secs(2);
+    let s = Served::with_frame_timeout("slow", frame_timeout);
+    let mut slow = s.connect();
+    let f = frame(18, 0, 1, &[]);
+    slow.write_all(&f[..6]).expect("send");
+    let started = Instant::now();
+    // While the slow client dawdles, another is served, and the slow one is still
+    // connected afterwards: it was not served first by timing it out.
+    s.assert_serving();
+    slow.set_nonblocking(true).expect("nonblocking");
+    let mut byte = [0u8; 1];
+    let still_open = matches!(slow.read(&mut byte), Err(e) if e.kind() == ErrorKind::WouldBlock);
+    slow.set_nonblocking(false).expect("blocking");
+    assert!(still_open || started.elapsed() >= frame_timeout, "the slow client was closed early");
+    // The frame did not complete within frame_timeout: closed.
+    assert!(closed_by_server(&mut slow), "slow client still connected");
+    assert!(started.elapsed() >= frame_timeout / 2, "closed long before the frame timeout");
+}
+
+#[test]
+fn a_client_that_never_reads_its_responses_is_cut_off_without_stalling_others() {
+    let s = Served::start("never_reads");
+    let mut greedy = s.connect();
+    greedy.set_write_timeout(Some(Duration::from_secs(20))).expect("timeout");
+    // Pipelined requests whose responses are never read: the socket buffers fill, the
+    // listener stops reading at its in-flight limit, and its write times out.
+    let writer = std::thread::spawn(move || {
+        let request = frame(3, 1, 1, &(-1i32).to_be_bytes());
+        for _ in 0..2_000_000 {
+            if let Err(e) = greedy.write_all(&request) {
+                return Some(e.kind());
+            }
+        }
+        None
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    s.assert_serving();
+    let ended = writer.join().expect("writer thread");
+    assert!(
+        matches!(ended, Some(ErrorKind::ConnectionReset | ErrorKind::BrokenPipe)),
+        "the listener kept the connection: {ended:?}"
+    );
+    s.assert_serving();
+}
+
+fn produce_v3(topic: &str, records: &[u8]) -> Vec<u8> {
+    let mut b = Vec::new();
+    b.extend_from_slice(&(-1i16).to_be_bytes()); // no transactional id
+    b.extend_from_slice(&1i16.to_be_bytes()); // acks=1
+    b.extend_from_slice(&5000i32.to_be_bytes());
+    b.extend_from_slice(&1i32.to_be_bytes()); // one topic
+    b.extend_from_slice(&(topic.len() as i16).to_be_bytes());
+    b.extend_from_slice(topic.as_bytes());
+    b.extend_from_slice(&1i32.to_be_bytes()); // one partition
+    b.extend_from_slice(&0i32.to_be_bytes());
+    b.extend_from_slice(&(records.len() as i32).to_be_bytes());
+    b.extend_from_slice(records);
+    frame(0, 3, 5, &b)
+}
+
+/// The error code and base offset of the one partition of a Produce v3 response.
+fn produce_result(r: &[u8], topic: &str) -> (i16, i64) {
+    // correlation id, topics count, topic name, partitions count, partition index
+    let at = 4 + 4 + 2 + topic.len() + 4 + 4;
+    (be_i16(r, at), i64::from_be_bytes(r[at + 2..at + 10].try_into().expect("8 bytes")))
+}
+
+fn batch() -> Vec<u8> {
+    idempotent_batch(-1, -1, -1)
+}
+
+fn idempotent_batch(producer_id: i64, producer_epoch: i16, sequence: i32) -> Vec<u8> {
+    let record = Record {
+        transactional: false,
+        control: false,
+        delete_horizon: false,
+        partition_leader_epoch: 0,
+        producer_id,
+        producer_epoch,
+        timestamp_type: TimestampType::Creation,
+        offset: 0,
+        sequence,
+        timestamp: 1234,
+        key: Some(bytes::Bytes::from_static(b"k")),
+        value: Some(bytes::Bytes::from_static(b"a value")),
+        headers: Default::default(),
+    };
+    let mut buf = BytesMut::new();
+    let opts = RecordEncodeOptions { version: 2, compression: Compression::None };
+    RecordBatchEncoder::encode(&mut buf, [&record], &opts).expect("encodes");
+    buf.to_vec()
+}
+
+#[test]
+fn corrupt_record_batches_get_corrupt_message_and_the_connection_stays_usable() {
+    let s = Served::start("corrupt_batch");
+    block_on(s.engine.as_ref().expect("running").handle().create_topic("t", 1, None)).expect("topic");
+    let mut c = s.connect();
+    let good = batch();
+    let mut bad = good.clone();
+    let n = bad.len();
+    bad[n - 2] ^= 0xff; // a value byte: the CRC no longer matches
+    c.write_all(&produce_v3("t", &bad)).expect("send");
+    assert_eq!(produce_result(&response(&mut c).expect("answered"), "t").0, 2, "CORRUPT_MESSAGE");
+    // A batch cut short.
+    c.write_all(&produce_v3("t", &good[..good.len() - 3])).expect("send");
+    assert_eq!(produce_result(&response(&mut c).expect("answered"), "t").0, 2, "CORRUPT_MESSAGE");
+    // An unknown topic.
+    c.write_all(&produce_v3("nope", &good)).expect("send");
+    assert_eq!(produce_result(&response(&mut c).expect("answered"), "nope").0, 3, "UNKNOWN_TOPIC_OR_PARTITION");
+    // And the good batch is appended at offset 0: nothing bad was written.
+    c.write_all(&produce_v3("t", &good)).expect("send");
+    assert_eq!(produce_result(&response(&mut c).expect("answered"), "t"), (0, 0));
+}
+
+#[test]
+fn an_idempotent_producers_retry_is_answered_with_the_original_offset_and_written_once() {
+    let s = Served::start("idempotent_retry");
+    let h = s.engine.as_ref().expect("running").handle();
+    block_on(h.create_topic("t", 1, None)).expect("topic");
+    let producer = block_on(h.init_producer_id()).expect("producer id").0;
+    let mut c = s.connect();
+    c.write_all(&produce_v3("t", &batch())).expect("send");
+    assert_eq!(produce_result(&response(&mut c).expect("answered"), "t"), (0, 0), "a plain record first");
+    let first = idempotent_batch(producer, 0, 0);
+    for attempt in 0..3 {
+        c.write_all(&produce_v3("t", &first)).expect("send");
+        assert_eq!(produce_result(&response(&mut c).expect("answered"), "t"), (0, 1), "attempt {attempt}");
+    }
+    // A gap in the sequence is refused: OUT_OF_ORDER_SEQUENCE_NUMBER.
+    c.write_all(&produce_v3("t", &idempotent_batch(producer, 0, 5))).expect("send");
+    assert_eq!(produce_result(&response(&mut c).expect("answered"), "t").0, 45);
+    c.write_all(&produce_v3("t", &idempotent_batch(producer, 0, 1))).expect("send");
+    assert_eq!(produce_result(&response(&mut c).expect("answered"), "t"), (0, 2));
+    assert_eq!(block_on(h.offsets("t", 0)).expect("offsets").1.0, 3, "the retries were not written");
+}

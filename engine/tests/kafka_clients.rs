@@ -1,0 +1,236 @@
+//! Real Kafka clients against the Kafka listener: kcat (librdkafka 2.0, Debian's
+//! package), Python confluent-kafka (librdkafka 2.x) and kafka-python 3.x, run as child
+//! processes against a listener on an ephemeral loopback port. `.ci/deps` installs them;
+//! a missing client fails the test with a message naming it.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{TestDir, data_dir};
+use futures_lite::future::block_on;
+use sluice_engine::kafka::{KafkaConfig, KafkaServer};
+use sluice_engine::{Engine, EngineConfig};
+use sluice_io::{Offset, Timestamp};
+
+struct Served {
+    server: Option<KafkaServer>,
+    engine: Option<Engine>,
+    _dir: TestDir,
+}
+
+impl Served {
+    fn start(name: &str) -> Served {
+        let dir = data_dir("kafka_clients", name);
+        let mut config = EngineConfig::new(&*dir);
+        config.shards = Some(2);
+        let engine = block_on(Engine::open(config)).expect("engine opens");
+        let mut kafka = KafkaConfig::new("127.0.0.1:0".parse().expect("address"));
+        kafka.executors = 2;
+        let server = KafkaServer::start(engine.handle(), kafka).expect("listener starts");
+        Served { server: Some(server), engine: Some(engine), _dir: dir }
+    }
+
+    fn bootstrap(&self) -> String {
+        self.server.as_ref().expect("running").local_addr().to_string()
+    }
+
+    fn engine(&self) -> sluice_engine::EngineHandle {
+        self.engine.as_ref().expect("running").handle()
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        if let Some(s) = self.server.take() {
+            s.shutdown();
+        }
+        if let Some(e) = self.engine.take() {
+            let _ = block_on(e.shutdown());
+        }
+    }
+}
+
+/// Runs a command with `stdin`, failing the test if it runs past `limit`. Returns stdout
+/// and stderr.
+fn run(cmd: &mut Command, stdin: &[u8], limit: Duration) -> (bool, String, String) {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}; install the Kafka test clients with .ci/deps"));
+    {
+        let mut input = child.stdin.take().expect("stdin");
+        input.write_all(stdin).expect("writing stdin");
+    }
+    let mut out = child.stdout.take().expect("stdout");
+    let mut err = child.stderr.take().expect("stderr");
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("waiting") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            let (o, e) = (reader.join().unwrap_or_default(), err_reader.join().unwrap_or_default());
+            panic!("{cmd:?} ran past {limit:?}\nstdout:\n{o}\nstderr:\n{e}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    (status.success(), reader.join().unwrap_or_default(), err_reader.join().unwrap_or_default())
+}
+
+fn need_kcat() {
+    let ok = Command::new("kcat").arg("-V").output().map(|o| o.status.success()).unwrap_or(false);
+    assert!(ok, "kcat is not installed: run .ci/deps (it installs Debian's kcat package)");
+}
+
+fn python() -> String {
+    std::env::var("SLUICE_PYTHON").unwrap_or_else(|_| "python3".to_string())
+}
+
+fn need_python_module(module: &str) {
+    let ok = Command::new(python())
+        .args(["-c", &format!("import {module}")])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    assert!(ok, "Python module {module} is not installed for {}: run .ci/deps", python());
+}
+
+fn script(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/kafka").join(name)
+}
+
+#[test]
+fn kcat_produces_consumes_and_lists_metadata() {
+    need_kcat();
+    let s = Served::start("kcat_basic");
+    let h = s.engine();
+    block_on(h.create_topic("kc", 2, None)).expect("topic");
+    let input: String = (0..20).map(|i| format!("key-{i}:value-{i}\n")).collect();
+    // The client picks partitions: murmur2_random is librdkafka's copy of the Java client's.
+    let (ok, out, err) = run(
+        Command::new("kcat").args(["-b", &s.bootstrap(), "-P", "-t", "kc", "-K:", "-X", "partitioner=murmur2_random"]),
+        input.as_bytes(),
+        Duration::from_secs(30),
+    );
+    assert!(ok, "kcat -P failed\n{out}\n{err}");
+
+    let (ok, out, err) = run(
+        Command::new("kcat").args(["-b", &s.bootstrap(), "-C", "-t", "kc", "-e", "-q", "-f", "%p\t%o\t%k\t%s\n"]),
+        b"",
+        Duration::from_secs(30),
+    );
+    assert!(ok, "kcat -C failed\n{out}\n{err}");
+    let mut per_partition: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+    let mut values = Vec::new();
+    for line in out.lines() {
+        let f: Vec<&str> = line.split('\t').collect();
+        assert_eq!(f.len(), 4, "line {line:?}");
+        let (p, o): (u32, u64) = (f[0].parse().expect("partition"), f[1].parse().expect("offset"));
+        // Keys land where sluice's partitioner (murmur2, Kafka's) would put them.
+        assert_eq!(h.partition_for("kc", Some(f[2].as_bytes())).expect("partition"), p, "key {}", f[2]);
+        assert_eq!(f[3], f[2].replace("key", "value"));
+        per_partition.entry(p).or_default().push(o);
+        values.push(f[3].to_string());
+    }
+    values.sort();
+    let mut want: Vec<String> = (0..20).map(|i| format!("value-{i}")).collect();
+    want.sort();
+    assert_eq!(values, want);
+    for (p, offsets) in &per_partition {
+        let expect: Vec<u64> = (0..offsets.len() as u64).collect();
+        assert_eq!(offsets, &expect, "partition {p} offsets are dense and in order");
+    }
+
+    let (ok, out, err) = run(Command::new("kcat").args(["-b", &s.bootstrap(), "-L"]), b"", Duration::from_secs(30));
+    assert!(ok, "kcat -L failed\n{out}\n{err}");
+    assert!(out.contains(&format!("broker 0 at {} (controller)", s.bootstrap())), "{out}");
+    assert!(out.contains("topic \"kc\" with 2 partitions"), "{out}");
+    assert!(!out.contains("__consumer_offsets"), "internal topic listed:\n{out}");
+}
+
+#[test]
+fn kcat_consumes_as_a_group_and_commits() {
+    need_kcat();
+    let s = Served::start("kcat_group");
+    let h = s.engine();
+    block_on(h.create_topic("kg", 3, None)).expect("topic");
+    for i in 0..30 {
+        block_on(h.send("kg", Some(format!("k{i}").as_bytes()), format!("v{i}").as_bytes(), Timestamp(1000 + i)))
+            .expect("send");
+    }
+    let kcat_group = || {
+        run(
+            Command::new("kcat").args([
+                "-b",
+                &s.bootstrap(),
+                "-G",
+                "kcat-group",
+                "-X",
+                "auto.offset.reset=earliest",
+                "-e",
+                "-q",
+                "-f",
+                "%p\t%o\t%s\n",
+                "kg",
+            ]),
+            b"",
+            Duration::from_secs(60),
+        )
+    };
+    let (ok, out, err) = kcat_group();
+    assert!(ok, "kcat -G failed\n{out}\n{err}");
+    let mut got: Vec<&str> = out.lines().map(|l| l.rsplit('\t').next().unwrap_or_default()).collect();
+    got.sort_unstable();
+    let mut want: Vec<String> = (0..30).map(|i| format!("v{i}")).collect();
+    want.sort();
+    assert_eq!(got, want, "stderr:\n{err}");
+    // kcat commits what it consumed when it leaves: the group's offsets are the ends.
+    let committed = block_on(h.committed_offsets("kcat-group")).expect("committed");
+    for p in 0..3 {
+        let (_, end) = block_on(h.offsets("kg", p)).expect("offsets");
+        assert_eq!(committed.get(&("kg".to_string(), p)), Some(&end), "partition {p}: {committed:?}");
+    }
+    // A second run of the group resumes there and reads nothing.
+    let (ok, out, err) = kcat_group();
+    assert!(ok, "second kcat -G failed\n{out}\n{err}");
+    assert_eq!(out.trim(), "", "re-read after commit; stderr:\n{err}");
+    assert_eq!(block_on(h.offsets("kg", 0)).expect("offsets").0, Offset(0));
+}
+
+fn run_script(name: &str, module: &str, topic: &str) {
+    need_python_module(module);
+    let s = Served::start(topic);
+    let (ok, out, err) =
+        run(Command::new(python()).arg(script(name)).arg(s.bootstrap()).arg(topic), b"", Duration::from_secs(120));
+    println!("{out}");
+    assert!(ok && out.trim_end().ends_with("OK"), "{name} failed\nstdout:\n{out}\nstderr:\n{err}");
+}
+
+#[test]
+fn confluent_kafka_admin_idempotent_produce_group_commit_and_seek_by_time() {
+    run_script("confluent_client.py", "confluent_kafka", "ck");
+}
+
+#[test]
+fn kafka_python_admin_idempotent_produce_group_commit_and_seek_by_time() {
+    run_script("kafka_python_client.py", "kafka", "kp");
+}

@@ -1,0 +1,74 @@
+//! `sluice serve`: Kafka clients produce and consume through it, and SIGTERM stops it
+//! cleanly (the data directory is released and what was produced is there afterwards).
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn data_dir(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("kafka-serve-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn kcat(args: &[&str], stdin: &str) -> std::process::Output {
+    let mut child = Command::new("kcat")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run kcat ({e}): run .ci/deps to install the Kafka test clients"));
+    child.stdin.take().expect("stdin").write_all(stdin.as_bytes()).expect("stdin");
+    child.wait_with_output().expect("kcat ran")
+}
+
+#[test]
+fn serve_answers_kafka_clients_and_stops_on_sigterm() {
+    let dir = data_dir("sigterm");
+    let mut server = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["serve", "--data-dir"])
+        .arg(&dir)
+        .args(["--listen", "127.0.0.1:0", "--shards", "2"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("sluice serve starts");
+    let mut line = String::new();
+    BufReader::new(server.stdout.take().expect("stdout")).read_line(&mut line).expect("a line");
+    let addr = line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("unexpected first line {line:?}"));
+    assert!(addr.starts_with("127.0.0.1:"), "loopback by default: {addr}");
+
+    // kcat produces to a topic that does not exist yet (created on first use, as Kafka's
+    // auto.create.topics.enable does), then reads it back.
+    let out = kcat(&["-b", addr, "-P", "-t", "served", "-K:"], "a:1\nb:2\nc:3\n");
+    assert!(out.status.success(), "kcat -P: {}", String::from_utf8_lossy(&out.stderr));
+    let out = kcat(&["-b", addr, "-C", "-t", "served", "-e", "-q", "-f", "%k=%s\n"], "");
+    assert!(out.status.success(), "kcat -C: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "a=1\nb=2\nc=3\n");
+
+    // SAFETY: kill(2) with a child's pid we started and have not waited for, and SIGTERM.
+    let rc = unsafe { libc::kill(server.id() as libc::pid_t, libc::SIGTERM) };
+    assert_eq!(rc, 0, "kill: {}", std::io::Error::last_os_error());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = server.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "sluice serve did not stop within 20 s of SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "exit status {status:?}");
+
+    // The directory is free again and holds what was produced.
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["consume", "served", "--from-beginning", "--data-dir"])
+        .arg(&dir)
+        .output()
+        .expect("sluice consume runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(text.lines().count(), 3, "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
