@@ -9,7 +9,9 @@
 //! - [`baseline`]: the physical reference, a raw `io_uring` O_DIRECT sequential write that
 //!   tells how close the log gets to the disk.
 //! - [`workloads`]: one module per `sluice-bench <workload>` subcommand.
+//! - [`report`]: `sluice-bench report`, several runs' JSON reports side by side.
 
 pub mod baseline;
 pub mod harness;
+pub mod report;
 pub mod workloads;

@@ -30,6 +30,9 @@ enum Workload {
     /// Produce throughput through the Kafka listener with kcat (librdkafka) against the
     /// embedded log, and produce-to-consume latency with confluent-kafka at a fixed rate
     Kafka(kafka::KafkaArgs),
+    /// Several runs' --json reports side by side (and their latency curves on one chart
+    /// with --plot)
+    Report(sluice_bench::report::ReportArgs),
 }
 
 fn main() -> Result<()> {
@@ -55,6 +58,7 @@ fn main() -> Result<()> {
                 write_json(path, &report)?;
             }
         }
+        Workload::Report(args) => print!("{}", sluice_bench::report::run(&args)?),
         Workload::Pipeline(args) => {
             let report = pipeline::run(&args)?;
             report.table().print();

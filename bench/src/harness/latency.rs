@@ -1,6 +1,9 @@
 //! Latency recording: an HDR histogram in microseconds and its percentile summary.
 
-use std::time::Duration;
+use std::{
+    path::Path,
+    time::{Duration, Instant, SystemTime},
+};
 
 use hdrhistogram::Histogram;
 use serde::Serialize;
@@ -16,6 +19,16 @@ const SIGNIFICANT_DIGITS: u8 = 3;
 #[derive(Debug, Clone)]
 pub struct LatencyRecorder {
     histogram: Histogram<u64>,
+    intervals: Option<Intervals>,
+}
+
+/// The same values again, one histogram per interval since a shared epoch (for `--hlog`).
+#[derive(Debug, Clone)]
+struct Intervals {
+    epoch: Instant,
+    wall: SystemTime,
+    length: Duration,
+    histograms: Vec<Histogram<u64>>,
 }
 
 /// Percentiles of the recorded latencies, in microseconds. All zero when nothing was recorded.
@@ -37,7 +50,40 @@ impl LatencyRecorder {
     /// An empty recorder.
     pub fn new() -> Self {
         let histogram = Histogram::new(SIGNIFICANT_DIGITS).expect("3 significant digits is within 0..=5");
-        Self { histogram }
+        Self { histogram, intervals: None }
+    }
+
+    /// A recorder that also keeps one histogram per `length` of time since `epoch`, for an
+    /// interval log; recorders to be merged must share the epoch.
+    pub fn with_intervals(epoch: Instant, length: Duration) -> Self {
+        let wall = SystemTime::now().checked_sub(epoch.elapsed()).unwrap_or_else(SystemTime::now);
+        let length = length.max(Duration::from_millis(1));
+        Self { intervals: Some(Intervals { epoch, wall, length, histograms: Vec::new() }), ..Self::new() }
+    }
+
+    /// Records one operation that took `latency` and ended at `now` (its interval).
+    pub fn record_at(&mut self, now: Instant, latency: Duration) {
+        self.record(latency);
+        if let Some(iv) = &mut self.intervals {
+            let i = (now.saturating_duration_since(iv.epoch).as_nanos() / iv.length.as_nanos()) as usize;
+            while iv.histograms.len() <= i {
+                iv.histograms.push(Histogram::new_from(&self.histogram));
+            }
+            let micros = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
+            if iv.histograms[i].record(micros).is_err() {
+                iv.histograms[i].saturating_record(micros);
+            }
+        }
+    }
+
+    /// Writes the interval log (`with_intervals` recorders only).
+    ///
+    /// # Errors
+    ///
+    /// A recorder without intervals, or a file that cannot be written.
+    pub fn write_hlog(&self, path: &Path) -> anyhow::Result<()> {
+        let iv = self.intervals.as_ref().ok_or_else(|| anyhow::anyhow!("this run did not keep latency intervals"))?;
+        super::hlog::write_interval_log(path, iv.wall, iv.length, &iv.histograms)
     }
 
     /// Records one operation that took `latency`.
@@ -53,6 +99,14 @@ impl LatencyRecorder {
     /// Adds every value recorded by `other`.
     pub fn merge(&mut self, other: &Self) {
         self.histogram.add(&other.histogram).expect("auto-resizing histograms with equal precision always add");
+        if let (Some(mine), Some(theirs)) = (&mut self.intervals, &other.intervals) {
+            for (i, h) in theirs.histograms.iter().enumerate() {
+                if mine.histograms.len() <= i {
+                    mine.histograms.push(Histogram::new_from(h));
+                }
+                mine.histograms[i].add(h).expect("auto-resizing histograms with equal precision always add");
+            }
+        }
     }
 
     /// Number of recorded values.
@@ -63,6 +117,16 @@ impl LatencyRecorder {
     /// Whether nothing was recorded.
     pub fn is_empty(&self) -> bool {
         self.histogram.is_empty()
+    }
+
+    /// The distribution as a curve for [`write_percentile_plot`](super::write_percentile_plot).
+    pub fn curve(&self, label: &str) -> super::Curve {
+        super::curve_of(label, &self.histogram)
+    }
+
+    /// The underlying histogram (microseconds).
+    pub fn histogram(&self) -> &Histogram<u64> {
+        &self.histogram
     }
 
     /// The percentiles recorded so far.

@@ -27,7 +27,7 @@ use serde::Serialize;
 use sluice_engine::dataflow::PipelineConfig;
 
 use super::{pipeline_job::Job, pipeline_sluice, pipeline_timely};
-use crate::harness::{LatencySummary, Table};
+use crate::harness::{Curve, LatencyRecorder, LatencySummary, Table, write_percentile_plot};
 
 /// Options of `sluice-bench pipeline`.
 #[derive(Debug, Clone, Args)]
@@ -67,6 +67,12 @@ pub struct PipelineArgs {
     pub latency_seconds: f64,
     #[arg(long, value_name = "PATH")]
     pub json: Option<PathBuf>,
+    /// Write the result latencies' percentile chart (SVG) to this file
+    #[arg(long, value_name = "PATH")]
+    pub plot: Option<PathBuf>,
+    /// Write the result latencies as an HdrHistogram interval log (1 s intervals)
+    #[arg(long, value_name = "PATH")]
+    pub hlog: Option<PathBuf>,
 }
 
 /// The CPUs this process may run on: one shard each.
@@ -111,6 +117,8 @@ pub struct PipelineReport {
     pub latency_us: Option<LatencySummary>,
     /// The offered rate `latency_us` was measured at, events per second.
     pub latency_rate: Option<u64>,
+    /// The latency distribution, for `sluice-bench report --plot`.
+    pub latency_curve: Option<Curve>,
     /// `--compare`.
     pub baseline: Option<Baseline>,
     /// Events per second through the baseline, in its best round.
@@ -143,6 +151,7 @@ pub fn run(args: &PipelineArgs) -> anyhow::Result<PipelineReport> {
         results_sum: 0,
         latency_us: None,
         latency_rate: args.rate,
+        latency_curve: None,
         baseline: args.compare,
         baseline_events_per_sec: None,
         ratio_to_baseline: None,
@@ -156,7 +165,9 @@ pub fn run(args: &PipelineArgs) -> anyhow::Result<PipelineReport> {
         report.events_per_sec = rate(sluice.elapsed);
         report.round_events_per_sec.push(report.events_per_sec);
         (report.results, report.results_sum) = (sluice.tally.results, sluice.tally.sum);
-        report.latency_us = sluice.latency.map(|l| l.summary());
+        if let Some(l) = &sluice.latency {
+            keep_latency(args, &mut report, l, args.rate.unwrap_or_default())?;
+        }
         return Ok(report);
     }
     let cpus: Vec<usize> = core_affinity::get_core_ids()
@@ -189,10 +200,33 @@ pub fn run(args: &PipelineArgs) -> anyhow::Result<PipelineReport> {
         let events = ((rate as f64 * args.latency_seconds) as u64).max(1);
         let job = Job::new(events, Some(rate), args.out_of_orderness_ms, args.batch)?;
         let run = pipeline_sluice::run(&job, args.shards, true)?;
-        report.latency_us = run.latency.map(|l| l.summary());
+        if let Some(l) = &run.latency {
+            keep_latency(args, &mut report, l, rate)?;
+        }
         report.latency_rate = Some(rate);
+    } else {
+        ensure!(args.plot.is_none() && args.hlog.is_none(), "--plot and --hlog need a latency phase");
     }
     Ok(report)
+}
+
+/// Puts the latencies measured at `rate` in the report, and writes `--plot` and `--hlog`.
+fn keep_latency(
+    args: &PipelineArgs,
+    report: &mut PipelineReport,
+    l: &LatencyRecorder,
+    rate: u64,
+) -> anyhow::Result<()> {
+    report.latency_us = Some(l.summary());
+    let curve = l.curve(&format!("sluice pipeline, {} shards, {rate} events/s", args.shards));
+    if let Some(path) = &args.plot {
+        write_percentile_plot(path, "windowed keyed count: result latency", std::slice::from_ref(&curve))?;
+    }
+    if let Some(path) = &args.hlog {
+        l.write_hlog(path)?;
+    }
+    report.latency_curve = Some(curve);
+    Ok(())
 }
 
 impl PipelineReport {

@@ -31,6 +31,9 @@ use sluice_io::EventTime;
 use super::pipeline_job::{Job, Tally, WINDOW_MS};
 use crate::harness::LatencyRecorder;
 
+/// The interval of the latency mode's `--hlog` log.
+const HLOG_INTERVAL: Duration = Duration::from_secs(1);
+
 /// How long after the pipeline starts the latency mode's schedule begins, so that every
 /// shard is up before its first event is due.
 const PACED_START_DELAY: Duration = Duration::from_millis(50);
@@ -84,7 +87,7 @@ pub fn run(job: &Job, shards: usize, paced: bool) -> anyhow::Result<SluiceRun> {
             let sink = CountingSink {
                 job,
                 tally: Tally::default(),
-                latency: paced.then(|| (epoch, LatencyRecorder::new())),
+                latency: paced.then(|| (epoch, LatencyRecorder::with_intervals(epoch, HLOG_INTERVAL))),
                 ends: sink_ends.clone(),
             };
             events
@@ -100,7 +103,7 @@ pub fn run(job: &Job, shards: usize, paced: bool) -> anyhow::Result<SluiceRun> {
     let ends = std::mem::take(&mut *ends.lock().unwrap_or_else(PoisonError::into_inner));
     anyhow::ensure!(ends.len() == shards, "{} of {shards} shards' sinks ended", ends.len());
     let mut tally = Tally::default();
-    let mut latency = paced.then(LatencyRecorder::new);
+    let mut latency = paced.then(|| LatencyRecorder::with_intervals(epoch, HLOG_INTERVAL));
     for end in &ends {
         tally.merge(&end.tally);
         if let (Some(all), Some(shard)) = (&mut latency, &end.latency) {
@@ -136,7 +139,7 @@ impl Operator<WindowResult<u64, u64>> for CountingSink {
             let now = Instant::now();
             for result in batch.iter().map(|e| &e.value) {
                 if let Some(last) = self.job.last_event_of_window(result.window.start.0) {
-                    latency.record(now.saturating_duration_since(*epoch + self.job.scheduled(last)));
+                    latency.record_at(now, now.saturating_duration_since(*epoch + self.job.scheduled(last)));
                 }
             }
         }
