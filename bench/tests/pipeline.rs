@@ -131,3 +131,60 @@ fn a_throughput_run_ends_with_a_latency_phase_at_half_its_rate() {
     assert!(latency.p50 <= latency.p99 && latency.p99 <= latency.max, "{latency:?}");
     assert!(report.table().to_string().contains("result latency p99"));
 }
+
+#[test]
+fn find_max_rate_reports_every_step_and_writes_its_files() {
+    // An SLO no run can meet (1 us) fails the first step and every lower one the search
+    // then tries; a generous one (10 s) lets doublings pass. Timings are not asserted,
+    // only the search's bookkeeping.
+    let dir = std::env::temp_dir().join(format!("sluice-find-max-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tight = pipeline::run(&args(&[
+        "--find-max-rate",
+        "--slo-p99-ms",
+        "0.001",
+        "--rate",
+        "20000",
+        "--latency-seconds",
+        "0.2",
+        "--shards",
+        "1",
+    ]))
+    .expect("find-max-rate");
+    let tried: Vec<u64> = tight.rate_curve.iter().map(|s| s.rate).collect();
+    assert_eq!(tried, [20_000, 10_000, 5_000, 2_500], "halving below the first failure");
+    assert!(tight.rate_curve.iter().all(|s| !s.within_slo));
+    assert_eq!(tight.max_rate_within_slo, None);
+    let plot = dir.join("steps.svg");
+    let json = dir.join("steps.json");
+    let mut line = vec!["--find-max-rate", "--slo-p99-ms", "10000", "--rate", "20000", "--latency-seconds", "0.2"];
+    line.extend(["--shards", "2", "--plot", plot.to_str().unwrap()]);
+    let loose = pipeline::run(&args(&line)).expect("find-max-rate");
+    assert!(loose.rate_curve.len() >= 2, "{:?}", loose.rate_curve);
+    let rates: Vec<u64> = loose.rate_curve.iter().map(|s| s.rate).collect();
+    assert_eq!(&rates[..2], &[20_000, 40_000], "the ramp doubles");
+    if let Some(best) = loose.max_rate_within_slo {
+        assert!(loose.rate_curve.iter().any(|s| s.rate == best && s.within_slo));
+    }
+    sluice_bench::harness::write_json(&json, &loose).unwrap();
+    let text = std::fs::read_to_string(&json).unwrap();
+    assert!(text.contains("\"rate_curve\"") && text.contains("\"max_rate_within_slo\""), "{text}");
+    assert!(std::fs::read_to_string(&plot).unwrap().contains("20000 events/s"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_latency_run_writes_its_plot_and_interval_log() {
+    let dir = std::env::temp_dir().join(format!("sluice-plot-hlog-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (plot, hlog) = (dir.join("l.svg"), dir.join("l.hlog"));
+    let line = ["--events", "200000", "--rate", "200000", "--shards", "2", "--plot", plot.to_str().unwrap()];
+    let line: Vec<&str> = line.into_iter().chain(["--hlog", hlog.to_str().unwrap()]).collect();
+    let report = pipeline::run(&args(&line)).expect("latency run");
+    assert!(report.latency_curve.as_ref().is_some_and(|c| !c.points.is_empty()));
+    assert!(std::fs::read_to_string(&plot).unwrap().starts_with("<svg"));
+    let log = std::fs::read_to_string(&hlog).unwrap();
+    assert!(log.lines().any(|l| l.starts_with("#[StartTime:")), "{log}");
+    assert!(log.lines().filter(|l| !l.starts_with('#') && !l.starts_with("\"StartTimestamp\"")).count() >= 1, "{log}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

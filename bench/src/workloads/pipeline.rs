@@ -73,6 +73,27 @@ pub struct PipelineArgs {
     /// Write the result latencies as an HdrHistogram interval log (1 s intervals)
     #[arg(long, value_name = "PATH")]
     pub hlog: Option<PathBuf>,
+    /// Find the highest offered rate whose p99 result latency stays within --slo-p99-ms:
+    /// doubles the rate from --rate (default 100 000) while it holds, then halves the gap
+    /// three times; each step runs --latency-seconds
+    #[arg(long)]
+    pub find_max_rate: bool,
+    /// The p99 latency bound for --find-max-rate, milliseconds
+    #[arg(long, default_value_t = 10.0, value_name = "MS")]
+    pub slo_p99_ms: f64,
+}
+
+/// One step of `--find-max-rate`.
+#[derive(Debug, Clone, Serialize)]
+pub struct RateStep {
+    /// Offered events per second.
+    pub rate: u64,
+    /// Events per second achieved (the schedule's length over the run's).
+    pub achieved: f64,
+    /// Result latency at this rate.
+    pub latency_us: LatencySummary,
+    /// Whether p99 was within the bound and the rate was kept up with.
+    pub within_slo: bool,
 }
 
 /// The CPUs this process may run on: one shard each.
@@ -119,6 +140,10 @@ pub struct PipelineReport {
     pub latency_rate: Option<u64>,
     /// The latency distribution, for `sluice-bench report --plot`.
     pub latency_curve: Option<Curve>,
+    /// `--find-max-rate`: the bound, every step, and the highest rate within it.
+    pub slo_p99_ms: Option<f64>,
+    pub rate_curve: Vec<RateStep>,
+    pub max_rate_within_slo: Option<u64>,
     /// `--compare`.
     pub baseline: Option<Baseline>,
     /// Events per second through the baseline, in its best round.
@@ -152,6 +177,9 @@ pub fn run(args: &PipelineArgs) -> anyhow::Result<PipelineReport> {
         latency_us: None,
         latency_rate: args.rate,
         latency_curve: None,
+        slo_p99_ms: None,
+        rate_curve: Vec::new(),
+        max_rate_within_slo: None,
         baseline: args.compare,
         baseline_events_per_sec: None,
         ratio_to_baseline: None,
@@ -159,6 +187,9 @@ pub fn run(args: &PipelineArgs) -> anyhow::Result<PipelineReport> {
         round_baseline_events_per_sec: Vec::new(),
     };
     let rate = |elapsed: std::time::Duration| args.events as f64 / elapsed.as_secs_f64().max(1e-9);
+    if args.find_max_rate {
+        return find_max_rate(args, report);
+    }
     if args.rate.is_some() {
         ensure!(args.compare.is_none(), "--compare measures throughput: run it without --rate");
         let sluice = pipeline_sluice::run(&job, args.shards, true)?;
@@ -210,6 +241,66 @@ pub fn run(args: &PipelineArgs) -> anyhow::Result<PipelineReport> {
     Ok(report)
 }
 
+/// `--find-max-rate`: ramps the offered rate and bisects to the highest whose p99 stays
+/// within the bound (and which the pipeline keeps up with).
+fn find_max_rate(args: &PipelineArgs, mut report: PipelineReport) -> anyhow::Result<PipelineReport> {
+    ensure!(args.compare.is_none(), "--compare measures throughput: run it without --find-max-rate");
+    ensure!(args.slo_p99_ms.is_finite() && args.slo_p99_ms > 0.0, "--slo-p99-ms must be positive");
+    ensure!(
+        args.latency_seconds.is_finite() && args.latency_seconds > 0.0,
+        "--find-max-rate needs --latency-seconds > 0"
+    );
+    let slo_us = (args.slo_p99_ms * 1000.0) as u64;
+    let mut curves = Vec::new();
+    let mut step = |rate: u64, report: &mut PipelineReport| -> anyhow::Result<bool> {
+        let events = ((rate as f64 * args.latency_seconds) as u64).max(1);
+        let job = Job::new(events, Some(rate), args.out_of_orderness_ms, args.batch)?;
+        let run = pipeline_sluice::run(&job, args.shards, true)?;
+        let latency = run.latency.context("a latency run records latencies")?;
+        let achieved = events as f64 / run.elapsed.as_secs_f64().max(1e-9);
+        let summary = latency.summary();
+        let within_slo = summary.p99 <= slo_us && achieved >= 0.9 * rate as f64;
+        curves.push(latency.curve(&format!("{rate} events/s")));
+        report.rate_curve.push(RateStep { rate, achieved, latency_us: summary, within_slo });
+        Ok(within_slo)
+    };
+    let mut good: Option<u64> = None;
+    let mut bad: Option<u64> = None;
+    let mut rate = args.rate.unwrap_or(100_000).max(1);
+    for _ in 0..12 {
+        if step(rate, &mut report)? {
+            good = Some(rate);
+            rate = rate.saturating_mul(2);
+        } else {
+            bad = Some(rate);
+            break;
+        }
+    }
+    if let Some(mut hi) = bad {
+        let mut lo = good.unwrap_or(0);
+        for _ in 0..3 {
+            let mid = lo + (hi - lo) / 2;
+            if mid == lo || mid == 0 {
+                break;
+            }
+            if step(mid, &mut report)? {
+                lo = mid;
+                good = Some(mid);
+            } else {
+                hi = mid;
+            }
+        }
+    }
+    report.slo_p99_ms = Some(args.slo_p99_ms);
+    report.max_rate_within_slo = good;
+    report.rate = None;
+    report.events_per_sec = report.rate_curve.iter().filter(|s| s.within_slo).map(|s| s.achieved).fold(0.0, f64::max);
+    if let Some(path) = &args.plot {
+        write_percentile_plot(path, "windowed keyed count: result latency per offered rate", &curves)?;
+    }
+    Ok(report)
+}
+
 /// Puts the latencies measured at `rate` in the report, and writes `--plot` and `--hlog`.
 fn keep_latency(
     args: &PipelineArgs,
@@ -257,6 +348,19 @@ impl PipelineReport {
         }
         let ok = if self.results_sum == self.events { "ok" } else { "MISMATCH" };
         table.row("results (sum of counts)", format!("{} ({}, {ok})", self.results, self.results_sum), "");
+        if let Some(slo) = self.slo_p99_ms {
+            for s in &self.rate_curve {
+                table.row(
+                    format!("offered {} events/s", s.rate),
+                    format!("p99 {} us, achieved {:.0}", s.latency_us.p99, s.achieved),
+                    if s.within_slo { "within" } else { "over" },
+                );
+            }
+            match self.max_rate_within_slo {
+                Some(r) => table.row(format!("highest rate with p99 <= {slo} ms"), r, "events/s"),
+                None => table.row(format!("highest rate with p99 <= {slo} ms"), "none of those tried", ""),
+            };
+        }
         if let Some(l) = &self.latency_us {
             if self.rate.is_none()
                 && let Some(rate) = self.latency_rate
