@@ -34,9 +34,32 @@ pub struct CommonArgs {
     /// Keep the data written (the temporary directory, and files a workload would delete)
     #[arg(long)]
     pub keep: bool,
+    /// Write the latency-by-percentile chart (SVG) of a latency run to this file
+    #[arg(long, value_name = "PATH")]
+    pub plot: Option<PathBuf>,
+    /// Write a latency run's HdrHistogram interval log (1 s intervals) to this file
+    #[arg(long, value_name = "PATH")]
+    pub hlog: Option<PathBuf>,
 }
 
 impl CommonArgs {
+    /// Writes `--plot` and `--hlog` for `latency`, if asked; its curve, for the report.
+    pub fn write_latency(
+        &self,
+        latency: &crate::harness::LatencyRecorder,
+        title: &str,
+        label: &str,
+    ) -> anyhow::Result<crate::harness::Curve> {
+        let curve = latency.curve(label);
+        if let Some(path) = &self.plot {
+            crate::harness::write_percentile_plot(path, title, std::slice::from_ref(&curve))?;
+        }
+        if let Some(path) = &self.hlog {
+            latency.write_hlog(path)?;
+        }
+        Ok(curve)
+    }
+
     /// The directory `--dir` names, or a fresh `/tmp/sluice-bench-<workload>-...` directory.
     pub fn work_dir(&self, workload: &str) -> io::Result<WorkDir> {
         match &self.dir {

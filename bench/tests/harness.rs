@@ -359,9 +359,16 @@ fn log_end_to_end_mode_runs_and_reports_latency() {
         "interval:5",
         "--dir",
         data.to_str().unwrap(),
+        "--plot",
+        dir.path().join("e2e.svg").to_str().unwrap(),
+        "--hlog",
+        dir.path().join("e2e.hlog").to_str().unwrap(),
     ])
     .unwrap();
     let report = sluice_bench::workloads::e2e::run(&args, 2000).unwrap();
+    assert!(std::fs::read_to_string(dir.path().join("e2e.svg")).unwrap().starts_with("<svg"));
+    assert!(std::fs::read_to_string(dir.path().join("e2e.hlog")).unwrap().contains("#[StartTime:"));
+    assert!(!report.e2e_latency_curve.points.is_empty());
     assert_eq!((report.workload, report.records, report.shards), ("log-e2e", 200, 2));
     assert_eq!(report.e2e_latency_us.count, 200, "every record was consumed and timed");
     assert!(report.achieved_rate > 0.0);

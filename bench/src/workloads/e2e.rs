@@ -49,6 +49,8 @@ pub struct E2eReport {
     pub achieved_rate: f64,
     /// From each record's scheduled send time to its consumption, microseconds.
     pub e2e_latency_us: LatencySummary,
+    /// The same, as a curve for `sluice-bench report --plot`.
+    pub e2e_latency_curve: crate::harness::Curve,
 }
 
 /// Runs the end-to-end mode of the log workload at `rate` records per second.
@@ -74,7 +76,7 @@ pub fn run(args: &LogArgs, rate: u64) -> anyhow::Result<E2eReport> {
     let consumer = {
         let (handle, epoch) = (handle.clone(), epoch.clone());
         std::thread::spawn(move || -> anyhow::Result<LatencyRecorder> {
-            let mut latency = LatencyRecorder::new();
+            let mut latency = LatencyRecorder::with_intervals(*epoch, Duration::from_secs(1));
             let mut at = Offset(0);
             let mut received = 0;
             let deadline =
@@ -86,7 +88,7 @@ pub fn run(args: &LogArgs, rate: u64) -> anyhow::Result<E2eReport> {
                 for r in batches.records() {
                     let r = r?;
                     let scheduled = u64::from_le_bytes(r.value()[..8].try_into().expect("8 bytes"));
-                    latency.record(now.saturating_duration_since(*epoch + Duration::from_nanos(scheduled)));
+                    latency.record_at(now, now.saturating_duration_since(*epoch + Duration::from_nanos(scheduled)));
                     received += 1;
                 }
                 at = batches.next_offset();
@@ -146,6 +148,11 @@ pub fn run(args: &LogArgs, rate: u64) -> anyhow::Result<E2eReport> {
     };
     let latency = consumer.join().map_err(|_| anyhow::anyhow!("consumer thread panicked"))??;
     block_on(engine.shutdown())?;
+    let curve = args.common.write_latency(
+        &latency,
+        "log end-to-end latency",
+        &format!("log e2e, {rate} records/s, fsync {}", args.fsync),
+    )?;
     Ok(E2eReport {
         workload: "log-e2e",
         shards: args.shards,
@@ -156,6 +163,7 @@ pub fn run(args: &LogArgs, rate: u64) -> anyhow::Result<E2eReport> {
         fsync: args.fsync,
         achieved_rate: records as f64 / sent_in.as_secs_f64(),
         e2e_latency_us: latency.summary(),
+        e2e_latency_curve: curve,
     })
 }
 

@@ -116,6 +116,8 @@ pub struct LogReport {
     pub baseline_read_bytes_per_sec: f64,
     /// Latency of one append call (one batch), from call to durable acknowledgement.
     pub append_latency_us: LatencySummary,
+    /// The same, as a curve for `sluice-bench report --plot`.
+    pub append_latency_curve: crate::harness::Curve,
     /// [`baseline_write`](crate::baseline::baseline_write) of the same payload volume with
     /// the same fsync cadence, from a single writer.
     pub baseline_write_bytes_per_sec: f64,
@@ -130,6 +132,7 @@ pub fn run(args: &LogArgs) -> anyhow::Result<LogReport> {
 
     let fsync = args.fsync;
     let per_shard = args.records.div_ceil(args.shards as u64);
+    let epoch = std::time::Instant::now();
     let plans: Vec<ShardPlan> = (0..args.shards)
         .map(|shard| ShardPlan {
             dir: work_dir.path().join(format!("shard-{shard}")),
@@ -146,6 +149,7 @@ pub fn run(args: &LogArgs) -> anyhow::Result<LogReport> {
             inflight: args.inflight,
             read_bytes: args.read_bytes,
             read_ahead: !args.no_read_ahead,
+            epoch,
         })
         .collect();
     let outcomes = run_on_shards(args.shards, move |shard| run_shard(plans[shard].clone()))?;
@@ -154,7 +158,7 @@ pub fn run(args: &LogArgs) -> anyhow::Result<LogReport> {
     // Shards run at once: the slowest one bounds the run.
     let append_secs = outcomes.iter().map(|o| o.append_time.as_secs_f64()).fold(0.0, f64::max);
     let read_secs = outcomes.iter().map(|o| o.read_time.as_secs_f64()).fold(0.0, f64::max);
-    let mut latency = LatencyRecorder::new();
+    let mut latency = LatencyRecorder::with_intervals(epoch, std::time::Duration::from_secs(1));
     for o in &outcomes {
         latency.merge(&o.latency);
     }
@@ -166,6 +170,8 @@ pub fn run(args: &LogArgs) -> anyhow::Result<LogReport> {
     let raw_read_secs = outcomes.iter().map(|o| o.raw_read_time.as_secs_f64()).fold(0.0, f64::max);
     let baseline_read_bytes_per_sec = stored_bytes as f64 / raw_read_secs;
     let append_latency_us = latency.summary();
+    let append_latency_curve =
+        args.common.write_latency(&latency, "log append latency", &format!("log append, fsync {}", args.fsync))?;
     let baseline = run_baseline(args, work_dir.path())?;
 
     Ok(LogReport {
@@ -181,6 +187,7 @@ pub fn run(args: &LogArgs) -> anyhow::Result<LogReport> {
         read_bytes_per_sec,
         baseline_read_bytes_per_sec,
         append_latency_us,
+        append_latency_curve,
         baseline_write_bytes_per_sec: baseline.bytes_per_sec,
     })
 }

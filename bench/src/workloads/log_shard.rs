@@ -50,6 +50,8 @@ pub struct ShardPlan {
     pub read_bytes: usize,
     /// Read through a `LogReader` (one read ahead) rather than plain `Log::read` calls.
     pub read_ahead: bool,
+    /// The instant the run's latency intervals count from (shared by every shard).
+    pub epoch: Instant,
 }
 
 /// Runs the plan on the current executor.
@@ -58,7 +60,7 @@ pub async fn run_shard(plan: ShardPlan) -> anyhow::Result<ShardOutcome> {
     let value: Rc<Vec<u8>> = Rc::new((0..plan.record_bytes).map(|i| (i % 251) as u8).collect());
     let calls = plan.records.div_ceil(plan.batch_records as u64);
     let next_call = Rc::new(Cell::new(0u64));
-    let latency = Rc::new(RefCell::new(LatencyRecorder::new()));
+    let latency = Rc::new(RefCell::new(LatencyRecorder::with_intervals(plan.epoch, Duration::from_secs(1))));
     let start = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..plan.inflight.max(1) {
@@ -77,7 +79,8 @@ pub async fn run_shard(plan: ShardPlan) -> anyhow::Result<ShardOutcome> {
                 let records: Vec<Record<'_>> = (0..n).map(|_| Record::unkeyed(&value, now)).collect();
                 let t = Instant::now();
                 log.append(&records).await.context("append")?;
-                latency.borrow_mut().record(t.elapsed());
+                let done = Instant::now();
+                latency.borrow_mut().record_at(done, done.saturating_duration_since(t));
             }
         }));
     }
