@@ -77,6 +77,7 @@ pub fn run(args: &LogArgs, rate: u64) -> anyhow::Result<E2eReport> {
         let (handle, epoch) = (handle.clone(), epoch.clone());
         std::thread::spawn(move || -> anyhow::Result<LatencyRecorder> {
             let mut latency = LatencyRecorder::with_intervals(*epoch, Duration::from_secs(1));
+            let progress = crate::harness::Progress::start("log e2e");
             let mut at = Offset(0);
             let mut received = 0;
             let deadline =
@@ -92,7 +93,11 @@ pub fn run(args: &LogArgs, rate: u64) -> anyhow::Result<E2eReport> {
                     received += 1;
                 }
                 at = batches.next_offset();
+                if progress.is_drawn() {
+                    progress.update(received, Some(latency.summary().p99));
+                }
             }
+            progress.finish();
             Ok(latency)
         })
     };
