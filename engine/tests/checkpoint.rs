@@ -106,12 +106,7 @@ fn a_damaged_latest_checkpoint_falls_back_to_the_previous_one() {
     };
     // Stop the first run (without draining) once at least three checkpoints completed.
     let running = spawn(&h, &config);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while running.checkpoints().len() < 3 {
-        assert!(Instant::now() < deadline, "three checkpoints within 20 s: {:?}", running.checkpoints());
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    running.stop(false);
+    stop_after_checkpoints(&running, 3);
     let taken: Vec<u64> = running.checkpoints().iter().map(|c| c.id).collect();
     running.join().unwrap();
     // Flip a byte in the body of the latest completed checkpoint's first part.
@@ -265,6 +260,16 @@ fn a_generator_pipeline_restores_its_window_state_and_positions() {
     assert_eq!(*totals.lock().unwrap(), want);
 }
 
+/// Waits for `k` completed checkpoints, then stops `running` without draining.
+fn stop_after_checkpoints(running: &sluice_engine::dataflow::RunningPipeline, k: usize) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while running.checkpoints().len() < k {
+        assert!(Instant::now() < deadline, "{k} checkpoints in 30 s");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    running.stop(false);
+}
+
 /// A two-phase-commit sink into a shared "external system": transactions are staged
 /// record lists with an id, only committed ones become visible, and committing an id
 /// twice (as a restore does for what its checkpoint pre-committed) changes nothing.
@@ -338,12 +343,7 @@ fn two_phase_commit_and_upsert_sinks_expose_each_result_once_across_a_stop_and_r
             })
             .unwrap();
         if let Some(k) = stop_after {
-            let deadline = Instant::now() + Duration::from_secs(30);
-            while running.checkpoints().len() < k {
-                assert!(Instant::now() < deadline, "{k} checkpoints in 30 s");
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            running.stop(false);
+            stop_after_checkpoints(&running, k);
         }
         let restored = running.restored_from();
         running.join().unwrap();
@@ -475,12 +475,7 @@ fn incremental_snapshots_write_only_changed_keys_and_restore_through_the_chain()
             })
             .unwrap();
         if let Some(k) = stop_after {
-            let deadline = Instant::now() + Duration::from_secs(30);
-            while running.checkpoints().len() < k {
-                assert!(Instant::now() < deadline, "{k} checkpoints in 30 s");
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            running.stop(false);
+            stop_after_checkpoints(&running, k);
         }
         let stats = running.checkpoints();
         let restored = running.restored_from();

@@ -222,77 +222,42 @@ tuple_data!(A: 0, B: 1, C: 2, D: 3);
 tuple_data!(A: 0, B: 1, C: 2, D: 3, E: 4);
 tuple_data!(A: 0, B: 1, C: 2, D: 3, E: 4, F: 5);
 
-impl<K: Data + Hash + Eq, V: Data, S: BuildHasher + Default + 'static> Data for HashMap<K, V, S> {
-    fn encode(&self, out: &mut Vec<u8>) {
-        encode_len(self.len(), out);
-        for (k, v) in self {
-            k.encode(out);
-            v.encode(out);
+/// Maps and sets: their length, then each entry (key and value) in iteration order.
+macro_rules! map_data {
+    ($t:ident < $($p:ident),+ >, [$($bound:tt)*], $new:expr, |$m:ident, $input:ident| $insert:expr, |$self_:ident, $out:ident| $each:expr) => {
+        impl<$($bound)*> Data for $t<$($p),+> {
+            fn encode(&$self_, $out: &mut Vec<u8>) {
+                encode_len($self_.len(), $out);
+                $each;
+            }
+            fn decode($input: &mut &[u8]) -> Result<Self, StateError> {
+                let len = decode_len($input, stringify!($t))?;
+                let mut $m = $new(len.min(1 << 16));
+                for _ in 0..len {
+                    $insert;
+                }
+                Ok($m)
+            }
         }
-    }
-    fn decode(input: &mut &[u8]) -> Result<Self, StateError> {
-        let len = decode_len(input, "map")?;
-        let mut m = HashMap::with_capacity_and_hasher(len.min(1 << 16), S::default());
-        for _ in 0..len {
-            let k = K::decode(input)?;
-            m.insert(k, V::decode(input)?);
-        }
-        Ok(m)
-    }
+    };
 }
 
-impl<K: Data + Hash + Eq, S: BuildHasher + Default + 'static> Data for HashSet<K, S> {
-    fn encode(&self, out: &mut Vec<u8>) {
-        encode_len(self.len(), out);
-        for k in self {
-            k.encode(out);
-        }
-    }
-    fn decode(input: &mut &[u8]) -> Result<Self, StateError> {
-        let len = decode_len(input, "set")?;
-        let mut m = HashSet::with_capacity_and_hasher(len.min(1 << 16), S::default());
-        for _ in 0..len {
-            m.insert(K::decode(input)?);
-        }
-        Ok(m)
-    }
-}
-
-impl<K: Data + Ord, V: Data> Data for BTreeMap<K, V> {
-    fn encode(&self, out: &mut Vec<u8>) {
-        encode_len(self.len(), out);
-        for (k, v) in self {
-            k.encode(out);
-            v.encode(out);
-        }
-    }
-    fn decode(input: &mut &[u8]) -> Result<Self, StateError> {
-        let len = decode_len(input, "map")?;
-        let mut m = BTreeMap::new();
-        for _ in 0..len {
-            let k = K::decode(input)?;
-            m.insert(k, V::decode(input)?);
-        }
-        Ok(m)
-    }
-}
-
-impl<K: Data + Ord> Data for BTreeSet<K> {
-    fn encode(&self, out: &mut Vec<u8>) {
-        encode_len(self.len(), out);
-        for k in self {
-            k.encode(out);
-        }
-    }
-    fn decode(input: &mut &[u8]) -> Result<Self, StateError> {
-        let len = decode_len(input, "set")?;
-        let mut m = BTreeSet::new();
-        for _ in 0..len {
-            m.insert(K::decode(input)?);
-        }
-        Ok(m)
-    }
-}
+map_data!(HashMap<K, V, S>, [K: Data + Hash + Eq, V: Data, S: BuildHasher + Default + 'static],
+    |n| HashMap::with_capacity_and_hasher(n, S::default()),
+    |m, input| { let k = K::decode(input)?; m.insert(k, V::decode(input)?) },
+    |self, out| for (k, v) in self { k.encode(out); v.encode(out); });
+map_data!(HashSet<K, S>, [K: Data + Hash + Eq, S: BuildHasher + Default + 'static],
+    |n| HashSet::with_capacity_and_hasher(n, S::default()),
+    |m, input| m.insert(K::decode(input)?),
+    |self, out| for k in self { k.encode(out); });
+map_data!(BTreeMap<K, V>, [K: Data + Ord, V: Data],
+    |_| BTreeMap::new(),
+    |m, input| { let k = K::decode(input)?; m.insert(k, V::decode(input)?) },
+    |self, out| for (k, v) in self { k.encode(out); v.encode(out); });
+map_data!(BTreeSet<K>, [K: Data + Ord],
+    |_| BTreeSet::new(),
+    |m, input| m.insert(K::decode(input)?),
+    |self, out| for k in self { k.encode(out); });
 
 impl Data for Timestamp {
     fn encode(&self, out: &mut Vec<u8>) {
@@ -425,6 +390,22 @@ mod tests {
         let mut back = Vec::new();
         read_entries::<(i64, bool, String), Vec<Option<u64>>>(&bytes, |k, v| back.push((k, v))).unwrap();
         assert_eq!(back, entries);
+    }
+
+    #[test]
+    fn maps_and_sets_round_trip() {
+        let hm: HashMap<String, Vec<u8>> = (0..20).map(|i| (format!("k{i}"), vec![i as u8; i])).collect();
+        let hs: HashSet<i64> = (-5..5).collect();
+        let bm: BTreeMap<u32, Option<bool>> = (0..7).map(|i| (i, (i % 2 == 0).then_some(i % 3 == 0))).collect();
+        let bs: BTreeSet<char> = "sluice".chars().collect();
+        let mut out = Vec::new();
+        (hm.clone(), hs.clone(), bm.clone(), bs.clone()).encode(&mut out);
+        let mut input = &out[..];
+        let back =
+            <(HashMap<String, Vec<u8>>, HashSet<i64>, BTreeMap<u32, Option<bool>>, BTreeSet<char>)>::decode(&mut input)
+                .unwrap();
+        assert_eq!(back, (hm, hs, bm, bs));
+        assert!(input.is_empty());
     }
 
     #[test]
