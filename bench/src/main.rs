@@ -30,6 +30,9 @@ enum Workload {
     /// Produce throughput through the Kafka listener with kcat (librdkafka) against the
     /// embedded log, and produce-to-consume latency with confluent-kafka at a fixed rate
     Kafka(kafka::KafkaArgs),
+    /// Result latency of the windowed keyed count with checkpoints every second against
+    /// none, and (--state-keys N) the time to checkpoint and restore N keys of state
+    Checkpoint(sluice_bench::workloads::checkpoint::CheckpointArgs),
     /// Several runs' --json reports side by side (and their latency curves on one chart
     /// with --plot)
     Report(sluice_bench::report::ReportArgs),
@@ -63,6 +66,13 @@ fn main() -> Result<()> {
             let report = pipeline::run(&args)?;
             report.table().print();
             if let Some(path) = &args.json {
+                write_json(path, &report)?;
+            }
+        }
+        Workload::Checkpoint(args) => {
+            let report = sluice_bench::workloads::checkpoint::run(&args)?;
+            report.table().print();
+            if let Some(path) = &args.common.json {
                 write_json(path, &report)?;
             }
         }

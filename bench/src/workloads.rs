@@ -5,6 +5,7 @@
 //! report, and the report's [`Table`](crate::harness::Table). Printing and `--json` output
 //! are left to the binary.
 
+pub mod checkpoint;
 pub mod e2e;
 pub mod kafka;
 pub mod log;

@@ -13,10 +13,16 @@
 //! cannot exist before its last event was sent, so this is the event-to-result latency of
 //! the event that waited least; measuring from the schedule, not from the actual send,
 //! charges a stalled source to every event it delayed (coordinated omission corrected).
+//!
+//! [`run_checkpointed`] runs the latency mode with checkpoints on or off for
+//! `sluice-bench checkpoint`; it also records each event's arrival latency at its window
+//! (`ArrivalCount`), and the paced source can resume from a checkpoint.
 
 use std::{
+    cell::RefCell,
     future::Future,
     pin::Pin,
+    rc::Rc,
     sync::{Arc, Barrier, Mutex, PoisonError},
     task::{Context, Poll},
     time::{Duration, Instant},
@@ -24,11 +30,12 @@ use std::{
 
 use anyhow::Context as _;
 use sluice_engine::dataflow::{
-    Event, Generator, Operator, Pipeline, PipelineConfig, Source, WatermarkStrategy, WindowResult, Windows,
+    Aggregate, CheckpointConfig, CheckpointStats, Event, Generator, Operator, Pipeline, PipelineConfig, Source, Stream,
+    WatermarkStrategy, WindowResult, Windows,
 };
 use sluice_io::EventTime;
 
-use super::pipeline_job::{Job, Tally, WINDOW_MS};
+use super::pipeline_job::{Job, KEYS, Tally, WINDOW_MS};
 use crate::harness::LatencyRecorder;
 
 /// The interval of the latency mode's `--hlog` log.
@@ -48,6 +55,12 @@ pub struct SluiceRun {
     pub tally: Tally,
     /// Result latencies, in the latency mode.
     pub latency: Option<LatencyRecorder>,
+    /// Every checkpoint completed, when the run checkpointed ([`run_checkpointed`]).
+    pub checkpoints: Vec<CheckpointStats>,
+    /// With [`run_checkpointed`]: each event's latency from its scheduled send time to
+    /// being counted into its window (after the source, the exchange and any barrier
+    /// alignment), sampling every moment of the run rather than only window ends.
+    pub arrivals: Option<LatencyRecorder>,
 }
 
 /// What each shard's sink hands back when its stream ends.
@@ -55,6 +68,7 @@ pub struct SluiceRun {
 struct SinkEnd {
     tally: Tally,
     latency: Option<LatencyRecorder>,
+    arrivals: Option<LatencyRecorder>,
     at: Instant,
 }
 
@@ -65,6 +79,28 @@ struct SinkEnd {
 ///
 /// A pipeline that failed, or results that do not match the job.
 pub fn run(job: &Job, shards: usize, paced: bool) -> anyhow::Result<SluiceRun> {
+    run_with(job, shards, paced, None, false)
+}
+
+/// The latency mode of [`run`], taking checkpoints as `checkpoints` says (none when
+/// `None`): the figures of every completed checkpoint come back in
+/// [`SluiceRun::checkpoints`], and each event's arrival latency in
+/// [`SluiceRun::arrivals`].
+///
+/// # Errors
+///
+/// As [`run`].
+pub fn run_checkpointed(job: &Job, shards: usize, checkpoints: Option<CheckpointConfig>) -> anyhow::Result<SluiceRun> {
+    run_with(job, shards, true, checkpoints, true)
+}
+
+fn run_with(
+    job: &Job,
+    shards: usize,
+    paced: bool,
+    checkpoints: Option<CheckpointConfig>,
+    arrivals: bool,
+) -> anyhow::Result<SluiceRun> {
     let job = *job;
     let ends: Arc<Mutex<Vec<SinkEnd>>> = Arc::new(Mutex::new(Vec::new()));
     let starts: Arc<Mutex<Vec<Instant>>> = Arc::new(Mutex::new(Vec::new()));
@@ -73,8 +109,17 @@ pub fn run(job: &Job, shards: usize, paced: bool) -> anyhow::Result<SluiceRun> {
     let epoch = Instant::now() + PACED_START_DELAY;
     let config = PipelineConfig { batch_records: job.batch, ..PipelineConfig::with_shards(shards) };
     let (sink_ends, shard_starts) = (ends.clone(), starts.clone());
-    Pipeline::new(config)
-        .run(move |scope| {
+    // Held by the build closure, which every shard's thread keeps until it exits: once this
+    // is the last reference, every shard has finished (and every checkpoint is counted).
+    let running_token = Arc::new(());
+    let token = running_token.clone();
+    let mut pipeline = Pipeline::new(config);
+    if let Some(checkpoints) = checkpoints {
+        pipeline = pipeline.checkpointing(checkpoints);
+    }
+    let running = pipeline
+        .spawn(move |scope| {
+            let _ = &token;
             let bound = Duration::from_millis(job.out_of_orderness_ms);
             let strategy = WatermarkStrategy::bounded_out_of_orderness(bound, move |i: &u64| {
                 EventTime::from_millis(job.time_ms(*i))
@@ -84,29 +129,42 @@ pub fn run(job: &Job, shards: usize, paced: bool) -> anyhow::Result<SluiceRun> {
             } else {
                 scope.source(Generator::new(scope.shard(), scope.shards(), job.events, |i| i), strategy)
             };
+            let arrivals = arrivals.then(|| Rc::new(RefCell::new(LatencyRecorder::new())));
             let sink = CountingSink {
                 job,
                 tally: Tally::default(),
                 latency: paced.then(|| (epoch, LatencyRecorder::with_intervals(epoch, HLOG_INTERVAL))),
+                arrivals: arrivals.clone(),
                 ends: sink_ends.clone(),
             };
-            events
-                .key_by(|i| Job::key(*i))
-                .window(Windows::tumbling(Duration::from_millis(WINDOW_MS as u64)))
-                .count()
-                .attach(sink);
+            let arrivals = arrivals.map(|recorder| ArrivalCount { job, epoch, recorder });
+            if job.keys == KEYS {
+                count_windows(events, |i| Job::default_key(*i), arrivals, sink);
+            } else {
+                count_windows(events, move |i| job.key(*i), arrivals, sink);
+            }
             ready.wait();
             shard_starts.lock().unwrap_or_else(PoisonError::into_inner).push(Instant::now());
         })
-        .context("running the sluice pipeline")?;
+        .context("starting the sluice pipeline")?;
+    // `join` consumes the pipeline: read its checkpoints once every shard has ended.
+    while Arc::strong_count(&running_token) > 1 {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let checkpoints = running.checkpoints();
+    running.join().context("running the sluice pipeline")?;
 
     let ends = std::mem::take(&mut *ends.lock().unwrap_or_else(PoisonError::into_inner));
     anyhow::ensure!(ends.len() == shards, "{} of {shards} shards' sinks ended", ends.len());
     let mut tally = Tally::default();
     let mut latency = paced.then(|| LatencyRecorder::with_intervals(epoch, HLOG_INTERVAL));
+    let mut all_arrivals = arrivals.then(LatencyRecorder::new);
     for end in &ends {
         tally.merge(&end.tally);
         if let (Some(all), Some(shard)) = (&mut latency, &end.latency) {
+            all.merge(shard);
+        }
+        if let (Some(all), Some(shard)) = (&mut all_arrivals, &end.arrivals) {
             all.merge(shard);
         }
     }
@@ -118,7 +176,29 @@ pub fn run(job: &Job, shards: usize, paced: bool) -> anyhow::Result<SluiceRun> {
         starts.iter().copied().min().context("no shard started")?
     };
     let ended = ends.iter().map(|e| e.at).max().context("no shard ended")?;
-    Ok(SluiceRun { elapsed: ended.saturating_duration_since(started), tally, latency })
+    Ok(SluiceRun {
+        elapsed: ended.saturating_duration_since(started),
+        tally,
+        latency,
+        checkpoints,
+        arrivals: all_arrivals,
+    })
+}
+
+/// The rest of the graph: `key_by(key) -> window(tumbling 1 s) -> count -> sink`, counting
+/// with `arrivals` when given. Generic over the key selector so the default one stays a
+/// zero-sized call the compiler inlines.
+fn count_windows<KS: Fn(&u64) -> u64 + 'static>(
+    events: Stream<u64>,
+    key: KS,
+    arrivals: Option<ArrivalCount>,
+    sink: CountingSink,
+) {
+    let windows = events.key_by(key).window(Windows::tumbling(Duration::from_millis(WINDOW_MS as u64)));
+    match arrivals {
+        Some(arrivals) => windows.aggregate(arrivals).attach(sink),
+        None => windows.count().attach(sink),
+    }
 }
 
 /// The counting sink: checks and counts each result; in the latency mode, also records its
@@ -127,6 +207,8 @@ struct CountingSink {
     job: Job,
     tally: Tally,
     latency: Option<(Instant, LatencyRecorder)>,
+    /// The shard's [`ArrivalCount`] recorder, handed over with the rest at the end.
+    arrivals: Option<Rc<RefCell<LatencyRecorder>>>,
     ends: Arc<Mutex<Vec<SinkEnd>>>,
 }
 
@@ -151,9 +233,44 @@ impl Operator<WindowResult<u64, u64>> for CountingSink {
     fn on_idle(&mut self, _: bool) {}
 
     fn on_end(&mut self) {
-        let end =
-            SinkEnd { tally: self.tally, latency: self.latency.as_ref().map(|(_, l)| l.clone()), at: Instant::now() };
+        let end = SinkEnd {
+            tally: self.tally,
+            latency: self.latency.as_ref().map(|(_, l)| l.clone()),
+            arrivals: self.arrivals.as_ref().map(|a| a.borrow().clone()),
+            at: Instant::now(),
+        };
         self.ends.lock().unwrap_or_else(PoisonError::into_inner).push(end);
+    }
+}
+
+/// Counts a key's events like [`Count`](sluice_engine::dataflow::Count), and records
+/// each event's latency as it is counted: from its scheduled send time to now.
+struct ArrivalCount {
+    job: Job,
+    epoch: Instant,
+    recorder: Rc<RefCell<LatencyRecorder>>,
+}
+
+impl Aggregate<u64> for ArrivalCount {
+    type Acc = u64;
+    type Out = u64;
+
+    fn create(&self) -> u64 {
+        0
+    }
+
+    fn add(&self, acc: &mut u64, i: &u64) {
+        *acc += 1;
+        let scheduled = self.epoch + self.job.scheduled(*i);
+        self.recorder.borrow_mut().record(Instant::now().saturating_duration_since(scheduled));
+    }
+
+    fn merge(&self, into: &mut u64, from: u64) {
+        *into += from;
+    }
+
+    fn result(&self, acc: &u64) -> u64 {
+        *acc
     }
 }
 
@@ -213,5 +330,32 @@ impl Source<u64> for PacedGenerator {
             }
             self.timer = None;
         }
+    }
+
+    /// One split per shard, named by the shard count and the shard's residue (as the
+    /// engine's `Generator` names its own), so a checkpoint can resume it.
+    fn positions(&self) -> Option<Vec<(u64, i64)>> {
+        Some(vec![(self.split_key(), self.next as i64)])
+    }
+
+    fn restore(&mut self, positions: &std::collections::HashMap<u64, i64>) -> Result<(), String> {
+        match positions.get(&self.split_key()) {
+            Some(&next) => {
+                self.next = u64::try_from(next).map_err(|_| format!("a negative paced-source position {next}"))?;
+                self.timer = None;
+                Ok(())
+            }
+            None if positions.is_empty() => Ok(()),
+            None => Err(format!(
+                "a paced source split over {} shards cannot resume from a checkpoint taken at another shard count",
+                self.step
+            )),
+        }
+    }
+}
+
+impl PacedGenerator {
+    fn split_key(&self) -> u64 {
+        (self.step << 32) | (self.next % self.step)
     }
 }

@@ -34,7 +34,7 @@ use timely::{
     },
 };
 
-use super::pipeline_job::{Job, Tally, WINDOW_MS};
+use super::pipeline_job::{Job, KEYS, Tally, WINDOW_MS};
 
 /// How far (in event-time milliseconds) a worker's input may run ahead of its window
 /// operator's frontier before the worker only steps the dataflow.
@@ -67,6 +67,7 @@ type WindowCount = (u64, i64, u64);
 /// A worker that failed, or results that do not match the job.
 pub fn run(job: &Job, workers: usize, cpus: &[usize]) -> anyhow::Result<TimelyRun> {
     let job = *job;
+    anyhow::ensure!(job.keys == KEYS, "the timely baseline runs the job with its default {KEYS} keys only");
     let cpus = cpus.to_vec();
     // Every worker has built its dataflow before the clock starts.
     let ready = Arc::new(Barrier::new(workers));
@@ -83,7 +84,7 @@ pub fn run(job: &Job, workers: usize, cpus: &[usize]) -> anyhow::Result<TimelyRu
             input
                 .to_stream(scope)
                 .unary_frontier::<CapacityContainerBuilder<Vec<WindowCount>>, _, _, _>(
-                    Exchange::new(|i: &u64| FxBuildHasher.hash_one(Job::key(*i))),
+                    Exchange::new(|i: &u64| FxBuildHasher.hash_one(Job::default_key(*i))),
                     "WindowCount",
                     move |_capability, _info| {
                         // Open windows in start order; one, or two around a window's end.
@@ -107,7 +108,7 @@ pub fn run(job: &Job, workers: usize, cpus: &[usize]) -> anyhow::Result<TimelyRu
                                             }
                                         };
                                     }
-                                    *windows[at].counts.entry(Job::key(i)).or_insert(0) += 1;
+                                    *windows[at].counts.entry(Job::default_key(i)).or_insert(0) += 1;
                                 }
                             });
                             // A window is complete once no input may still carry a time at

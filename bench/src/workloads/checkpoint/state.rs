@@ -1,0 +1,449 @@
+//! The state mode of `sluice-bench checkpoint` (`--state-keys N`): what it costs to
+//! checkpoint and to restore N keys of window state.
+//!
+//! The job: records `0..N`, record `i` keyed `i`, all at event time 0, counted per key in
+//! one one-hour tumbling window that never fires while the run lasts (the watermark stays
+//! just below 0), so the window holds one entry per key. Each shard's source
+//! ([`HoldingSource`]) sends its share as fast as the pipeline takes it and then holds,
+//! without ending (an ended input would fire the window and empty the state). Then:
+//!
+//! 1. the first checkpoint triggered after every record was sent holds all N keys: its
+//!    duration and bytes are the *full* figure;
+//! 2. the sources send a second record for keys `0..changed` (`--changed-percent`), and the
+//!    first checkpoint triggered after that is the *changed* figure. Window operators
+//!    snapshot their state in full (only keyed process-function state is incremental), so
+//!    it writes all N keys again: this is what an incremental checkpoint would be compared
+//!    against;
+//! 3. the run stops, and a new pipeline starts on the same directory: *restore* runs from
+//!    the call to `spawn` (which reads and decodes the last checkpoint's parts) until every
+//!    shard has built its graph (each window operator rebuilds its keys while it is built),
+//!    so records can flow;
+//! 4. the restored pipeline drains: its window fires, and every count is checked (1 per
+//!    key, 2 for the changed keys). A restore that lost or doubled anything fails the run.
+
+use std::{
+    sync::{
+        Arc, Mutex, PoisonError,
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+    },
+    task::{Context, Poll},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail, ensure};
+use serde::Serialize;
+use sluice_engine::dataflow::{
+    CheckpointConfig, CheckpointStats, Event, Operator, Pipeline, PipelineConfig, RunningPipeline, Scope, Source,
+    WatermarkStrategy, WindowResult, Windows,
+};
+use sluice_io::EventTime;
+
+use super::CheckpointFigures;
+use crate::harness::Table;
+
+/// How long any one phase may take before the run is declared stuck.
+const PHASE_TIMEOUT: Duration = Duration::from_secs(900);
+/// How often a holding source looks for new work.
+const HOLD_POLL: Duration = Duration::from_millis(5);
+/// The window every record falls in: far longer than any run.
+const WINDOW: Duration = Duration::from_secs(3600);
+
+/// What the state mode runs.
+#[derive(Debug, Clone)]
+pub(super) struct StateJob {
+    /// Keys of window state.
+    pub(super) keys: u64,
+    /// Keys `0..changed` get a second record before the second checkpoint.
+    pub(super) changed: u64,
+    pub(super) shards: usize,
+    pub(super) batch: usize,
+    /// The first run's checkpoint interval.
+    pub(super) interval: Duration,
+    /// A fresh checkpoint directory.
+    pub(super) dir: std::path::PathBuf,
+}
+
+/// The state mode's figures (the `state` object of the JSON report).
+#[derive(Debug, Clone, Serialize)]
+pub struct StateReport {
+    /// Keys of window state (`--state-keys`).
+    pub keys: u64,
+    /// Keys changed before the second checkpoint.
+    pub changed_keys: u64,
+    /// Whether checkpoints write only what changed. Always false: window operators
+    /// snapshot their state in full, so `changed_checkpoint` writes every key.
+    pub incremental: bool,
+    /// From starting the pipeline to every record sent, milliseconds.
+    pub ingest_ms: f64,
+    /// The first checkpoint holding every key.
+    pub full_checkpoint: CheckpointFigures,
+    /// The first checkpoint after `changed_keys` keys changed.
+    pub changed_checkpoint: CheckpointFigures,
+    /// The checkpoint the second pipeline restored from.
+    pub restored_from: u64,
+    /// From `spawn` to every shard having rebuilt its state and built its graph,
+    /// milliseconds.
+    pub restore_ms: f64,
+    /// The part of `restore_ms` spent in `spawn`: reading and decoding every part of the
+    /// checkpoint, milliseconds.
+    pub restore_read_ms: f64,
+    /// From stopping the restored pipeline with a drain to every window result at the
+    /// sink, milliseconds (not part of the restore).
+    pub drain_ms: f64,
+    /// Results the restored pipeline emitted, each checked (one per key).
+    pub restored_results: u64,
+    /// The sum of their counts (`keys + changed_keys`).
+    pub restored_sum: u64,
+    /// The process's peak resident memory at the end, MiB (`VmHWM`).
+    pub peak_rss_mib: Option<f64>,
+}
+
+/// What [`run`] hands back: the report and every checkpoint of the first run.
+#[derive(Debug)]
+pub(super) struct StateRun {
+    pub(super) report: StateReport,
+    pub(super) checkpoints: Vec<CheckpointStats>,
+}
+
+impl StateReport {
+    /// Appends this mode's rows to `table`.
+    pub(super) fn rows(&self, table: &mut Table) {
+        let mib = |b: u64| b as f64 / (1 << 20) as f64;
+        table.row("ingest (all records sent)", format!("{:.0}", self.ingest_ms), "ms");
+        let f = &self.full_checkpoint;
+        table.row(
+            format!("full checkpoint ({} keys)", f.keys),
+            format!("{:.1}", f.duration_ms),
+            format!("ms, {:.1} MiB, alignment {:.1} ms", mib(f.bytes), f.alignment_ms),
+        );
+        let c = &self.changed_checkpoint;
+        table.row(
+            format!("after {} keys changed ({} written)", self.changed_keys, c.keys),
+            format!("{:.1}", c.duration_ms),
+            format!("ms, {:.1} MiB (full snapshot: not incremental)", mib(c.bytes)),
+        );
+        table.row(format!("restore from checkpoint {}", self.restored_from), format!("{:.1}", self.restore_ms), "ms");
+        table.row("  of which reading the parts", format!("{:.1}", self.restore_read_ms), "ms");
+        table.row(
+            "drain after restore",
+            format!("{:.1}", self.drain_ms),
+            format!("ms, {} results, sum {} (ok)", self.restored_results, self.restored_sum),
+        );
+        if let Some(rss) = self.peak_rss_mib {
+            table.row("peak resident memory", format!("{rss:.0}"), "MiB");
+        }
+    }
+}
+
+/// Progress the shards' sources report and the main thread's go-ahead for the changes.
+#[derive(Debug, Default)]
+struct Progress {
+    /// Sources that have sent their share of `0..keys`.
+    sent: AtomicUsize,
+    /// Sources that have also sent their changes.
+    changed: AtomicUsize,
+    /// The changes may be sent.
+    release: AtomicBool,
+}
+
+/// What one shard's sink saw.
+#[derive(Debug, Clone, Copy, Default)]
+struct Tally {
+    results: u64,
+    sum: u64,
+    wrong: u64,
+}
+
+/// Runs the state mode.
+///
+/// # Errors
+///
+/// A pipeline that failed or hung, a checkpoint missing keys, or a restore whose counts
+/// differ from the input.
+pub(super) fn run(job: &StateJob) -> anyhow::Result<StateRun> {
+    ensure!(job.changed <= job.keys, "cannot change more keys than there are");
+    let config = PipelineConfig { batch_records: job.batch, ..PipelineConfig::with_shards(job.shards) };
+
+    // 1 and 2: fill, checkpoint, change, checkpoint.
+    let progress = Arc::new(Progress::default());
+    let ends = Arc::new(Mutex::new(Vec::new()));
+    let started = Instant::now();
+    let running = Pipeline::new(config)
+        .checkpointing(CheckpointConfig::new(&job.dir).interval(job.interval))
+        .spawn(build(job.clone(), progress.clone(), ends.clone(), None))
+        .context("starting the pipeline that fills the state")?;
+    let measured = fill_and_checkpoint(job, &running, &progress, started);
+    running.stop(false);
+    let checkpoints = running.checkpoints();
+    // A failed shard's error says more than the wait that noticed it.
+    running.join().context("the pipeline that fills the state")?;
+    let (ingest, full, changed) = measured?;
+
+    // 3: restore. No checkpoint is due while it is measured and drained.
+    let ends = Arc::new(Mutex::new(Vec::new()));
+    let built = Arc::new(Mutex::new(Vec::new()));
+    let progress = Arc::new(Progress::default());
+    let started = Instant::now();
+    let running = Pipeline::new(config)
+        .checkpointing(CheckpointConfig::new(&job.dir).interval(WINDOW))
+        .spawn(build(job.clone(), progress.clone(), ends.clone(), Some(built.clone())))
+        .context("starting the restored pipeline")?;
+    let read = started.elapsed();
+    let restored = restore_and_drain(job, &running, &progress, &built, &ends, started);
+    let restored_from = running.restored_from();
+    if restored.is_err() {
+        running.stop(false);
+    }
+    running.join().context("the restored pipeline")?;
+    let (restore, drain, tally) = restored?;
+    let restored_from = restored_from.context("the second pipeline did not restore a checkpoint")?;
+    ensure!(
+        restored_from >= changed.id,
+        "restored checkpoint {restored_from}, older than {} which held the changes",
+        changed.id
+    );
+    ensure!(
+        tally.results == job.keys,
+        "the restored pipeline emitted {} results, expected {}",
+        tally.results,
+        job.keys
+    );
+    ensure!(
+        tally.sum == job.keys + job.changed,
+        "the restored counts sum to {}, expected {}",
+        tally.sum,
+        job.keys + job.changed
+    );
+    ensure!(tally.wrong == 0, "{} restored counts are wrong", tally.wrong);
+
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let report = StateReport {
+        keys: job.keys,
+        changed_keys: job.changed,
+        incremental: false,
+        ingest_ms: ms(ingest),
+        full_checkpoint: CheckpointFigures::from(&full),
+        changed_checkpoint: CheckpointFigures::from(&changed),
+        restored_from,
+        restore_ms: ms(restore),
+        restore_read_ms: ms(read),
+        drain_ms: ms(drain),
+        restored_results: tally.results,
+        restored_sum: tally.sum,
+        peak_rss_mib: peak_rss_mib(),
+    };
+    Ok(StateRun { report, checkpoints })
+}
+
+/// Steps 1 and 2: returns the time to send every record, the first checkpoint holding
+/// them all, and the first one holding the changes.
+fn fill_and_checkpoint(
+    job: &StateJob,
+    running: &RunningPipeline,
+    progress: &Arc<Progress>,
+    started: Instant,
+) -> anyhow::Result<(Duration, CheckpointStats, CheckpointStats)> {
+    let shards = job.shards;
+    wait_for("every record to be sent", progress, || progress.sent.load(Ordering::Acquire) >= shards)?;
+    let ingest = started.elapsed();
+    let full = next_checkpoint(running, progress)?;
+    ensure!(full.keys == job.keys, "checkpoint {} holds {} keys, expected all {}", full.id, full.keys, job.keys);
+    progress.release.store(true, Ordering::Release);
+    wait_for("the changes to be sent", progress, || progress.changed.load(Ordering::Acquire) >= shards)?;
+    let changed = next_checkpoint(running, progress)?;
+    ensure!(changed.keys >= job.keys, "checkpoint {} holds {} keys, expected {}", changed.id, changed.keys, job.keys);
+    Ok((ingest, full, changed))
+}
+
+/// The first checkpoint triggered after this call: the one after any in progress now (a
+/// checkpoint begins an interval after the previous one completed).
+fn next_checkpoint(running: &RunningPipeline, progress: &Arc<Progress>) -> anyhow::Result<CheckpointStats> {
+    let completed = running.checkpoints().len();
+    wait_for("a checkpoint", progress, || running.checkpoints().len() >= completed + 2)?;
+    Ok(running.checkpoints()[completed + 1])
+}
+
+/// Steps 3 and 4: the restore time, the drain time and what the sinks saw.
+fn restore_and_drain(
+    job: &StateJob,
+    running: &RunningPipeline,
+    progress: &Arc<Progress>,
+    built: &Mutex<Vec<Instant>>,
+    ends: &Mutex<Vec<(Tally, Instant)>>,
+    started: Instant,
+) -> anyhow::Result<(Duration, Duration, Tally)> {
+    let lock = |m: &Mutex<Vec<Instant>>| m.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    wait_for("every shard to restore", progress, || lock(built).len() >= job.shards)?;
+    let restored = lock(built).iter().max().map(|at| at.saturating_duration_since(started)).unwrap_or_default();
+    let draining = Instant::now();
+    running.stop(true);
+    let ended = || ends.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    wait_for("the restored pipeline to drain", progress, || ended().len() >= job.shards)?;
+    let ends = ended();
+    let drain = ends.iter().map(|(_, at)| at.saturating_duration_since(draining)).max().unwrap_or_default();
+    let mut tally = Tally::default();
+    for (t, _) in &ends {
+        tally.results += t.results;
+        tally.sum += t.sum;
+        tally.wrong += t.wrong;
+    }
+    Ok((restored, drain, tally))
+}
+
+/// Polls `done` every millisecond for up to [`PHASE_TIMEOUT`]. `progress` is also held by
+/// the build closure and every shard's source: once this is the last reference, every shard
+/// has ended, and waiting longer is pointless.
+fn wait_for(what: &str, progress: &Arc<Progress>, mut done: impl FnMut() -> bool) -> anyhow::Result<()> {
+    let deadline = Instant::now() + PHASE_TIMEOUT;
+    while !done() {
+        if Arc::strong_count(progress) == 1 && !done() {
+            bail!("the pipeline ended while waiting for {what}");
+        }
+        if Instant::now() >= deadline {
+            bail!("timed out after {PHASE_TIMEOUT:?} waiting for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Ok(())
+}
+
+/// The graph every shard builds: holding source -> key_by(i) -> one-hour tumbling count ->
+/// checking sink. With `built`, each shard records when its graph (and restored state) is
+/// ready.
+fn build(
+    job: StateJob,
+    progress: Arc<Progress>,
+    ends: Arc<Mutex<Vec<(Tally, Instant)>>>,
+    built: Option<Arc<Mutex<Vec<Instant>>>>,
+) -> impl Fn(&Scope) + Send + Sync + 'static {
+    move |scope: &Scope| {
+        let source = HoldingSource::new(scope.shard(), scope.shards(), job.keys, job.changed, progress.clone());
+        let strategy = WatermarkStrategy::bounded_out_of_orderness(Duration::ZERO, |_: &u64| EventTime::from_millis(0));
+        let sink = StateSink { changed: job.changed, tally: Tally::default(), ends: ends.clone() };
+        scope.source(source, strategy).key_by(|i| *i).window(Windows::tumbling(WINDOW)).count().attach(sink);
+        if let Some(built) = &built {
+            built.lock().unwrap_or_else(PoisonError::into_inner).push(Instant::now());
+        }
+    }
+}
+
+/// Shard `s` of `n` sends positions `p` with `p % n == s` from `0..keys + changed`: position
+/// `p` is record `p` below `keys` and record `p - keys` after (a key's second record). It
+/// sends the first part at once and the second once released, then holds: `Pending`,
+/// looking again every few milliseconds, never ending.
+struct HoldingSource {
+    next: u64,
+    step: u64,
+    keys: u64,
+    total: u64,
+    progress: Arc<Progress>,
+    reported_sent: bool,
+    reported_changed: bool,
+    timer: Option<glommio::timer::Timer>,
+}
+
+impl HoldingSource {
+    fn new(shard: usize, shards: usize, keys: u64, changed: u64, progress: Arc<Progress>) -> Self {
+        HoldingSource {
+            next: shard as u64,
+            step: shards.max(1) as u64,
+            keys,
+            total: keys + changed,
+            progress,
+            reported_sent: false,
+            reported_changed: false,
+            timer: None,
+        }
+    }
+
+    fn split_key(&self) -> u64 {
+        (self.step << 32) | (self.next % self.step)
+    }
+
+    fn report(&mut self) {
+        if !self.reported_sent && self.next >= self.keys {
+            self.reported_sent = true;
+            self.progress.sent.fetch_add(1, Ordering::AcqRel);
+        }
+        if !self.reported_changed && self.next >= self.total {
+            self.reported_changed = true;
+            self.progress.changed.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+}
+
+impl Source<u64> for HoldingSource {
+    fn splits(&self) -> usize {
+        1
+    }
+
+    fn poll_next(&mut self, cx: &mut Context<'_>, out: &mut Vec<u64>, max: usize) -> Poll<Option<usize>> {
+        loop {
+            let limit = if self.progress.release.load(Ordering::Acquire) { self.total } else { self.keys };
+            if self.next < limit {
+                let before = out.len();
+                while self.next < limit && out.len() - before < max {
+                    out.push(if self.next < self.keys { self.next } else { self.next - self.keys });
+                    self.next += self.step;
+                }
+                // Reported before the driver pushes this batch downstream, so any checkpoint
+                // triggered after the main thread sees the report comes after these records.
+                self.report();
+                return Poll::Ready(Some(0));
+            }
+            self.report();
+            let timer = self.timer.get_or_insert_with(|| glommio::timer::Timer::new(HOLD_POLL));
+            if std::pin::Pin::new(timer).poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            self.timer = None;
+        }
+    }
+
+    fn positions(&self) -> Option<Vec<(u64, i64)>> {
+        Some(vec![(self.split_key(), self.next as i64)])
+    }
+
+    fn restore(&mut self, positions: &std::collections::HashMap<u64, i64>) -> Result<(), String> {
+        match positions.get(&self.split_key()) {
+            Some(&next) => {
+                self.next = u64::try_from(next).map_err(|_| format!("a negative position {next}"))?;
+                Ok(())
+            }
+            None => Err(format!("no position for split {:#x} in the checkpoint", self.split_key())),
+        }
+    }
+}
+
+/// Counts and checks the window results: key `k`'s count must be 2 below `changed`, else 1.
+struct StateSink {
+    changed: u64,
+    tally: Tally,
+    ends: Arc<Mutex<Vec<(Tally, Instant)>>>,
+}
+
+impl Operator<WindowResult<u64, u64>> for StateSink {
+    fn on_batch(&mut self, batch: &mut Vec<Event<WindowResult<u64, u64>>>) {
+        for r in batch.drain(..).map(|e| e.value) {
+            self.tally.results += 1;
+            self.tally.sum += r.value;
+            self.tally.wrong += u64::from(r.value != 1 + u64::from(r.key < self.changed));
+        }
+    }
+
+    fn on_watermark(&mut self, _: EventTime) {}
+
+    fn on_idle(&mut self, _: bool) {}
+
+    fn on_end(&mut self) {
+        self.ends.lock().unwrap_or_else(PoisonError::into_inner).push((self.tally, Instant::now()));
+    }
+}
+
+/// The process's peak resident set (`VmHWM` in `/proc/self/status`), MiB.
+fn peak_rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}
