@@ -340,6 +340,14 @@ impl EntryWriter {
         self.count += 1;
     }
 
+    /// Adds one entry that `write` encodes field by field (the encoding of a tuple is its
+    /// fields' encodings in order, so an entry read back as `((A, B, K), V)` may be written
+    /// as `a`, `b`, `k`, `v` without building the tuple).
+    pub fn push_with(&mut self, write: impl FnOnce(&mut Vec<u8>)) {
+        write(&mut self.buf);
+        self.count += 1;
+    }
+
     /// Entries added so far.
     #[must_use]
     pub fn count(&self) -> u64 {

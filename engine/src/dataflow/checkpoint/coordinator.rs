@@ -12,15 +12,15 @@ use std::{
 
 use sluice_io::{CheckpointStore, Manifest, PartInfo, UringStorage};
 
-use super::{CheckpointConfig, CheckpointStats, Restored, decode_part, part_name};
+use super::{CheckpointConfig, CheckpointStats, Restored, ShardPart, decode_part, encode_part, part_name};
 
 /// A shard's answer for one checkpoint: its part, or why it has none.
 #[derive(Debug)]
 pub(crate) struct Ack {
     pub(crate) id: u64,
     pub(crate) shard: usize,
-    /// The encoded snapshot (the part's body), or why there is none.
-    pub(crate) body: Result<Vec<u8>, String>,
+    /// The shard's snapshot, encoded and written by the coordinator.
+    pub(crate) part: ShardPart,
     /// The checkpoint the part's deltas build on.
     pub(crate) base: Option<u64>,
     pub(crate) keys: u64,
@@ -208,13 +208,13 @@ pub(crate) async fn run_coordinator(
             if ack.id != id.0 {
                 continue;
             }
-            let written = match ack.body {
+            let written = match encode_part(&ack.part) {
                 Ok(body) => store
                     .write_part(id, &part_name(ack.shard), ack.base.map(sluice_io::CheckpointId), &body)
                     .await
                     .map(|info| (info, body.len() as u64))
                     .map_err(|e| e.to_string()),
-                Err(e) => Err(e),
+                Err(e) => Err(e.to_string()),
             };
             match written {
                 Ok(part) => {

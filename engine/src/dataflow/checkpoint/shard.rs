@@ -15,7 +15,7 @@ use sluice_io::EventTime;
 use super::{
     Barrier, Data, EntryWriter, GroupPart, OperatorPart, ShardPart, SinkPart, SourcePart, StateError,
     coordinator::{Ack, Coordinator},
-    encode_part, read_entries,
+    read_entries,
 };
 use crate::dataflow::{key_group, shard_of_group};
 
@@ -167,9 +167,10 @@ impl ShardCheckpoint {
         }
         // The shard encodes its snapshot and goes on; the coordinator's thread writes it,
         // so no shard ever waits for the disk.
-        let body = encode_part(&p.part).map_err(|e| e.to_string());
+        // The part goes to the coordinator's thread, which encodes and writes it: the shard
+        // goes back to its records at once.
         let base = p.part.base;
-        self.coordinator.ack(Ack { id: p.id, shard: self.shard, body, base, keys: p.keys, alignment });
+        self.coordinator.ack(Ack { id: p.id, shard: self.shard, part: p.part, base, keys: p.keys, alignment });
     }
 }
 
@@ -190,6 +191,12 @@ pub(crate) struct GroupWriter {
 impl GroupWriter {
     /// Adds an entry `(key, value)` to the key group of `group_key` (the record key the
     /// entry belongs to, when the entry's key holds more than it).
+    /// Adds an entry `write` encodes (see [`EntryWriter::push_with`]) to `group_key`'s group.
+    pub(crate) fn push_with<G: Hash + ?Sized>(&mut self, group_key: &G, write: impl FnOnce(&mut Vec<u8>)) {
+        let group = key_group(group_key, self.key_groups);
+        self.groups.entry(group).or_default().push_with(write);
+    }
+
     pub(crate) fn push_grouped<G: Hash + ?Sized, K: Data, V: Data>(&mut self, group_key: &G, key: &K, value: &V) {
         let group = key_group(group_key, self.key_groups);
         self.groups.entry(group).or_default().push(key, value);

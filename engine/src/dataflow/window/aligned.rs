@@ -225,7 +225,12 @@ where
             for b in &self.buckets {
                 let (start, end) = (b.window.start.millis(), b.window.end.millis());
                 for (key, acc) in &b.keys {
-                    w.push_grouped(key, &(start, end, b.fired, key.clone()), acc);
+                    // As the entry `((start, end, fired, key), acc)`, without copying the key.
+                    w.push_with(key, |out| {
+                        (start, end, b.fired).encode(out);
+                        key.encode(out);
+                        acc.encode(out);
+                    });
                 }
             }
             state.report(barrier, self.watermark, w);

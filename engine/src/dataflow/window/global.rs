@@ -124,7 +124,11 @@ where
         if let Some(state) = &self.state {
             let mut w = state.writer();
             for (key, (acc, count)) in &self.keys {
-                w.push_grouped(key, &(*count, key.clone()), acc);
+                w.push_with(key, |out| {
+                    count.encode(out);
+                    key.encode(out);
+                    acc.encode(out);
+                });
             }
             state.report(barrier, EventTime::MIN, w);
         }

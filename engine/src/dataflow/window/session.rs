@@ -215,11 +215,11 @@ where
             let mut w = state.writer();
             for (key, sessions) in &self.keys {
                 for s in sessions {
-                    w.push_grouped(
-                        key,
-                        &(s.window.start.millis(), s.window.end.millis(), s.fired, key.clone()),
-                        &s.acc,
-                    );
+                    w.push_with(key, |out| {
+                        (s.window.start.millis(), s.window.end.millis(), s.fired).encode(out);
+                        key.encode(out);
+                        s.acc.encode(out);
+                    });
                 }
             }
             state.report(barrier, self.watermark, w);
