@@ -9,9 +9,11 @@
 //! - [`baseline`]: the physical reference, a raw `io_uring` O_DIRECT sequential write that
 //!   tells how close the log gets to the disk.
 //! - [`workloads`]: one module per `sluice-bench <workload>` subcommand.
+//! - [`nexmark`]: the Nexmark generator and queries, run by `sluice-bench nexmark`.
 //! - [`report`]: `sluice-bench report`, several runs' JSON reports side by side.
 
 pub mod baseline;
 pub mod harness;
+pub mod nexmark;
 pub mod report;
 pub mod workloads;

@@ -5,7 +5,7 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 use sluice_bench::{
     harness::write_json,
-    workloads::{kafka, log, pipeline, ring},
+    workloads::{kafka, log, nexmark, pipeline, ring},
 };
 
 /// sluice's load and latency harness.
@@ -27,6 +27,8 @@ enum Workload {
     /// Events per second and result latency of a windowed keyed count through the
     /// processor, against the same job written with timely dataflow (--compare timely)
     Pipeline(pipeline::PipelineArgs),
+    /// Events per second and result latency of a Nexmark query (q0-q8, q11, q14, q17, q21, q22)
+    Nexmark(nexmark::NexmarkArgs),
     /// Produce throughput through the Kafka listener with kcat (librdkafka) against the
     /// embedded log, and produce-to-consume latency with confluent-kafka at a fixed rate
     Kafka(kafka::KafkaArgs),
@@ -73,6 +75,13 @@ fn main() -> Result<()> {
             let report = sluice_bench::workloads::checkpoint::run(&args)?;
             report.table().print();
             if let Some(path) = &args.common.json {
+                write_json(path, &report)?;
+            }
+        }
+        Workload::Nexmark(args) => {
+            let report = nexmark::run(&args)?;
+            report.table().print();
+            if let Some(path) = &args.json {
                 write_json(path, &report)?;
             }
         }

@@ -10,6 +10,7 @@ pub mod e2e;
 pub mod kafka;
 pub mod log;
 pub mod log_shard;
+pub mod nexmark;
 pub mod pipeline;
 pub mod pipeline_job;
 pub mod pipeline_sluice;

@@ -251,6 +251,13 @@ impl<T: 'static> Input for RingInput<T> {
         if self.ended {
             return Poll::Ready(false);
         }
+        // This shard's own end reaches the receiving side directly (Sending::on_end), not
+        // through the rings: if every other shard's end came first, nothing more will
+        // arrive here to notice that all have ended.
+        if self.receiving.borrow().progress.all_ended() {
+            self.ended = true;
+            return Poll::Ready(false);
+        }
         let mut moved = 0;
         while moved < budget {
             let received = {
