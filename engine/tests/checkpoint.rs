@@ -499,3 +499,61 @@ fn incremental_snapshots_write_only_changed_keys_and_restore_through_the_chain()
     }
     assert_eq!(*table.lock().unwrap(), want);
 }
+
+#[test]
+fn incremental_window_snapshots_write_only_changed_keys_and_restore_exactly() {
+    use std::collections::BTreeMap;
+    // One long window: 20 000 keys get a record each, then only 10 keys for a long while.
+    // Later checkpoints are deltas of those few keys; the run is stopped, the next one
+    // restores through the chain, and the window's final counts are exact.
+    let dir = common::data_dir("checkpoint", "incremental-windows");
+    let n = 400_000u64;
+    let key = |i: u64| if i < 20_000 { i } else { i % 10 };
+    let table = Arc::new(Mutex::new(BTreeMap::new()));
+    let run = |stop_after: Option<usize>| {
+        let table = table.clone();
+        let running = Pipeline::new(PipelineConfig::with_shards(2))
+            .checkpointing(CheckpointConfig::new(&*dir).interval(Duration::from_millis(10)).full_every(1000).keep(2))
+            .spawn(move |scope| {
+                let table = table.clone();
+                scope
+                    .source(
+                        Generator::new(scope.shard(), scope.shards(), n, |i| i),
+                        WatermarkStrategy::monotonous(|i: &u64| EventTime::from_millis((*i / 1000) as i64)),
+                    )
+                    .map(|i| {
+                        let until = Instant::now() + Duration::from_micros(2);
+                        while Instant::now() < until {}
+                        i
+                    })
+                    .key_by(move |i| key(*i))
+                    .window(Windows::tumbling(Duration::from_secs(3600)))
+                    .count()
+                    .map(|r| (r.key, r.value))
+                    .to_two_phase_commit(sluice_engine::dataflow::Upsert::new(move |k: u64, v: u64| {
+                        table.lock().unwrap().insert(k, v);
+                        Ok(())
+                    }));
+            })
+            .unwrap();
+        if let Some(k) = stop_after {
+            stop_after_checkpoints(&running, k);
+        }
+        let stats = running.checkpoints();
+        let restored = running.restored_from();
+        running.join().unwrap();
+        (stats, restored)
+    };
+    let (first, _) = run(Some(8));
+    let most = first.iter().map(|c| c.keys).max().unwrap();
+    let later = first.last().unwrap();
+    assert!(most >= 1_000, "a checkpoint holds every key seen: {first:?}");
+    assert!(later.keys < most / 10, "later checkpoints hold only changed keys: {first:?}");
+    let (_, restored) = run(None);
+    assert!(restored.is_some(), "the second run restores");
+    let mut want = BTreeMap::new();
+    for i in 0..n {
+        *want.entry(key(i)).or_insert(0u64) += 1;
+    }
+    assert_eq!(*table.lock().unwrap(), want);
+}

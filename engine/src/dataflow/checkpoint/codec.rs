@@ -362,6 +362,26 @@ impl EntryWriter {
     }
 }
 
+/// Reads an entry list, handing `each` the input positioned at each entry in turn (it
+/// must read exactly one entry).
+///
+/// # Errors
+///
+/// A truncated or damaged list, or an error of `each`.
+pub fn read_entries_raw(
+    mut bytes: &[u8],
+    mut each: impl FnMut(&mut &[u8]) -> Result<(), StateError>,
+) -> Result<(), StateError> {
+    let count = u64::decode(&mut bytes)?;
+    for _ in 0..count {
+        each(&mut bytes)?;
+    }
+    if !bytes.is_empty() {
+        return Err(StateError(format!("{} bytes left after the last entry", bytes.len())));
+    }
+    Ok(())
+}
+
 /// Reads an entry list written by [`EntryWriter`], calling `each` per entry.
 ///
 /// # Errors

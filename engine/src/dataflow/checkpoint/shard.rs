@@ -230,6 +230,30 @@ impl StateHandle {
         Ok(Some(EventTime::from_millis(*watermark)))
     }
 
+    /// Like [`StateHandle::restore`], for operators whose entries are not one typed pair:
+    /// `each` reads one entry from the front of its input.
+    pub(crate) fn restore_raw(
+        &self,
+        mut each: impl FnMut(&mut &[u8]) -> Result<(), StateError>,
+    ) -> Result<Option<EventTime>, StateError> {
+        let shard = self.shard.borrow();
+        let Some(restored) = shard.coordinator.restored.as_ref() else { return Ok(None) };
+        let Some((watermark, groups)) = restored.operators.get(&self.id) else { return Ok(None) };
+        for group in groups.iter().filter(|g| shard.owns(g.key_group)) {
+            super::codec::read_entries_raw(&group.bytes, &mut each)?;
+        }
+        Ok(Some(EventTime::from_millis(*watermark)))
+    }
+
+    /// Adds an entry `write` encodes to every key group this shard owns (a change that
+    /// concerns them all, such as a dropped window).
+    pub(crate) fn for_owned_groups(&self, w: &mut GroupWriter, write: impl Fn(&mut Vec<u8>)) {
+        let shard = self.shard.borrow();
+        for group in (0..self.key_groups).filter(|g| shard.owns(*g)) {
+            w.groups.entry(group).or_default().push_with(&write);
+        }
+    }
+
     /// A writer for this operator's snapshot.
     pub(crate) fn writer(&self) -> GroupWriter {
         GroupWriter { key_groups: self.key_groups, groups: BTreeMap::new() }

@@ -7,13 +7,15 @@
 
 use std::{cell::RefCell, hash::Hash, rc::Rc, time::Instant};
 
-use rustc_hash::FxHashMap;
+use std::collections::VecDeque;
+
+use rustc_hash::{FxHashMap, FxHashSet};
 use sluice_io::EventTime;
 
-use super::{Firing, Window, WindowEntry, Windows, emit::Emit, function::WindowFunction};
+use super::{Firing, Window, Windows, emit::Emit, function::WindowFunction};
 use crate::dataflow::{
     Event, Operator, Port, Scope,
-    checkpoint::{Barrier, Data, StateHandle},
+    checkpoint::{Barrier, Data, StateError, StateHandle},
     operator::Shared,
     scope::Ticker,
 };
@@ -22,7 +24,28 @@ struct Bucket<K, A> {
     window: Window,
     keys: FxHashMap<K, A>,
     fired: bool,
+    /// Created since the last snapshot: the next one writes it whole, so its keys are not
+    /// tracked one by one.
+    fresh: bool,
 }
+
+/// The `(window, key)` pairs changed, and the windows created, fired or dropped.
+type Changed<K> = (FxHashSet<(Window, K)>, FxHashSet<Window>);
+
+/// With checkpoints: what changed since each snapshot, for incremental ones. A window in
+/// `windows` (created, fired or dropped) is written whole (or as dropped); a `(window, key)`
+/// in `keys` is written alone.
+struct Changes<K> {
+    keys: FxHashSet<(Window, K)>,
+    windows: FxHashSet<Window>,
+    /// The sets of earlier snapshots, until a completed checkpoint covers them.
+    history: VecDeque<(u64, Changed<K>)>,
+}
+
+/// Entry kinds of a window snapshot: a key's accumulator in a window, and a window dropped
+/// since the base (a deletion, in deltas only).
+const KEY_ENTRY: u8 = 0;
+const DROPPED_WINDOW: u8 = 1;
 
 pub(crate) struct Aligned<K, T, F: WindowFunction<K, T>, KS> {
     /// The key selector, concrete so it is called inline.
@@ -35,6 +58,7 @@ pub(crate) struct Aligned<K, T, F: WindowFunction<K, T>, KS> {
     watermark: EventTime,
     assigned: Vec<Window>,
     state: Option<StateHandle>,
+    changes: Option<Changes<K>>,
 }
 
 pub(crate) fn attach<K, T, F, KS>(
@@ -62,19 +86,36 @@ pub(crate) fn attach<K, T, F, KS>(
         hint: 0,
         watermark: EventTime::MIN,
         assigned: Vec::new(),
+        changes: state.as_ref().map(|_| Changes {
+            keys: FxHashSet::default(),
+            windows: FxHashSet::default(),
+            history: VecDeque::new(),
+        }),
         state,
     };
-    if let Some(state) = &op.state {
-        let mut restored: Vec<(WindowEntry<K>, F::Acc)> = Vec::new();
+    if let Some(state) = op.state.clone() {
+        // Entries come oldest first (a whole snapshot, then deltas): later ones win.
         let watermark = state
-            .restore(|key, acc| restored.push((key, acc)))
+            .restore_raw(|input| {
+                let (kind, start, end) = <(u8, i64, i64)>::decode(input)?;
+                let window = Window { start: EventTime::from_millis(start), end: EventTime::from_millis(end) };
+                match kind {
+                    KEY_ENTRY => {
+                        let (fired, key, acc) = <(bool, K, F::Acc)>::decode(input)?;
+                        let b = op.bucket(window);
+                        op.buckets[b].fired = fired;
+                        op.buckets[b].keys.insert(key, acc);
+                    }
+                    DROPPED_WINDOW => op.buckets.retain(|b| b.window != window),
+                    other => return Err(StateError(format!("unknown window entry kind {other}"))),
+                }
+                Ok(())
+            })
             .unwrap_or_else(|e| panic!("restoring a window operator: {e}"));
-        for ((start, end, fired, key), acc) in restored {
-            let window = Window { start: EventTime::from_millis(start), end: EventTime::from_millis(end) };
-            let b = op.bucket(window);
-            op.buckets[b].fired |= fired;
-            op.buckets[b].keys.insert(key, acc);
+        for b in &mut op.buckets {
+            b.fresh = false;
         }
+        op.hint = op.buckets.len().saturating_sub(1);
         op.watermark = watermark.unwrap_or(EventTime::MIN);
     }
     let op = Rc::new(RefCell::new(op));
@@ -98,7 +139,10 @@ impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>, KS: Fn
         let i = match self.buckets.binary_search_by(|b| b.window.cmp(&window)) {
             Ok(i) => i,
             Err(i) => {
-                self.buckets.insert(i, Bucket { window, keys: FxHashMap::default(), fired: false });
+                self.buckets.insert(i, Bucket { window, keys: FxHashMap::default(), fired: false, fresh: true });
+                if let Some(c) = &mut self.changes {
+                    c.windows.insert(window);
+                }
                 i
             }
         };
@@ -116,6 +160,11 @@ impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>, KS: Fn
             && !bucket.fired
             && bucket.window.contains(event.time)
         {
+            if let Some(c) = &mut self.changes
+                && !bucket.fresh
+            {
+                c.keys.insert((bucket.window, key.clone()));
+            }
             match bucket.keys.get_mut(&key) {
                 Some(acc) => self.function.add(acc, &event),
                 None => {
@@ -138,11 +187,13 @@ impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>, KS: Fn
             let max = window.max_timestamp();
             if max > self.watermark {
                 let b = self.bucket(window);
+                self.changed(b, &key);
                 let acc = self.buckets[b].keys.entry(key.clone()).or_insert_with(|| self.function.create());
                 self.function.add(acc, &event);
                 taken = true;
             } else if self.emit.keeps_fired() && max.0.saturating_add(self.emit.spec.lateness) > self.watermark.0 {
                 let b = self.bucket(window);
+                self.changed(b, &key);
                 let acc = self.buckets[b].keys.entry(key.clone()).or_insert_with(|| self.function.create());
                 self.function.add(acc, &event);
                 let value = self.function.result(&key, &window, acc);
@@ -152,6 +203,15 @@ impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>, KS: Fn
         }
         if !taken {
             self.emit.late(event);
+        }
+    }
+
+    /// Notes that `key`'s accumulator in bucket `b` changes (for incremental snapshots).
+    fn changed(&mut self, b: usize, key: &K) {
+        if let Some(c) = &mut self.changes
+            && !self.buckets[b].fresh
+        {
+            c.keys.insert((self.buckets[b].window, key.clone()));
         }
     }
 
@@ -181,11 +241,17 @@ impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>, KS: Fn
                     }
                 }
                 bucket.fired = true;
+                if let Some(c) = &mut self.changes {
+                    c.windows.insert(window);
+                }
             }
             if retain {
                 i += 1;
             } else {
                 self.buckets.remove(i);
+                if let Some(c) = &mut self.changes {
+                    c.windows.insert(window);
+                }
             }
         }
         self.hint = self.buckets.len().saturating_sub(1);
@@ -220,20 +286,61 @@ where
     }
 
     fn on_barrier(&mut self, barrier: Barrier) {
-        if let Some(state) = &self.state {
+        if let (Some(state), Some(changes)) = (self.state.clone(), self.changes.as_mut()) {
             let mut w = state.writer();
-            for b in &self.buckets {
-                let (start, end) = (b.window.start.millis(), b.window.end.millis());
-                for (key, acc) in &b.keys {
-                    // As the entry `((start, end, fired, key), acc)`, without copying the key.
+            let base = state.base(barrier);
+            let keep_after = base.unwrap_or(u64::MAX).min(state.completed());
+            changes.history.retain(|(id, _)| *id > keep_after);
+            let keys = std::mem::take(&mut changes.keys);
+            let windows = std::mem::take(&mut changes.windows);
+            let write_key =
+                |w: &mut crate::dataflow::checkpoint::GroupWriter, b: &Bucket<K, F::Acc>, key: &K, acc: &F::Acc| {
                     w.push_with(key, |out| {
-                        (start, end, b.fired).encode(out);
+                        (KEY_ENTRY, b.window.start.millis(), b.window.end.millis(), b.fired).encode(out);
                         key.encode(out);
                         acc.encode(out);
                     });
+                };
+            let delta = match base {
+                None => {
+                    for b in &self.buckets {
+                        for (key, acc) in &b.keys {
+                            write_key(&mut w, b, key, acc);
+                        }
+                    }
+                    false
                 }
+                Some(base) => {
+                    // Windows created, fired or dropped since the base: whole, or dropped.
+                    let mut all_windows: FxHashSet<Window> = windows.clone();
+                    let mut all_keys: FxHashSet<(Window, K)> = keys.clone();
+                    for (_, (k, ws)) in changes.history.iter().filter(|(id, _)| *id > base) {
+                        all_windows.extend(ws.iter().copied());
+                        all_keys.extend(k.iter().cloned());
+                    }
+                    for window in &all_windows {
+                        match self.buckets.iter().find(|b| b.window == *window) {
+                            Some(b) => b.keys.iter().for_each(|(key, acc)| write_key(&mut w, b, key, acc)),
+                            None => state.for_owned_groups(&mut w, |out| {
+                                (DROPPED_WINDOW, window.start.millis(), window.end.millis()).encode(out);
+                            }),
+                        }
+                    }
+                    for (window, key) in all_keys.iter().filter(|(window, _)| !all_windows.contains(window)) {
+                        if let Some(b) = self.buckets.iter().find(|b| b.window == *window)
+                            && let Some(acc) = b.keys.get(key)
+                        {
+                            write_key(&mut w, b, key, acc);
+                        }
+                    }
+                    true
+                }
+            };
+            changes.history.push_back((barrier.id, (keys, windows)));
+            for b in &mut self.buckets {
+                b.fresh = false;
             }
-            state.report(barrier, self.watermark, w);
+            state.report_delta(barrier, self.watermark, w, delta);
         }
         self.emit.barrier(barrier);
     }
