@@ -102,10 +102,10 @@ fn the_state_mode_checkpoints_every_key_and_restores_them() {
         assert_eq!((state.keys, state.changed_keys), (20_000, 1000));
         assert_eq!((state.restored_results, state.restored_sum), (20_000, 21_000));
         assert_eq!(state.full_checkpoint.keys, 20_000);
-        assert!(!state.incremental);
-        // Full snapshots: the checkpoint after the change writes every key again.
-        assert_eq!(state.changed_checkpoint.keys, 20_000);
-        assert!(state.full_checkpoint.bytes > 0 && state.changed_checkpoint.bytes >= state.full_checkpoint.bytes);
+        assert!(state.incremental);
+        // Incremental snapshots: the checkpoint after the change writes the changed keys.
+        assert_eq!(state.changed_checkpoint.keys, 1000);
+        assert!(state.full_checkpoint.bytes > 0 && state.changed_checkpoint.bytes < state.full_checkpoint.bytes);
         assert!(state.restored_from >= state.changed_checkpoint.id);
         assert!(report.checkpoints >= 2 && report.latency_us.is_none());
         let json = serde_json::to_value(&report).expect("serialize");

@@ -23,9 +23,8 @@
 //! checked.
 //!
 //! Only aligned checkpoints exist in the engine: `--mode unaligned` is refused when the
-//! command line is parsed. Window state is snapshotted in full (every key, every
-//! checkpoint; only keyed process-function state is incremental): the state mode's
-//! "changed" checkpoint writes every key again, and the report says so.
+//! command line is parsed. Window state is incremental: the state mode's "changed"
+//! checkpoint writes the changed keys only.
 //!
 //! [`RunningPipeline::checkpoints`]: sluice_engine::dataflow::RunningPipeline::checkpoints
 
@@ -437,7 +436,7 @@ impl CheckpointReport {
         let mut table = match (&self.state, self.rate) {
             (Some(_), _) => Table::titled(format!(
                 "checkpoint state: {keys} keys of window state (one record each, one window), {shards} shards, \
-                 aligned, full snapshots"
+                 aligned, incremental snapshots"
             )),
             (None, rate) => Table::titled(format!(
                 "checkpoint: windowed keyed count, {shards} shards, {keys} keys, {} events/s offered, \

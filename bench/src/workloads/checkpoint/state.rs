@@ -7,13 +7,13 @@
 //! ([`HoldingSource`]) sends its share as fast as the pipeline takes it and then holds,
 //! without ending (an ended input would fire the window and empty the state). Then:
 //!
-//! 1. the first checkpoint triggered after every record was sent holds all N keys: its
-//!    duration and bytes are the *full* figure;
+//! 1. the sources hold until a first checkpoint (empty, whole) has completed, then send;
+//!    the first checkpoint triggered after every record was sent holds all N keys (the
+//!    window was created after the last snapshot, so it is written whole): its duration
+//!    and bytes are the *full* figure;
 //! 2. the sources send a second record for keys `0..changed` (`--changed-percent`), and the
-//!    first checkpoint triggered after that is the *changed* figure. Window operators
-//!    snapshot their state in full (only keyed process-function state is incremental), so
-//!    it writes all N keys again: this is what an incremental checkpoint would be compared
-//!    against;
+//!    first checkpoint triggered after that is the *changed* figure: window state is
+//!    incremental, so it holds only the changed keys;
 //! 3. the run stops, and a new pipeline starts on the same directory: *restore* runs from
 //!    the call to `spawn` (which reads and decodes the last checkpoint's parts) until every
 //!    shard has built its graph (each window operator rebuilds its keys while it is built),
@@ -70,8 +70,8 @@ pub struct StateReport {
     pub keys: u64,
     /// Keys changed before the second checkpoint.
     pub changed_keys: u64,
-    /// Whether checkpoints write only what changed. Always false: window operators
-    /// snapshot their state in full, so `changed_checkpoint` writes every key.
+    /// Whether checkpoints write only what changed: window state is incremental, so
+    /// `changed_checkpoint` writes the changed keys (the run checks it holds them all).
     pub incremental: bool,
     /// From starting the pipeline to every record sent, milliseconds.
     pub ingest_ms: f64,
@@ -120,7 +120,7 @@ impl StateReport {
         table.row(
             format!("after {} keys changed ({} written)", self.changed_keys, c.keys),
             format!("{:.1}", c.duration_ms),
-            format!("ms, {:.1} MiB (full snapshot: not incremental)", mib(c.bytes)),
+            format!("ms, {:.1} MiB (incremental)", mib(c.bytes)),
         );
         table.row(format!("restore from checkpoint {}", self.restored_from), format!("{:.1}", self.restore_ms), "ms");
         table.row("  of which reading the parts", format!("{:.1}", self.restore_read_ms), "ms");
@@ -144,6 +144,8 @@ struct Progress {
     changed: AtomicUsize,
     /// The changes may be sent.
     release: AtomicBool,
+    /// The first records may be sent (once a first, empty checkpoint has completed).
+    begin: AtomicBool,
 }
 
 /// What one shard's sink saw.
@@ -169,7 +171,9 @@ pub(super) fn run(job: &StateJob) -> anyhow::Result<StateRun> {
     let ends = Arc::new(Mutex::new(Vec::new()));
     let started = Instant::now();
     let running = Pipeline::new(config)
-        .checkpointing(CheckpointConfig::new(&job.dir).interval(job.interval))
+        // Long enough that no checkpoint falls in the middle of the ingest, which would
+        // split the keys over two snapshots.
+        .checkpointing(CheckpointConfig::new(&job.dir).interval(job.interval.max(ingest_allowance(job.keys))))
         .spawn(build(job.clone(), progress.clone(), ends.clone(), None))
         .context("starting the pipeline that fills the state")?;
     let measured = fill_and_checkpoint(job, &running, &progress, started);
@@ -183,6 +187,7 @@ pub(super) fn run(job: &StateJob) -> anyhow::Result<StateRun> {
     let ends = Arc::new(Mutex::new(Vec::new()));
     let built = Arc::new(Mutex::new(Vec::new()));
     let progress = Arc::new(Progress::default());
+    progress.begin.store(true, Ordering::Release);
     let started = Instant::now();
     let running = Pipeline::new(config)
         .checkpointing(CheckpointConfig::new(&job.dir).interval(WINDOW))
@@ -220,7 +225,7 @@ pub(super) fn run(job: &StateJob) -> anyhow::Result<StateRun> {
     let report = StateReport {
         keys: job.keys,
         changed_keys: job.changed,
-        incremental: false,
+        incremental: changed.keys < full.keys,
         ingest_ms: ms(ingest),
         full_checkpoint: CheckpointFigures::from(&full),
         changed_checkpoint: CheckpointFigures::from(&changed),
@@ -235,6 +240,12 @@ pub(super) fn run(job: &StateJob) -> anyhow::Result<StateRun> {
     Ok(StateRun { report, checkpoints })
 }
 
+/// The least interval between the state mode's checkpoints: time to send every key at
+/// 2 M records/s, so no checkpoint is likely to fall in the middle of the ingest.
+fn ingest_allowance(keys: u64) -> Duration {
+    Duration::from_secs_f64(keys as f64 / 2e6)
+}
+
 /// Steps 1 and 2: returns the time to send every record, the first checkpoint holding
 /// them all, and the first one holding the changes.
 fn fill_and_checkpoint(
@@ -244,15 +255,36 @@ fn fill_and_checkpoint(
     started: Instant,
 ) -> anyhow::Result<(Duration, CheckpointStats, CheckpointStats)> {
     let shards = job.shards;
+    wait_for("a first checkpoint", progress, || !running.checkpoints().is_empty())?;
+    let started = started.max(Instant::now());
+    progress.begin.store(true, Ordering::Release);
     wait_for("every record to be sent", progress, || progress.sent.load(Ordering::Acquire) >= shards)?;
     let ingest = started.elapsed();
-    let full = next_checkpoint(running, progress)?;
+    // With incremental snapshots the keys are in whichever checkpoint followed them; the
+    // ones after it are empty: take the largest since the records were released.
+    let since = running.checkpoints().len().min(1);
+    next_checkpoint(running, progress)?;
+    let full = largest_since(running, since);
     ensure!(full.keys == job.keys, "checkpoint {} holds {} keys, expected all {}", full.id, full.keys, job.keys);
     progress.release.store(true, Ordering::Release);
     wait_for("the changes to be sent", progress, || progress.changed.load(Ordering::Acquire) >= shards)?;
-    let changed = next_checkpoint(running, progress)?;
-    ensure!(changed.keys >= job.keys, "checkpoint {} holds {} keys, expected {}", changed.id, changed.keys, job.keys);
+    let since = running.checkpoints().iter().position(|c| c.id == full.id).map_or(0, |i| i + 1);
+    next_checkpoint(running, progress)?;
+    let changed = largest_since(running, since);
+    ensure!(
+        changed.keys >= job.changed,
+        "checkpoint {} holds {} keys, expected at least the {} changed",
+        changed.id,
+        changed.keys,
+        job.changed
+    );
     Ok((ingest, full, changed))
+}
+
+/// The checkpoint holding the most keys among those completed from index `since` on.
+fn largest_since(running: &RunningPipeline, since: usize) -> CheckpointStats {
+    let all = running.checkpoints();
+    all[since.min(all.len().saturating_sub(1))..].iter().copied().max_by_key(|c| c.keys).unwrap_or_default()
 }
 
 /// The first checkpoint triggered after this call: the one after any in progress now (a
@@ -379,7 +411,13 @@ impl Source<u64> for HoldingSource {
 
     fn poll_next(&mut self, cx: &mut Context<'_>, out: &mut Vec<u64>, max: usize) -> Poll<Option<usize>> {
         loop {
-            let limit = if self.progress.release.load(Ordering::Acquire) { self.total } else { self.keys };
+            let limit = if !self.progress.begin.load(Ordering::Acquire) {
+                0
+            } else if self.progress.release.load(Ordering::Acquire) {
+                self.total
+            } else {
+                self.keys
+            };
             if self.next < limit {
                 let before = out.len();
                 while self.next < limit && out.len() - before < max {
