@@ -10,17 +10,23 @@
 //! before it. An operator with several inputs *aligns*: once barrier *n* arrives on one
 //! input it holds that input (an exchange stops reading that shard's ring; a union keeps
 //! what arrives in order) until the barrier has arrived on all of them, then passes it on.
-//! Each stateful operator snapshots its state when the barrier passes it; the shard's
-//! snapshot of *n* is complete when every stateful operator, source and transactional
-//! sink of the shard has reported, and is then encoded (rkyv) and written as the part
-//! `shard-{s}` on the shard's own executor, asynchronously: no shard ever waits for
-//! another, and none stops processing. When every shard has acknowledged its part, the
+//! Each stateful operator snapshots its state when the barrier passes it (copying what it
+//! writes into entry lists, on the shard's thread: the only moment a shard spends on a
+//! checkpoint); the shard's snapshot of *n* is complete when every stateful operator,
+//! source and transactional sink of the shard has reported, and goes to the coordinator's
+//! thread, which encodes it (rkyv) and writes it as the part `shard-{s}`: no shard ever
+//! waits for another or for the disk. When every shard's part is written, the
 //! coordinator writes the manifest atomically; that is the moment checkpoint *n* is
 //! completed, and transactional sinks then commit what they wrote before barrier *n*.
 //!
 //! **State** is split by key group (the unit `key_by` routes by): every entry of a
 //! snapshot is tagged with its key's group, so a checkpoint taken at *m* shards restores at
 //! *n*: each shard takes the groups it owns now, from whichever parts hold them.
+//!
+//! **Incremental snapshots.** Keyed process state and tumbling/sliding window state write
+//! only what changed since the last completed checkpoint (the part names it as its base),
+//! and a whole snapshot every [`CheckpointConfig::full_every`]; a restore reads each part's
+//! chain back to a whole one and applies it oldest first.
 //!
 //! **Bounded inputs** end with a last checkpoint: a source that runs out passes the end of
 //! time as its watermark (so windows fire) and waits; once every source of the pipeline
