@@ -123,3 +123,19 @@ fn unaligned_mode_is_refused_with_the_reason() {
     assert_eq!((a.rate, a.keys, a.interval_ms, a.state_keys), (200_000, 10_000, 1000, None));
     assert_eq!(serde_json::to_value(a.mode).unwrap(), "aligned");
 }
+
+#[test]
+fn the_latency_mode_plots_both_runs_and_writes_an_interval_log() {
+    let dir = std::env::temp_dir().join(format!("sluice-ckbench-plot-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (plot, hlog) = (dir.join("c.svg"), dir.join("c.hlog"));
+    let line = ["--rate", "20000", "--seconds", "1", "--keys", "500", "--interval-ms", "100"];
+    let line: Vec<&str> =
+        line.into_iter().chain(["--plot", plot.to_str().unwrap(), "--hlog", hlog.to_str().unwrap()]).collect();
+    let report = checkpoint::run(&args(&line)).expect("latency mode");
+    assert!(report.latency_curve.is_some() && report.baseline_latency_curve.is_some());
+    let svg = std::fs::read_to_string(&plot).unwrap();
+    assert!(svg.contains("checkpoints every second") && svg.contains("no checkpoints"));
+    assert!(std::fs::read_to_string(&hlog).unwrap().contains("#[StartTime:"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -227,6 +227,9 @@ pub struct CheckpointReport {
     pub latency_us: Option<LatencySummary>,
     /// Result latency of the same job with checkpoints off, microseconds.
     pub baseline_latency_us: Option<LatencySummary>,
+    /// The result latency distributions, for `sluice-bench report --plot`.
+    pub latency_curve: Option<crate::harness::Curve>,
+    pub baseline_latency_curve: Option<crate::harness::Curve>,
     /// `latency_us.p999 / baseline_latency_us.p999`, over all rounds (the target:
     /// at most 1.5).
     pub p999_ratio: Option<f64>,
@@ -283,6 +286,8 @@ pub fn run(args: &CheckpointArgs) -> anyhow::Result<CheckpointReport> {
         round_arrival_p999_ratio: Vec::new(),
         latency_us: None,
         baseline_latency_us: None,
+        latency_curve: None,
+        baseline_latency_curve: None,
         p999_ratio: None,
         arrival_latency_us: None,
         baseline_arrival_latency_us: None,
@@ -362,6 +367,23 @@ pub fn run(args: &CheckpointArgs) -> anyhow::Result<CheckpointReport> {
     report.arrival_p999_ratio = ratio(&arrivals, &baseline_arrivals);
     report.arrival_latency_us = Some(arrivals);
     report.baseline_arrival_latency_us = Some(baseline_arrivals);
+    let label = |with: &str| format!("{with}, {} events/s, {} keys", args.rate, args.keys);
+    let with = rounds.latency.0.curve(&label("checkpoints every second"));
+    let without = rounds.latency.1.curve(&label("no checkpoints"));
+    if let Some(path) = &args.common.plot {
+        crate::harness::write_percentile_plot(
+            path,
+            "result latency with and without checkpoints",
+            &[with.clone(), without.clone()],
+        )?;
+    }
+    if let Some(path) = &args.common.hlog {
+        // The checkpointed runs' latencies; with several rounds, their intervals add up by
+        // position.
+        rounds.latency.0.write_hlog(path)?;
+    }
+    report.latency_curve = Some(with);
+    report.baseline_latency_curve = Some(without);
     report.round_p999_ratio = rounds.p999_ratio;
     report.round_arrival_p999_ratio = rounds.arrival_p999_ratio;
     report.set_checkpoints(&rounds.checkpoints);
@@ -396,8 +418,13 @@ impl Rounds {
         let arrivals = pair(&with.arrivals, &without.arrivals);
         self.p999_ratio.extend(ratio(&latency.0.summary(), &latency.1.summary()));
         self.arrival_p999_ratio.extend(ratio(&arrivals.0.summary(), &arrivals.1.summary()));
-        self.latency.0.merge(&latency.0);
-        self.latency.1.merge(&latency.1);
+        if self.rounds == 0 {
+            // The first round's recorders as they are (they keep latency intervals).
+            self.latency = latency;
+        } else {
+            self.latency.0.merge(&latency.0);
+            self.latency.1.merge(&latency.1);
+        }
         self.arrivals.0.merge(&arrivals.0);
         self.arrivals.1.merge(&arrivals.1);
         self.elapsed.0 += with.elapsed;

@@ -105,6 +105,8 @@ pub struct KafkaReport {
     pub latency_achieved_rate: f64,
     /// Produce-to-consume latency through the listener, microseconds.
     pub produce_to_consume_us: LatencySummary,
+    /// The same as a curve, for `sluice-bench report --plot`.
+    pub produce_to_consume_curve: Option<crate::harness::Curve>,
 }
 
 #[derive(Deserialize)]
@@ -254,7 +256,7 @@ fn stored(handle: &EngineHandle, topic: &str, partitions: u32) -> anyhow::Result
     Ok(n)
 }
 
-fn latency(addr: &str, args: &KafkaArgs, partitions: u32) -> anyhow::Result<(f64, LatencySummary)> {
+fn latency(addr: &str, args: &KafkaArgs, partitions: u32) -> anyhow::Result<(f64, LatencyRecorder)> {
     let limit = Duration::from_secs(120) + Duration::from_secs_f64(args.latency_records as f64 / args.rate as f64);
     let mut child = Command::new(python())
         .args(["-c", LATENCY_SCRIPT, addr, "latency"])
@@ -299,13 +301,18 @@ fn latency(addr: &str, args: &KafkaArgs, partitions: u32) -> anyhow::Result<(f64
     for us in parsed.latencies_us {
         rec.record(Duration::from_micros(us));
     }
-    Ok((parsed.achieved_rate, rec.summary()))
+    Ok((parsed.achieved_rate, rec))
 }
 
 /// Runs the workload.
 pub fn run(args: &KafkaArgs) -> anyhow::Result<KafkaReport> {
     ensure!(args.records > 0, "--records must be positive");
     check_clients(args.latency_records > 0)?;
+    // The latencies come from the Python client, without the times they were taken at.
+    anyhow::ensure!(
+        args.common.hlog.is_none(),
+        "kafka: the latencies come from the Python client without their times, so there is no interval log (--hlog)"
+    );
     let work_dir = args.common.work_dir("kafka")?;
     let shards = args.shards as usize;
     let partitions = args.partitions.unwrap_or(args.shards as u32).max(1);
@@ -332,8 +339,16 @@ pub fn run(args: &KafkaArgs) -> anyhow::Result<KafkaReport> {
     let kcat_cpu = per_record(cpu(libc::RUSAGE_CHILDREN).saturating_sub(children_before));
     let got = stored(&handle, "kafka", partitions)?;
     ensure!(got == args.records, "kcat produced {got} of {} records", args.records);
-    let (latency_achieved_rate, produce_to_consume_us) =
-        if args.latency_records > 0 { latency(&addr, args, partitions)? } else { (0.0, LatencySummary::default()) };
+    let (latency_achieved_rate, recorder) =
+        if args.latency_records > 0 { latency(&addr, args, partitions)? } else { (0.0, LatencyRecorder::new()) };
+    let produce_to_consume_us = recorder.summary();
+    let produce_to_consume_curve = if recorder.is_empty() {
+        anyhow::ensure!(args.common.plot.is_none(), "--plot needs a latency run (--latency-records > 0)");
+        None
+    } else {
+        let label = format!("kafka produce to consume, {} records/s", args.rate);
+        Some(args.common.write_latency(&recorder, "Kafka listener: produce-to-consume latency", &label)?)
+    };
     server.shutdown();
     block_on(engine.shutdown())?;
     Ok(KafkaReport {
@@ -353,6 +368,7 @@ pub fn run(args: &KafkaArgs) -> anyhow::Result<KafkaReport> {
         latency_rate: args.rate,
         latency_achieved_rate,
         produce_to_consume_us,
+        produce_to_consume_curve,
     })
 }
 

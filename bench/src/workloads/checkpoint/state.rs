@@ -241,9 +241,10 @@ pub(super) fn run(job: &StateJob) -> anyhow::Result<StateRun> {
 }
 
 /// The least interval between the state mode's checkpoints: time to send every key at
-/// 2 M records/s, so no checkpoint is likely to fall in the middle of the ingest.
+/// 1 M records/s, and at least 300 ms, so no checkpoint is likely to fall in the middle of
+/// the ingest (which would split the keys over two checkpoints, and fail the run).
 fn ingest_allowance(keys: u64) -> Duration {
-    Duration::from_secs_f64(keys as f64 / 2e6)
+    Duration::from_secs_f64(keys as f64 / 1e6).max(Duration::from_millis(300))
 }
 
 /// Steps 1 and 2: returns the time to send every record, the first checkpoint holding
