@@ -103,25 +103,61 @@ impl Coordinator {
 
 /// Opens the checkpoint store and reads the latest completed checkpoint that is whole,
 /// falling back to older ones (with a log line naming what was skipped and why).
+///
+/// Each part is read once: reading checks its header, length and CRC (and those of the
+/// parts of older checkpoints its deltas build on), so there is no separate verification
+/// pass. Checkpoints that exist but none of which can be read are an error, not a fresh
+/// start: starting over would replay from the beginning and break exactly-once output.
 pub(crate) async fn open_store(
     config: &CheckpointConfig,
 ) -> Result<(CheckpointStore<UringStorage>, Option<Restored>), String> {
     let store = CheckpointStore::open(UringStorage, &config.dir, config.keep).await.map_err(|e| e.to_string())?;
-    let latest = store.latest_valid().await.map_err(|e| e.to_string())?;
-    for skipped in &latest.skipped {
-        eprintln!(
-            "sluice: checkpoint {} is damaged, falling back to an older one (results an exactly-once sink committed after it are written again): {}",
-            skipped.id, skipped.error
-        );
+    let completed = store.completed();
+    let mut failures = Vec::new();
+    for &id in completed.iter().rev() {
+        match read_checkpoint(&store, id).await {
+            Ok(restored) => {
+                eprintln!(
+                    "sluice: restoring checkpoint {id} ({} parts read, taken at {} shards)",
+                    restored.parts, restored.restored.shards
+                );
+                return Ok((store, Some(restored.restored)));
+            }
+            Err(e) => {
+                eprintln!(
+                    "sluice: checkpoint {id} is damaged, falling back to an older one (results an exactly-once sink committed after it are written again): {e}"
+                );
+                failures.push(format!("{id}: {e}"));
+            }
+        }
     }
-    let Some((id, manifest)) = latest.latest else { return Ok((store, None)) };
+    if failures.is_empty() {
+        Ok((store, None))
+    } else {
+        Err(format!("no completed checkpoint can be restored: {}", failures.join("; ")))
+    }
+}
+
+struct ReadCheckpoint {
+    restored: Restored,
+    parts: usize,
+}
+
+/// Reads checkpoint `id`'s parts, each with its chain of bases back to a whole one.
+async fn read_checkpoint(
+    store: &CheckpointStore<UringStorage>,
+    id: sluice_io::CheckpointId,
+) -> Result<ReadCheckpoint, String> {
+    let manifest = store.manifest(id).await.map_err(|e| e.to_string())?;
     let mut restored = Restored { id: id.0, ..Restored::default() };
+    let mut parts = 0;
     for info in &manifest.parts {
         // The part, and the same shard's parts it is a delta on, back to a whole one.
         let mut chain = Vec::new();
         let (mut at, mut info) = (id, info.clone());
         loop {
             let body = store.read_part(at, &info).await.map_err(|e| e.to_string())?;
+            parts += 1;
             let part = decode_part(&body).map_err(|e| format!("checkpoint {at}, part {}: {e}", info.name))?;
             chain.push(part);
             let Some(base) = info.base else { break };
@@ -134,12 +170,7 @@ pub(crate) async fn open_store(
         chain.reverse();
         restored.merge_chain(chain);
     }
-    eprintln!(
-        "sluice: restoring checkpoint {id} ({} parts, taken at {} shards)",
-        manifest.parts.len(),
-        restored.shards
-    );
-    Ok((store, Some(restored)))
+    Ok(ReadCheckpoint { restored, parts })
 }
 
 /// Sleeps on the coordinator's executor.
