@@ -557,3 +557,37 @@ fn incremental_window_snapshots_write_only_changed_keys_and_restore_exactly() {
     }
     assert_eq!(*table.lock().unwrap(), want);
 }
+
+#[test]
+fn checkpoints_that_all_fail_to_read_refuse_the_start() {
+    // Starting over when checkpoints exist would replay everything: refused instead.
+    let dir = common::data_dir("checkpoint", "all-damaged");
+    let build = |scope: &sluice_engine::dataflow::Scope| {
+        scope
+            .source(
+                Generator::new(scope.shard(), scope.shards(), 50_000, |i| i),
+                WatermarkStrategy::monotonous(|i: &u64| EventTime::from_millis((*i / 10) as i64)),
+            )
+            .key_by(|i| i % 5)
+            .window(Windows::tumbling(Duration::from_millis(100)))
+            .count()
+            .for_each(|_| {});
+    };
+    let config = || CheckpointConfig::new(&*dir).interval(Duration::from_millis(5));
+    Pipeline::new(PipelineConfig::with_shards(1)).checkpointing(config()).run(build).unwrap();
+    let mut parts = 0;
+    for chk in std::fs::read_dir(&*dir).unwrap().map(|e| e.unwrap().path()) {
+        for part in std::fs::read_dir(&chk).unwrap().map(|e| e.unwrap().path()) {
+            if part.extension().is_some_and(|x| x == "part") {
+                let mut bytes = std::fs::read(&part).unwrap();
+                let last = bytes.len() - 1;
+                bytes[last] ^= 0xff;
+                std::fs::write(&part, bytes).unwrap();
+                parts += 1;
+            }
+        }
+    }
+    assert!(parts >= 1);
+    let err = Pipeline::new(PipelineConfig::with_shards(1)).checkpointing(config()).spawn(build).unwrap_err();
+    assert!(matches!(&err, EngineError::Pipeline(m) if m.contains("no completed checkpoint can be restored")), "{err}");
+}
