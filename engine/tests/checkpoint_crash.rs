@@ -120,7 +120,7 @@ fn child(spec: &str) {
     let shards: usize = parts.next().unwrap().parse().unwrap();
     let e = engine(Path::new(&data));
     let config =
-        JobConfig { checkpoints, shards, interval: Duration::from_millis(100), work: Duration::from_micros(150) };
+        JobConfig { checkpoints, shards, interval: Duration::from_millis(100), work: Duration::from_micros(300) };
     spawn(&e.handle(), &config).join().unwrap();
     block_on(e.shutdown()).unwrap();
 }
