@@ -440,120 +440,106 @@ impl sluice_engine::dataflow::KeyedProcessFunction<u64, u64> for RunningSum {
     }
 }
 
+/// 20 000 keys get a record each, then only 10 keys for a long while.
+fn incremental_key(i: u64) -> u64 {
+    if i < 20_000 { i } else { i % 10 }
+}
+
+type Table = Arc<Mutex<std::collections::BTreeMap<u64, u64>>>;
+
+/// Runs a two-shard checkpointing pipeline (10 ms interval, whole snapshots only every
+/// 1000th, two kept): records `0..n` at event time `i / div` ms, keyed by
+/// [`incremental_key`], through `stage`, upserted into `table`; stopped after `stop_after`
+/// checkpoints if given. Returns the checkpoints' figures and what it restored from.
+fn run_incremental(
+    dir: &std::path::Path,
+    n: u64,
+    div: u64,
+    table: &Table,
+    stage: fn(sluice_engine::dataflow::KeyedStream<u64, u64>) -> sluice_engine::dataflow::Stream<(u64, u64)>,
+    stop_after: Option<usize>,
+) -> (Vec<sluice_engine::dataflow::CheckpointStats>, Option<u64>) {
+    let table = table.clone();
+    let running = Pipeline::new(PipelineConfig::with_shards(2))
+        .checkpointing(CheckpointConfig::new(dir).interval(Duration::from_millis(10)).full_every(1000).keep(2))
+        .spawn(move |scope| {
+            let table = table.clone();
+            let keyed = scope
+                .source(
+                    Generator::new(scope.shard(), scope.shards(), n, |i| i),
+                    WatermarkStrategy::monotonous(move |i: &u64| EventTime::from_millis((*i / div) as i64)),
+                )
+                .map(|i| {
+                    let until = Instant::now() + Duration::from_micros(2);
+                    while Instant::now() < until {}
+                    i
+                })
+                .key_by(|i| incremental_key(*i))
+                .boxed();
+            stage(keyed).to_two_phase_commit(sluice_engine::dataflow::Upsert::new(move |k: u64, v: u64| {
+                table.lock().unwrap().insert(k, v);
+                Ok(())
+            }));
+        })
+        .unwrap();
+    if let Some(k) = stop_after {
+        stop_after_checkpoints(&running, k);
+    }
+    let stats = running.checkpoints();
+    let restored = running.restored_from();
+    running.join().unwrap();
+    (stats, restored)
+}
+
+/// Checks that later checkpoints of a stopped run hold only the few changed keys, and
+/// returns after a second run restored.
+fn check_incremental(
+    dir: &std::path::Path,
+    table: &Table,
+    n: u64,
+    div: u64,
+    stage: fn(sluice_engine::dataflow::KeyedStream<u64, u64>) -> sluice_engine::dataflow::Stream<(u64, u64)>,
+) {
+    let (first, _) = run_incremental(dir, n, div, table, stage, Some(8));
+    let most = first.iter().map(|c| c.keys).max().unwrap();
+    let later = first.last().unwrap();
+    assert!(most >= 1_000, "a checkpoint holds every key seen: {first:?}");
+    assert!(later.keys < most / 10, "later checkpoints hold only changed keys: {first:?}");
+    // Only the last two are kept, but the whole snapshot they build on is too.
+    let kept = std::fs::read_dir(dir).unwrap().filter(|e| e.as_ref().unwrap().path().join("MANIFEST").exists()).count();
+    assert!(kept >= 3, "two kept checkpoints and the chain under them: {kept}");
+    let (_, restored) = run_incremental(dir, n, div, table, stage, None);
+    assert!(restored.is_some(), "the second run restores");
+}
+
 #[test]
 fn incremental_snapshots_write_only_changed_keys_and_restore_through_the_chain() {
-    use std::collections::BTreeMap;
-    // 20 000 keys are touched once, then only 10 keys for a long while: later checkpoints
-    // are deltas of a few keys on a chain back to a whole one. The run is stopped, the
-    // next one restores through the chain, and the final sums are right.
+    // A running sum per key: later checkpoints are deltas of a few keys on a chain back to
+    // a whole one, and after a stop and a restore through the chain the sums are right.
     let dir = common::data_dir("checkpoint", "incremental");
+    let table = Table::default();
     let n = 400_000u64;
-    let key = |i: u64| if i < 20_000 { i } else { i % 10 };
-    let table = Arc::new(Mutex::new(BTreeMap::new()));
-    let run = |stop_after: Option<usize>| {
-        let table = table.clone();
-        let running = Pipeline::new(PipelineConfig::with_shards(2))
-            .checkpointing(CheckpointConfig::new(&*dir).interval(Duration::from_millis(10)).full_every(1000).keep(2))
-            .spawn(move |scope| {
-                let table = table.clone();
-                scope
-                    .source(
-                        Generator::new(scope.shard(), scope.shards(), n, |i| i),
-                        WatermarkStrategy::monotonous(|i: &u64| EventTime::from_millis(*i as i64)),
-                    )
-                    .map(|i| {
-                        let until = Instant::now() + Duration::from_micros(2);
-                        while Instant::now() < until {}
-                        i
-                    })
-                    .key_by(move |i| key(*i))
-                    .process(RunningSum)
-                    .to_two_phase_commit(sluice_engine::dataflow::Upsert::new(move |k: u64, v: u64| {
-                        table.lock().unwrap().insert(k, v);
-                        Ok(())
-                    }));
-            })
-            .unwrap();
-        if let Some(k) = stop_after {
-            stop_after_checkpoints(&running, k);
-        }
-        let stats = running.checkpoints();
-        let restored = running.restored_from();
-        running.join().unwrap();
-        (stats, restored)
-    };
-    let (first, _) = run(Some(8));
-    let whole = first[0];
-    let later = first.last().unwrap();
-    assert!(whole.keys >= 1_000, "the first checkpoint holds every key seen: {whole:?}");
-    assert!(later.keys < whole.keys / 10, "later checkpoints hold only changed keys: {first:?}");
-    // Only the last two are kept, but the whole snapshot they build on is too.
-    let kept =
-        std::fs::read_dir(&*dir).unwrap().filter(|e| e.as_ref().unwrap().path().join("MANIFEST").exists()).count();
-    assert!(kept >= 3, "two kept checkpoints and the chain under them: {kept}");
-    let (_, restored) = run(None);
-    assert!(restored.is_some(), "the second run restores");
-    let mut want = BTreeMap::new();
+    check_incremental(&dir, &table, n, 1, |keyed| keyed.process(RunningSum));
+    let mut want = std::collections::BTreeMap::new();
     for i in 0..n {
-        *want.entry(key(i)).or_insert(0u64) += i;
+        *want.entry(incremental_key(i)).or_insert(0u64) += i;
     }
     assert_eq!(*table.lock().unwrap(), want);
 }
 
 #[test]
 fn incremental_window_snapshots_write_only_changed_keys_and_restore_exactly() {
-    use std::collections::BTreeMap;
-    // One long window: 20 000 keys get a record each, then only 10 keys for a long while.
-    // Later checkpoints are deltas of those few keys; the run is stopped, the next one
-    // restores through the chain, and the window's final counts are exact.
+    // One long window: its later checkpoints hold the few changed keys, and after a stop
+    // and a restore the window's final counts are exact.
     let dir = common::data_dir("checkpoint", "incremental-windows");
+    let table = Table::default();
     let n = 400_000u64;
-    let key = |i: u64| if i < 20_000 { i } else { i % 10 };
-    let table = Arc::new(Mutex::new(BTreeMap::new()));
-    let run = |stop_after: Option<usize>| {
-        let table = table.clone();
-        let running = Pipeline::new(PipelineConfig::with_shards(2))
-            .checkpointing(CheckpointConfig::new(&*dir).interval(Duration::from_millis(10)).full_every(1000).keep(2))
-            .spawn(move |scope| {
-                let table = table.clone();
-                scope
-                    .source(
-                        Generator::new(scope.shard(), scope.shards(), n, |i| i),
-                        WatermarkStrategy::monotonous(|i: &u64| EventTime::from_millis((*i / 1000) as i64)),
-                    )
-                    .map(|i| {
-                        let until = Instant::now() + Duration::from_micros(2);
-                        while Instant::now() < until {}
-                        i
-                    })
-                    .key_by(move |i| key(*i))
-                    .window(Windows::tumbling(Duration::from_secs(3600)))
-                    .count()
-                    .map(|r| (r.key, r.value))
-                    .to_two_phase_commit(sluice_engine::dataflow::Upsert::new(move |k: u64, v: u64| {
-                        table.lock().unwrap().insert(k, v);
-                        Ok(())
-                    }));
-            })
-            .unwrap();
-        if let Some(k) = stop_after {
-            stop_after_checkpoints(&running, k);
-        }
-        let stats = running.checkpoints();
-        let restored = running.restored_from();
-        running.join().unwrap();
-        (stats, restored)
-    };
-    let (first, _) = run(Some(8));
-    let most = first.iter().map(|c| c.keys).max().unwrap();
-    let later = first.last().unwrap();
-    assert!(most >= 1_000, "a checkpoint holds every key seen: {first:?}");
-    assert!(later.keys < most / 10, "later checkpoints hold only changed keys: {first:?}");
-    let (_, restored) = run(None);
-    assert!(restored.is_some(), "the second run restores");
-    let mut want = BTreeMap::new();
+    check_incremental(&dir, &table, n, 1000, |keyed| {
+        keyed.window(Windows::tumbling(Duration::from_secs(3600))).count().map(|r| (r.key, r.value))
+    });
+    let mut want = std::collections::BTreeMap::new();
     for i in 0..n {
-        *want.entry(key(i)).or_insert(0u64) += 1;
+        *want.entry(incremental_key(i)).or_insert(0u64) += 1;
     }
     assert_eq!(*table.lock().unwrap(), want);
 }
