@@ -447,6 +447,9 @@ fn incremental_key(i: u64) -> u64 {
 
 type Table = Arc<Mutex<std::collections::BTreeMap<u64, u64>>>;
 
+/// What an incremental test runs on its keyed records: a `(key, value)` per result.
+type Stage = fn(sluice_engine::dataflow::KeyedStream<u64, u64>) -> sluice_engine::dataflow::Stream<(u64, u64)>;
+
 /// Runs a two-shard checkpointing pipeline (10 ms interval, whole snapshots only every
 /// 1000th, two kept): records `0..n` at event time `i / div` ms, keyed by
 /// [`incremental_key`], through `stage`, upserted into `table`; stopped after `stop_after`
@@ -456,7 +459,7 @@ fn run_incremental(
     n: u64,
     div: u64,
     table: &Table,
-    stage: fn(sluice_engine::dataflow::KeyedStream<u64, u64>) -> sluice_engine::dataflow::Stream<(u64, u64)>,
+    stage: Stage,
     stop_after: Option<usize>,
 ) -> (Vec<sluice_engine::dataflow::CheckpointStats>, Option<u64>) {
     let table = table.clone();
@@ -493,13 +496,7 @@ fn run_incremental(
 
 /// Checks that later checkpoints of a stopped run hold only the few changed keys, and
 /// returns after a second run restored.
-fn check_incremental(
-    dir: &std::path::Path,
-    table: &Table,
-    n: u64,
-    div: u64,
-    stage: fn(sluice_engine::dataflow::KeyedStream<u64, u64>) -> sluice_engine::dataflow::Stream<(u64, u64)>,
-) {
+fn check_incremental(dir: &std::path::Path, table: &Table, n: u64, div: u64, stage: Stage) {
     let (first, _) = run_incremental(dir, n, div, table, stage, Some(8));
     let most = first.iter().map(|c| c.keys).max().unwrap();
     let later = first.last().unwrap();
