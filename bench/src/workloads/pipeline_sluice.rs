@@ -23,7 +23,10 @@ use std::{
     future::Future,
     pin::Pin,
     rc::Rc,
-    sync::{Arc, Barrier, Mutex, PoisonError},
+    sync::{
+        Arc, Barrier, Mutex, PoisonError,
+        atomic::{AtomicU64, Ordering},
+    },
     task::{Context, Poll},
     time::{Duration, Instant},
 };
@@ -113,6 +116,9 @@ fn run_with(
     // is the last reference, every shard has finished (and every checkpoint is counted).
     let running_token = Arc::new(());
     let token = running_token.clone();
+    // What the progress line shows: events counted into results, and each shard's p99.
+    let live = Arc::new(Live { events: AtomicU64::new(0), p99_us: (0..shards).map(|_| AtomicU64::new(0)).collect() });
+    let sink_live = live.clone();
     let mut pipeline = Pipeline::new(config);
     if let Some(checkpoints) = checkpoints {
         pipeline = pipeline.checkpointing(checkpoints);
@@ -136,6 +142,9 @@ fn run_with(
                 latency: paced.then(|| (epoch, LatencyRecorder::with_intervals(epoch, HLOG_INTERVAL))),
                 arrivals: arrivals.clone(),
                 ends: sink_ends.clone(),
+                live: sink_live.clone(),
+                shard: scope.shard(),
+                published: Instant::now(),
             };
             let arrivals = arrivals.map(|recorder| ArrivalCount { job, epoch, recorder });
             if job.keys == KEYS {
@@ -148,9 +157,15 @@ fn run_with(
         })
         .context("starting the sluice pipeline")?;
     // `join` consumes the pipeline: read its checkpoints once every shard has ended.
+    let progress = crate::harness::Progress::start(if paced { "pipeline latency run" } else { "pipeline" });
     while Arc::strong_count(&running_token) > 1 {
         std::thread::sleep(Duration::from_millis(2));
+        if progress.is_drawn() {
+            let p99 = live.p99_us.iter().map(|p| p.load(Ordering::Relaxed)).max().filter(|_| paced);
+            progress.update(live.events.load(Ordering::Relaxed), p99);
+        }
     }
+    progress.finish();
     let checkpoints = running.checkpoints();
     running.join().context("running the sluice pipeline")?;
 
@@ -203,7 +218,18 @@ fn count_windows<KS: Fn(&u64) -> u64 + 'static>(
 
 /// The counting sink: checks and counts each result; in the latency mode, also records its
 /// latency. Hands its figures over when the stream ends.
+/// Figures the sinks publish for the progress line while the run lasts.
+#[derive(Debug)]
+struct Live {
+    events: AtomicU64,
+    p99_us: Vec<AtomicU64>,
+}
+
 struct CountingSink {
+    live: Arc<Live>,
+    shard: usize,
+    /// When the sink last published its figures (every 100 ms at most).
+    published: Instant,
     job: Job,
     tally: Tally,
     latency: Option<(Instant, LatencyRecorder)>,
@@ -214,15 +240,22 @@ struct CountingSink {
 
 impl Operator<WindowResult<u64, u64>> for CountingSink {
     fn on_batch(&mut self, batch: &mut Vec<Event<WindowResult<u64, u64>>>) {
+        let mut events = 0;
         for result in batch.iter().map(|e| &e.value) {
             self.tally.add(&self.job, result.key, result.window.start.0, result.value);
+            events += result.value;
         }
+        self.live.events.fetch_add(events, Ordering::Relaxed);
         if let Some((epoch, latency)) = &mut self.latency {
             let now = Instant::now();
             for result in batch.iter().map(|e| &e.value) {
                 if let Some(last) = self.job.last_event_of_window(result.window.start.0) {
                     latency.record_at(now, now.saturating_duration_since(*epoch + self.job.scheduled(last)));
                 }
+            }
+            if now.duration_since(self.published) >= Duration::from_millis(100) {
+                self.published = now;
+                self.live.p99_us[self.shard].store(latency.summary().p99, Ordering::Relaxed);
             }
         }
         batch.clear();
