@@ -234,3 +234,59 @@ fn confluent_kafka_admin_idempotent_produce_group_commit_and_seek_by_time() {
 fn kafka_python_admin_idempotent_produce_group_commit_and_seek_by_time() {
     run_script("kafka_python_client.py", "kafka", "kp");
 }
+
+/// The values kcat reads from every partition of `topic` to its end at an isolation level.
+fn kcat_values(bootstrap: &str, topic: &str, isolation: &str) -> Vec<String> {
+    let (ok, out, err) = run(
+        Command::new("kcat").args([
+            "-b",
+            bootstrap,
+            "-C",
+            "-t",
+            topic,
+            "-e",
+            "-q",
+            "-f",
+            "%s\n",
+            "-X",
+            &format!("isolation.level={isolation}"),
+        ]),
+        b"",
+        Duration::from_secs(30),
+    );
+    assert!(ok, "kcat -C ({isolation}) failed\n{out}\n{err}");
+    let mut values: Vec<String> = out.lines().map(str::to_string).collect();
+    values.sort();
+    values
+}
+
+#[test]
+fn confluent_kafka_transactions_and_read_committed_with_kcat() {
+    need_python_module("confluent_kafka");
+    need_kcat();
+    let s = Served::start("txn");
+    let (ok, out, err) = run(
+        Command::new(python()).arg(script("confluent_transactions.py")).arg(s.bootstrap()).arg("txn"),
+        b"",
+        Duration::from_secs(120),
+    );
+    println!("{out}");
+    assert!(ok && out.trim_end().ends_with("OK"), "confluent_transactions.py failed\nstdout:\n{out}\nstderr:\n{err}");
+    // kcat (librdkafka) reads the log the script left.
+    let mut committed: Vec<String> = (0..10).map(|i| format!("c-{i}")).collect();
+    committed.extend((0..5).map(|i| format!("d-{i}")));
+    committed.extend((0..3).map(|i| format!("open-{i}")));
+    committed.push("p2-0".into());
+    committed.sort();
+    assert_eq!(kcat_values(&s.bootstrap(), "txn", "read_committed"), committed);
+    let uncommitted = kcat_values(&s.bootstrap(), "txn", "read_uncommitted");
+    let aborted: Vec<String> = uncommitted.iter().filter(|v| !committed.contains(v)).cloned().collect();
+    let mut expected_aborted: Vec<String> = (0..10).map(|i| format!("a-{i}")).collect();
+    // The fenced producer's record may or may not have reached the log before it was
+    // fenced; it is never committed.
+    let fenced: Vec<&String> = aborted.iter().filter(|v| v.starts_with("fenced-")).collect();
+    assert!(fenced.len() <= 1, "{aborted:?}");
+    expected_aborted.extend(fenced.into_iter().cloned());
+    expected_aborted.sort();
+    assert_eq!(aborted, expected_aborted, "read_uncommitted adds exactly the aborted records");
+}

@@ -1,4 +1,5 @@
-//! Metadata, CreateTopics, DeleteTopics, FindCoordinator and InitProducerId.
+//! Metadata, CreateTopics, DeleteTopics, FindCoordinator and InitProducerId (the
+//! transactional kind in [`transactions`](super::transactions)).
 //!
 //! sluice is a one-node cluster to Kafka clients: node [`NODE_ID`] at the advertised
 //! address leads every partition, with itself as the only replica, and coordinates every
@@ -214,21 +215,22 @@ pub(crate) async fn delete_topics(ctx: &Arc<Context>, req: DeleteTopicsRequest, 
     resp
 }
 
-/// Handles a FindCoordinator request: this node coordinates every group. Transaction
-/// coordinators are refused (sluice has no Kafka transactions).
+/// Handles a FindCoordinator request: this node coordinates every group and every
+/// transactional id (key type 1).
 pub(crate) fn find_coordinator(
     ctx: &Arc<Context>,
     req: FindCoordinatorRequest,
     version: i16,
 ) -> FindCoordinatorResponse {
     let mut resp = FindCoordinatorResponse::default();
-    let (c, message) = if req.key_type == 0 {
-        match validate_name("group", req.key.as_str()) {
+    let (c, message) = match req.key_type {
+        0 => match validate_name("group", req.key.as_str()) {
             Ok(()) => (code::NONE, None),
             Err(e) => (code::INVALID_GROUP_ID, Some(e.to_string())),
-        }
-    } else {
-        (code::COORDINATOR_NOT_AVAILABLE, Some("sluice has no transaction coordinator".to_string()))
+        },
+        1 if req.key.is_empty() => (code::INVALID_REQUEST, Some("an empty transactional id".to_string())),
+        1 => (code::NONE, None),
+        k => (code::INVALID_REQUEST, Some(format!("coordinator key type {k}"))),
     };
     resp.error_code = c;
     if version >= 1 {
@@ -245,15 +247,20 @@ pub(crate) fn find_coordinator(
     resp
 }
 
-/// Handles an InitProducerId request: a new idempotent producer id at epoch 0.
-pub(crate) async fn init_producer_id(ctx: &Arc<Context>, req: InitProducerIdRequest) -> InitProducerIdResponse {
+/// Handles an InitProducerId request: a new idempotent producer id at epoch 0, or for a
+/// transactional id, its producer id at a new epoch (see
+/// [`transactions`](super::transactions)).
+pub(crate) async fn init_producer_id(
+    ctx: &Arc<Context>,
+    req: InitProducerIdRequest,
+    version: i16,
+) -> InitProducerIdResponse {
+    if let Some(tid) = &req.transactional_id {
+        return super::transactions::init_producer_id(ctx, &req, tid.0.as_str(), version).await;
+    }
     let mut resp = InitProducerIdResponse::default();
     resp.producer_id = ProducerId(-1);
     resp.producer_epoch = -1;
-    if req.transactional_id.is_some() {
-        resp.error_code = code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
-        return resp;
-    }
     match ctx.engine.init_producer_id().await {
         Ok(id) => {
             resp.producer_id = ProducerId(id.0);

@@ -10,6 +10,16 @@
 //! Fetch reads every partition at once without waiting; if that gives less than
 //! `min_bytes`, it long-polls all of them until one has data or `max_wait_ms` passes, then
 //! reads again. The answer keeps to `max_bytes` (past the first batch, as Kafka's does).
+//!
+//! Produce with a transactional id takes transactional batches of that id's current
+//! producer id and epoch, to partitions its open transaction added
+//! ([`transactions`](super::transactions)); they are stored with the transactional bit.
+//!
+//! Fetch at isolation level 1 (read_committed) answers only the batches below each
+//! partition's last stable offset, with `last_stable_offset` set and the aborted
+//! transactions overlapping what it returns ([`stable`](super::stable)); held back by an
+//! open transaction, it long-polls until the partition's log grows (its marker, say).
+//! Control batches go out as Kafka control batches, which clients skip.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -18,11 +28,12 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use futures_lite::Future;
-use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::fetch_response::{AbortedTransaction, FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{
     FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse, ProduceRequest, ProduceResponse,
+    ProducerId as WireProducerId,
 };
 use kafka_protocol::protocol::StrBytes;
 use sluice_io::{Offset, OwnedBatches, Timestamp};
@@ -32,6 +43,7 @@ use crate::error::EngineError;
 use super::errors::{self, code};
 use super::listener::Context;
 use super::records;
+use super::stable::Stable;
 
 type Boxed<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
 
@@ -94,13 +106,8 @@ fn topic_str(name: &StrBytes) -> &str {
 /// Handles a Produce request; `None` for acks=0.
 pub(crate) async fn produce(ctx: &Arc<Context>, req: ProduceRequest, version: i16) -> Option<ProduceResponse> {
     let acks = req.acks;
-    let refuse_all = if !matches!(acks, -1..=1) {
-        Some(code::INVALID_REQUIRED_ACKS)
-    } else if req.transactional_id.is_some() {
-        Some(code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-    } else {
-        None
-    };
+    let refuse_all = (!matches!(acks, -1..=1)).then_some(code::INVALID_REQUIRED_ACKS);
+    let tid = req.transactional_id.as_ref().map(|t| t.0.as_str());
     let mut work: Vec<Boxed<'_, (usize, PartitionProduceResponse)>> = Vec::new();
     let mut topics = Vec::with_capacity(req.topic_data.len());
     for (ti, topic) in req.topic_data.iter().enumerate() {
@@ -125,7 +132,7 @@ pub(crate) async fn produce(ctx: &Arc<Context>, req: ProduceRequest, version: i1
                     (ti, r)
                 };
                 if let Some(code) = refuse_all {
-                    return fail(r, code, "acks must be 0, 1 or -1, and transactions are not supported".into());
+                    return fail(r, code, format!("acks must be 0, 1 or -1, not {acks}"));
                 }
                 let Ok(partition) = u32::try_from(index) else {
                     return fail(r, code::UNKNOWN_TOPIC_OR_PARTITION, format!("partition {index}"));
@@ -134,6 +141,34 @@ pub(crate) async fn produce(ctx: &Arc<Context>, req: ProduceRequest, version: i1
                     Ok(b) => b,
                     Err(e) => return fail(r, e.code, e.message),
                 };
+                // Transactional batches come only with the transactional id whose
+                // transaction holds the partition; plain batches only without one.
+                for b in &batches {
+                    match (tid, b.meta.attributes.is_transactional()) {
+                        (Some(tid), true) => {
+                            if let Err((c, m)) = ctx.txns.check_produce(
+                                tid,
+                                b.meta.producer_id.0,
+                                b.meta.producer_epoch,
+                                name,
+                                partition,
+                            ) {
+                                return fail(r, c, m);
+                            }
+                        }
+                        (None, false) => {}
+                        (Some(_), false) => {
+                            return fail(r, code::INVALID_REQUEST, "a transactional id with a plain batch".into());
+                        }
+                        (None, true) => {
+                            return fail(
+                                r,
+                                code::INVALID_REQUEST,
+                                "a transactional batch without a transactional id".into(),
+                            );
+                        }
+                    }
+                }
                 let mut base = None;
                 for b in batches {
                     match engine.append(name, partition, b.records, b.meta).await {
@@ -188,13 +223,73 @@ async fn read_partition(
     Read { result, bounds }
 }
 
+/// A read_committed partition's share, cut at its last stable offset.
+struct Committed {
+    /// The bytes of the fetched batches below the last stable offset.
+    bytes: usize,
+    stable: Stable,
+    /// Why the partition's transactions could not be read.
+    error: Option<i16>,
+}
+
+/// The bytes of the batches of `batches` that start below `stable`.
+fn bytes_below(batches: &OwnedBatches, stable: Offset) -> usize {
+    let mut n = 0;
+    for b in batches.batches() {
+        match b {
+            Ok(view) if view.header().base_offset < stable => n += view.header().stored_len(),
+            _ => break,
+        }
+    }
+    n
+}
+
+/// Brings the stable-offset index up to date for every read_committed partition read
+/// (all at once), and cuts each read at its last stable offset.
+async fn stable_views(ctx: &Context, wanted: &[Wanted], reads: &[Read]) -> Vec<Option<Committed>> {
+    let work: Vec<Boxed<'_, Option<Committed>>> = wanted
+        .iter()
+        .zip(reads)
+        .map(|((topic, partition, offset, _), read)| {
+            Box::pin(async move {
+                let (Ok(batches), Ok(p), Ok(from)) = (&read.result, u32::try_from(*partition), u64::try_from(*offset))
+                else {
+                    return None;
+                };
+                let from = Offset(from);
+                let bounds = match read.bounds {
+                    Some(b) => Ok(b),
+                    None => ctx.engine.offsets(topic, p).await,
+                };
+                let updated = match bounds {
+                    Ok(bounds) => ctx.stable.update(&ctx.engine, topic, p, bounds, batches).await,
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = updated {
+                    eprintln!("sluice kafka listener: transactions of {topic}-{p}: {e}");
+                    let stable = Stable { offset: from, aborted: Vec::new() };
+                    return Some(Committed { bytes: 0, stable, error: Some(errors::of(&e)) });
+                }
+                let lso = ctx.stable.view(topic, p, from, from).offset;
+                let bytes = bytes_below(batches, lso);
+                let upper = batches.next_offset().min(lso);
+                Some(Committed { bytes, stable: ctx.stable.view(topic, p, from, upper), error: None })
+            }) as Boxed<'_, Option<Committed>>
+        })
+        .collect();
+    join_all(work).await
+}
+
+type Wanted = (String, i32, i64, usize);
+
 /// Handles a Fetch request.
 pub(crate) async fn fetch(ctx: &Arc<Context>, req: FetchRequest, version: i16) -> FetchResponse {
     let started = Instant::now();
     let max_wait = Duration::from_millis(u64::try_from(req.max_wait_ms).unwrap_or(0)).min(ctx.config.max_fetch_wait);
     let min_bytes = usize::try_from(req.min_bytes).unwrap_or(0).max(1);
     let max_bytes = if version >= 3 { usize::try_from(req.max_bytes).unwrap_or(0) } else { usize::MAX };
-    let mut wanted = Vec::new();
+    let read_committed = req.isolation_level == 1;
+    let mut wanted: Vec<Wanted> = Vec::new();
     for t in &req.topics {
         for p in &t.partitions {
             let pmax = usize::try_from(p.partition_max_bytes).unwrap_or(0);
@@ -209,36 +304,61 @@ pub(crate) async fn fetch(ctx: &Arc<Context>, req: FetchRequest, version: i16) -
         join_all(futures)
     };
     let mut reads = read_all(Duration::ZERO).await;
-    let bytes_in =
-        |reads: &[Read]| -> usize { reads.iter().map(|r| r.result.as_ref().map_or(0, |b| b.bytes().len())).sum() };
-    let any_error = reads.iter().any(|r| r.result.is_err());
-    if bytes_in(&reads) < min_bytes && !any_error && !wanted.is_empty() {
-        let left = max_wait.saturating_sub(started.elapsed());
-        if !left.is_zero() {
-            // Long poll: until some partition has data past its offset, or the wait ends.
-            let waits: Vec<Boxed<'_, ()>> = wanted
-                .iter()
-                .zip(&reads)
-                .map(|((t, p, _, m), r)| {
-                    let at = r.result.as_ref().map_or(Offset(0), OwnedBatches::next_offset);
-                    Box::pin(async move {
-                        if let Ok(p) = u32::try_from(*p) {
-                            let _ = ctx.engine.fetch(t, p, at, (*m).max(1), left).await;
-                        }
-                    }) as Boxed<'_, ()>
-                })
-                .collect();
-            let timer: Boxed<'_, ()> = Box::pin(glommio::timer::sleep(left));
-            let mut waits = waits;
-            waits.push(timer);
-            first_of(waits).await;
-            reads = read_all(Duration::ZERO).await;
+    let mut committed: Vec<Option<Committed>> = Vec::new();
+    let mut waited = false;
+    loop {
+        if read_committed {
+            committed = stable_views(ctx, &wanted, &reads).await;
         }
+        let bytes_in: usize = reads
+            .iter()
+            .zip(committed.iter().map(Some).chain(std::iter::repeat(None)))
+            .map(|(r, c)| match (c, &r.result) {
+                (Some(Some(c)), _) => c.bytes,
+                (_, Ok(b)) => b.bytes().len(),
+                (_, Err(_)) => 0,
+            })
+            .sum();
+        let any_error = reads.iter().any(|r| r.result.is_err())
+            || committed.iter().any(|c| c.as_ref().is_some_and(|c| c.error.is_some()));
+        let left = max_wait.saturating_sub(started.elapsed());
+        if bytes_in >= min_bytes || any_error || wanted.is_empty() || left.is_zero() || (waited && !read_committed) {
+            break;
+        }
+        waited = true;
+        // Long poll: until some partition has data past what was read (for a
+        // read_committed reader held back by an open transaction, that includes its
+        // marker), or the wait ends.
+        let waits: Vec<Boxed<'_, ()>> = wanted
+            .iter()
+            .zip(&reads)
+            .map(|((t, p, _, m), r)| {
+                let at = r.result.as_ref().map_or(Offset(0), OwnedBatches::next_offset);
+                // A read_committed reader waits for the log to grow past its end: what
+                // lies past the stable offset is there already.
+                let at = match r.bounds {
+                    Some((_, end)) if read_committed => at.max(end),
+                    _ => at,
+                };
+                Box::pin(async move {
+                    if let Ok(p) = u32::try_from(*p) {
+                        let _ = ctx.engine.fetch(t, p, at, (*m).max(1), left).await;
+                    }
+                }) as Boxed<'_, ()>
+            })
+            .collect();
+        let timer: Boxed<'_, ()> = Box::pin(glommio::timer::sleep(left));
+        let mut waits = waits;
+        waits.push(timer);
+        first_of(waits).await;
+        reads = read_all(Duration::ZERO).await;
     }
+    let mut committed = committed.into_iter();
     let mut budget = max_bytes;
     let mut first_data = true;
     let mut topics: Vec<FetchableTopicResponse> = Vec::new();
     for ((topic, partition, _, _), read) in wanted.iter().zip(reads) {
+        let stable = committed.next().flatten();
         let mut pd = PartitionData::default();
         pd.partition_index = *partition;
         if let Some((start, end)) = read.bounds {
@@ -248,13 +368,33 @@ pub(crate) async fn fetch(ctx: &Arc<Context>, req: FetchRequest, version: i16) -
         } else {
             pd.high_watermark = -1;
         }
+        if let Some(c) = &stable {
+            if let Some(e) = c.error {
+                pd.error_code = e;
+            }
+            pd.last_stable_offset = c.stable.offset.0 as i64;
+            pd.aborted_transactions = Some(
+                c.stable
+                    .aborted
+                    .iter()
+                    .map(|a| {
+                        let mut t = AbortedTransaction::default();
+                        t.producer_id = WireProducerId(a.producer.0);
+                        t.first_offset = a.first.0 as i64;
+                        t
+                    })
+                    .collect(),
+            );
+        }
+        let limit = stable.as_ref().map_or(Offset(u64::MAX), |c| c.stable.offset);
         let mut out = BytesMut::new();
         match read.result {
             Ok(batches) => {
-                let size = batches.bytes().len();
+                let size = stable.as_ref().map_or(batches.bytes().len(), |c| c.bytes);
                 if size > 0 && (first_data || size <= budget) {
                     for b in batches.batches() {
                         match b {
+                            Ok(view) if view.header().base_offset >= limit => break,
                             Ok(view) => records::encode_batch(view, &mut out),
                             Err(e) => {
                                 pd.error_code = code::KAFKA_STORAGE_ERROR;

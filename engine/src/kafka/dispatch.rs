@@ -20,7 +20,7 @@ use kafka_protocol::protocol::{Decodable, Encodable};
 
 use super::errors::code;
 use super::listener::Context;
-use super::{admin, data, groups, guard};
+use super::{admin, data, groups, guard, transactions};
 
 /// The encoded response frame (`None` when the request wants none: Produce with acks=0),
 /// or why the connection must close.
@@ -55,6 +55,10 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DeleteTopics, 1, 6),
     (ApiKey::InitProducerId, 0, 4),
+    (ApiKey::AddPartitionsToTxn, 0, 3),
+    (ApiKey::AddOffsetsToTxn, 0, 3),
+    (ApiKey::EndTxn, 0, 3),
+    (ApiKey::TxnOffsetCommit, 0, 3),
 ];
 
 fn supported(key: i16) -> Option<(ApiKey, i16, i16)> {
@@ -154,8 +158,22 @@ pub(crate) fn handle(ctx: &Arc<Context>, frame: Vec<u8>) -> Handled {
             Handled::Ready(done(ResponseKind::FindCoordinator(admin::find_coordinator(&ctx, req, version))))
         }
         RequestKind::InitProducerId(req) => Handled::Working(Box::pin(async move {
-            done(ResponseKind::InitProducerId(admin::init_producer_id(&ctx, req).await))
+            done(ResponseKind::InitProducerId(admin::init_producer_id(&ctx, req, version).await))
         })),
+        RequestKind::AddPartitionsToTxn(req) => {
+            Handled::Ready(done(ResponseKind::AddPartitionsToTxn(transactions::add_partitions(&ctx, req))))
+        }
+        RequestKind::AddOffsetsToTxn(req) => {
+            Handled::Ready(done(ResponseKind::AddOffsetsToTxn(transactions::add_offsets(&ctx, req))))
+        }
+        RequestKind::TxnOffsetCommit(req) => {
+            Handled::Ready(done(ResponseKind::TxnOffsetCommit(transactions::txn_offset_commit(&ctx, req))))
+        }
+        RequestKind::EndTxn(req) => {
+            Handled::Working(Box::pin(
+                async move { done(ResponseKind::EndTxn(transactions::end_txn(&ctx, req).await)) },
+            ))
+        }
         RequestKind::JoinGroup(req) => {
             Handled::Working(Box::pin(
                 async move { done(ResponseKind::JoinGroup(groups::join(&ctx, req, version).await)) },

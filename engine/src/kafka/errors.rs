@@ -65,8 +65,21 @@ pub mod code {
     pub const UNKNOWN_TOPIC_ID: i16 = 100;
     /// The group has no committed offsets or members.
     pub const GROUP_ID_NOT_FOUND: i16 = 69;
-    /// The operation is not supported by this broker (transactions).
+    /// The transactional id is not allowed (refused by this listener).
     pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
+    /// The request does not fit the transaction's state (no transaction, or a partition
+    /// not added to it).
+    pub const INVALID_TXN_STATE: i16 = 48;
+    /// The producer id does not belong to the transactional id.
+    pub const INVALID_PRODUCER_ID_MAPPING: i16 = 49;
+    /// The transaction timeout is out of range.
+    pub const INVALID_TRANSACTION_TIMEOUT: i16 = 50;
+    /// Another request of the transaction is being handled: retry.
+    pub const CONCURRENT_TRANSACTIONS: i16 = 51;
+    /// Not attempted because another part of the request failed.
+    pub const OPERATION_NOT_ATTEMPTED: i16 = 55;
+    /// A newer producer with the same transactional id has fenced this one.
+    pub const PRODUCER_FENCED: i16 = 90;
 }
 
 /// The Kafka error code of an engine error.

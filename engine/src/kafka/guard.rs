@@ -113,6 +113,21 @@ const CREATE_TOPICS: &[F] = &[
 ];
 const DELETE_TOPICS: &[F] = &[since(6, Arr(&[all(Str), all(Uuid)])), until(5, ArrStr), all(I32)];
 const INIT_PRODUCER_ID: &[F] = &[all(Str), all(I32), since(3, I64), since(3, I16)];
+// Versions 0-3 only (4 batches transactions for brokers).
+const ADD_PARTITIONS_TO_TXN: &[F] =
+    &[until(3, Str), until(3, I64), until(3, I16), until(3, Arr(&[all(Str), all(ArrI32)]))];
+const ADD_OFFSETS_TO_TXN: &[F] = &[all(Str), all(I64), all(I16), all(Str)];
+const END_TXN: &[F] = &[all(Str), all(I64), all(I16), all(I8)];
+const TXN_OFFSET_COMMIT: &[F] = &[
+    all(Str),
+    all(Str),
+    all(I64),
+    all(I16),
+    since(3, I32),
+    since(3, Str),
+    since(3, Str),
+    all(Arr(&[all(Str), all(Arr(&[all(I32), all(I64), since(2, I32), all(Str)]))])),
+];
 
 /// The schema of an API's request body and the first version that is flexible.
 fn schema(api_key: i16) -> Option<(&'static [F], i16)> {
@@ -134,6 +149,10 @@ fn schema(api_key: i16) -> Option<(&'static [F], i16)> {
         19 => (CREATE_TOPICS, 5),
         20 => (DELETE_TOPICS, 4),
         22 => (INIT_PRODUCER_ID, 2),
+        24 => (ADD_PARTITIONS_TO_TXN, 3),
+        25 => (ADD_OFFSETS_TO_TXN, 3),
+        26 => (END_TXN, 3),
+        28 => (TXN_OFFSET_COMMIT, 3),
         _ => return None,
     })
 }
@@ -412,6 +431,44 @@ mod tests {
                 enc(&r, &mut buf, version)
             }
             ApiKey::InitProducerId => enc(&InitProducerIdRequest::default(), &mut buf, version),
+            ApiKey::AddPartitionsToTxn => {
+                let mut t = add_partitions_to_txn_request::AddPartitionsToTxnTopic::default();
+                t.name = topic;
+                t.partitions = vec![0, 1];
+                let mut r = AddPartitionsToTxnRequest::default();
+                r.v3_and_below_transactional_id = TransactionalId(s("tx"));
+                r.v3_and_below_topics = vec![t];
+                enc(&r, &mut buf, version)
+            }
+            ApiKey::AddOffsetsToTxn => {
+                let mut r = AddOffsetsToTxnRequest::default();
+                r.transactional_id = TransactionalId(s("tx"));
+                r.group_id = GroupId(s("g"));
+                enc(&r, &mut buf, version)
+            }
+            ApiKey::EndTxn => {
+                let mut r = EndTxnRequest::default();
+                r.transactional_id = TransactionalId(s("tx"));
+                r.committed = true;
+                enc(&r, &mut buf, version)
+            }
+            ApiKey::TxnOffsetCommit => {
+                let mut p = txn_offset_commit_request::TxnOffsetCommitRequestPartition::default();
+                p.committed_metadata = Some(s("m"));
+                let mut t = txn_offset_commit_request::TxnOffsetCommitRequestTopic::default();
+                t.name = topic;
+                t.partitions = vec![p];
+                let mut r = TxnOffsetCommitRequest::default();
+                r.transactional_id = TransactionalId(s("tx"));
+                r.group_id = GroupId(s("g"));
+                if version >= 3 {
+                    r.generation_id = 4;
+                    r.member_id = s("member");
+                    r.group_instance_id = Some(s("instance"));
+                }
+                r.topics = vec![t];
+                enc(&r, &mut buf, version)
+            }
             other => panic!("no sample for {other:?}"),
         };
         r.unwrap_or_else(|e| panic!("encoding {api:?} v{version}: {e}"));

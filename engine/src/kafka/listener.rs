@@ -48,6 +48,10 @@ pub(crate) struct Context {
     pub(crate) config: KafkaConfig,
     /// The host and port clients are told to connect to.
     pub(crate) advertised: (String, i32),
+    /// Transactional ids and their transactions (in memory only).
+    pub(crate) txns: super::transactions::Coordinator,
+    /// Last stable offsets and aborted transactions for read_committed fetches.
+    pub(crate) stable: super::stable::StableIndex,
 }
 
 impl KafkaServer {
@@ -79,7 +83,13 @@ impl KafkaServer {
             None => (addr.ip().to_string(), i32::from(addr.port())),
         };
         let executors = config.executors;
-        let ctx = Arc::new(Context { engine, config, advertised });
+        let ctx = Arc::new(Context {
+            engine,
+            config,
+            advertised,
+            txns: super::transactions::Coordinator::default(),
+            stable: super::stable::StableIndex::default(),
+        });
         let (stop_tx, stop_rx) = async_channel::bounded::<()>(1);
         let cpus: Vec<usize> = core_affinity::get_core_ids().unwrap_or_default().into_iter().map(|c| c.id).collect();
         let mut server = KafkaServer { addr, stop: Some(stop_tx), threads: Vec::with_capacity(executors) };

@@ -10,6 +10,9 @@
 //! - [`data`] (Produce, Fetch, ListOffsets), [`admin`] (Metadata, CreateTopics,
 //!   DeleteTopics, FindCoordinator, InitProducerId), [`groups`] (the classic consumer group
 //!   protocol mapped onto the engine's coordinator).
+//! - [`transactions`]: the transaction coordinator (transactional ids, AddPartitionsToTxn,
+//!   AddOffsetsToTxn, TxnOffsetCommit, EndTxn writing the markers), in memory.
+//! - [`stable`]: last stable offsets and aborted transactions for read_committed Fetch.
 //! - [`records`]: Kafka's record batch v2 to and from sluice's records, CRC-32C checked.
 //! - [`guard`]: every request body is walked by its schema, and counts checked against
 //!   the bytes left, before the protocol crate decodes it (its decoder would allocate
@@ -28,6 +31,8 @@ pub mod groups;
 pub mod guard;
 pub mod listener;
 pub mod records;
+mod stable;
+mod transactions;
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -8,7 +8,12 @@
 //! only) and a null value is stored as an empty one.
 //!
 //! Fetch: each stored batch becomes one Kafka batch with the same base offset, offset
-//! deltas, producer id, epoch and base sequence, and its CRC-32C computed here.
+//! deltas, producer id, epoch, base sequence and transactional and control bits, and its
+//! CRC-32C computed here. A control batch's record keeps its key (Kafka's control record
+//! key: version, then 0 abort or 1 commit) and gets Kafka's EndTransactionMarker value.
+//!
+//! Produce takes transactional batches (the transactional bit is stored); control batches
+//! from clients are refused.
 
 use bytes::{BufMut, BytesMut};
 use sluice_io::record::Attributes;
@@ -168,9 +173,11 @@ fn decode_batch(b: &[u8]) -> Result<ProducedBatch, BatchRejected> {
             format!("compression codec {} is not supported: produce uncompressed", attributes & COMPRESSION_MASK),
         ));
     }
-    if attributes & (ATTR_TRANSACTIONAL | ATTR_CONTROL) != 0 {
-        return Err(reject(code::INVALID_REQUEST, "transactional and control batches are not supported"));
+    if attributes & ATTR_CONTROL != 0 {
+        // Only the transaction coordinator writes markers (EndTxn), as in Kafka.
+        return Err(reject(code::INVALID_REQUEST, "clients may not produce control batches"));
     }
+    let transactional = attributes & ATTR_TRANSACTIONAL != 0;
     let log_append_time = attributes & TIMESTAMP_LOG_APPEND != 0;
     let first_timestamp = be_i64(b, 27);
     let producer_id = be_i64(b, 43);
@@ -223,7 +230,7 @@ fn decode_batch(b: &[u8]) -> Result<ProducedBatch, BatchRejected> {
         return Err(corrupt(format!("{} bytes after the batch's last record", body.len() - cur.at)));
     }
     let meta = BatchMeta {
-        attributes: Attributes::default(),
+        attributes: if transactional { Attributes(Attributes::TRANSACTIONAL) } else { Attributes::default() },
         producer_id: ProducerId(producer_id),
         producer_epoch,
         base_sequence,
@@ -289,12 +296,16 @@ pub fn encode_batch(view: BatchView<'_>, out: &mut BytesMut) {
     out.put_i16(h.producer_epoch);
     out.put_i32(h.base_sequence);
     out.put_i32(records.len() as i32);
+    // A control record's value is Kafka's EndTransactionMarker (version 0, coordinator
+    // epoch 0) where sluice stores none.
+    let control_value: &[u8] = &[0, 0, 0, 0, 0, 0];
     for r in &records {
+        let value = if h.attributes.is_control() && r.value().is_empty() { control_value } else { r.value() };
         let ts_delta = r.event_time().millis().wrapping_sub(first_ts);
         let offset_delta = (r.offset().0 - h.base_offset.0) as i64;
         let headers: Vec<_> = r.headers().collect();
         let mut body_len = 1 + varlong_len(ts_delta) + varlong_len(offset_delta);
-        body_len += nullable_len(r.key()) + nullable_len(Some(r.value()));
+        body_len += nullable_len(r.key()) + nullable_len(Some(value));
         body_len += varlong_len(headers.len() as i64);
         for hd in &headers {
             body_len += nullable_len(Some(hd.key.as_bytes())) + nullable_len(Some(hd.value));
@@ -304,7 +315,7 @@ pub fn encode_batch(view: BatchView<'_>, out: &mut BytesMut) {
         put_varlong(out, ts_delta);
         put_varlong(out, offset_delta);
         put_nullable(out, r.key());
-        put_nullable(out, Some(r.value()));
+        put_nullable(out, Some(value));
         put_varlong(out, headers.len() as i64);
         for hd in &headers {
             put_nullable(out, Some(hd.key.as_bytes()));
@@ -397,6 +408,40 @@ mod tests {
         let crc = crc32c::crc32c(&b[21..]);
         b[17..21].copy_from_slice(&crc.to_be_bytes());
         assert_eq!(decode_produced(&b).expect_err("gzip").code, code::UNSUPPORTED_COMPRESSION_TYPE);
+    }
+
+    #[test]
+    fn transactional_batches_keep_their_bit_and_control_batches_are_refused() {
+        let mut r = kafka_record(0, Some("k"), "v", 1000);
+        r.transactional = true;
+        let b = decode_produced(&encode_kafka(&[r.clone()])).expect("a transactional batch is accepted");
+        assert!(b[0].meta.attributes.is_transactional());
+        assert!(!b[0].meta.attributes.is_control());
+        r.control = true;
+        let e = decode_produced(&encode_kafka(&[r])).expect_err("a control batch from a client");
+        assert_eq!(e.code, code::INVALID_REQUEST, "{e:?}");
+    }
+
+    #[test]
+    fn markers_encode_as_kafka_control_batches() {
+        let key = sluice_io::txn::Marker::Abort.key();
+        let marker = sluice_io::Record::keyed(&key, b"", Timestamp(5));
+        let meta = sluice_io::txn::Marker::meta(ProducerId(11));
+        let mut enc = BatchEncoder::new();
+        let (stored, _) = enc.encode(&[marker], &meta, Offset(7)).expect("encodes");
+        let mut buf = vec![0u8; stored.len() + 16];
+        let at = buf.as_ptr().align_offset(16);
+        buf[at..at + stored.len()].copy_from_slice(stored);
+        let view = BatchView::new(&buf[at..at + stored.len()]).expect("valid");
+        let mut out = BytesMut::new();
+        encode_batch(view, &mut out);
+        let mut bytes = out.freeze();
+        let set = RecordBatchDecoder::decode(&mut bytes).expect("the crate reads it, CRC included");
+        let r = &set.records[0];
+        assert!(r.control && r.transactional);
+        assert_eq!((r.offset, r.producer_id), (7, 11));
+        assert_eq!(r.key.as_deref(), Some(&[0u8, 0, 0, 0][..]), "version 0, type 0 (abort)");
+        assert_eq!(r.value.as_deref(), Some(&[0u8; 6][..]), "an EndTransactionMarker: version 0, epoch 0");
     }
 
     #[test]

@@ -1,0 +1,162 @@
+//! What a read_committed Fetch needs to know of a partition: its last stable offset (the
+//! first offset of the oldest transaction still open, or the end of the log), and the
+//! aborted transactions (producer id, first offset, marker offset) Kafka clients use to
+//! skip aborted records.
+//!
+//! Built by reading each partition's batches once, from its first offset on the first
+//! read_committed fetch of it, then only the batches appended since, on each later one.
+//! The batches the fetch read for its client are reused when they are the next ones the
+//! index needs (a reader at the end of the log, the usual case, costs no extra read);
+//! otherwise the listener reads them again (a first fetch from the middle of a
+//! partition reads all of it). The index holds the open transactions and the aborted
+//! transactions whose marker is still in the log (older ones are dropped as retention
+//! removes them). It is shared by the listener's executors; the lock is never held
+//! across an await.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use sluice_io::txn::{Marker, marker_of};
+use sluice_io::{Offset, OwnedBatches, ProducerId};
+
+use crate::engine::EngineHandle;
+use crate::error::EngineError;
+
+/// How many bytes one step of the scan reads.
+const SCAN_STEP_BYTES: usize = 1 << 20;
+
+/// A transaction that was aborted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Aborted {
+    /// Its producer.
+    pub(crate) producer: ProducerId,
+    /// Its first batch's offset.
+    pub(crate) first: Offset,
+    /// Its abort marker's offset.
+    pub(crate) last: Offset,
+}
+
+#[derive(Debug, Default)]
+struct PartitionTxns {
+    /// Batches below this offset have been read.
+    scanned_to: Offset,
+    open: HashMap<ProducerId, Offset>,
+    aborted: Vec<Aborted>,
+}
+
+impl PartitionTxns {
+    fn stable(&self) -> Offset {
+        self.open.values().copied().min().unwrap_or(self.scanned_to).min(self.scanned_to)
+    }
+}
+
+/// The index of every partition a read_committed client has fetched.
+#[derive(Debug, Default)]
+pub(crate) struct StableIndex {
+    parts: Mutex<HashMap<(String, u32), PartitionTxns>>,
+}
+
+/// A partition's state for one read_committed fetch.
+#[derive(Debug)]
+pub(crate) struct Stable {
+    /// The last stable offset.
+    pub(crate) offset: Offset,
+    /// The aborted transactions that overlap `from..upper` (see [`StableIndex::view`]).
+    pub(crate) aborted: Vec<Aborted>,
+}
+
+impl StableIndex {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, u32), PartitionTxns>> {
+        self.parts.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Reads the partition's batches the index has not seen, up to `bounds.1` (its end,
+    /// as the caller last read it; `bounds.0` is its first offset). `fetched` are batches
+    /// the caller read already: those the index needs next are taken from them rather
+    /// than read again (a reader at the end of the log costs no extra read).
+    pub(crate) async fn update(
+        &self,
+        engine: &EngineHandle,
+        topic: &str,
+        partition: u32,
+        bounds: (Offset, Offset),
+        fetched: &OwnedBatches,
+    ) -> Result<(), EngineError> {
+        let (start, end) = bounds;
+        let key = (topic.to_string(), partition);
+        let mut at = {
+            let mut parts = self.lock();
+            let e = parts.entry(key.clone()).or_default();
+            if e.scanned_to > end {
+                // The topic was deleted and made again: start over.
+                *e = PartitionTxns::default();
+            }
+            if e.scanned_to < start {
+                e.scanned_to = start;
+            }
+            e.aborted.retain(|a| a.last >= start);
+            e.scanned_to
+        };
+        let mut first = true;
+        while at < end {
+            let covers = first && fetched.batches().any(|b| b.is_ok_and(|b| b.header().base_offset == at));
+            first = false;
+            let read;
+            let batches = if covers {
+                fetched
+            } else {
+                read = engine.fetch(topic, partition, at, SCAN_STEP_BYTES, Duration::ZERO).await?;
+                &read
+            };
+            if batches.is_empty() {
+                break;
+            }
+            let mut parts = self.lock();
+            let e = parts.entry(key.clone()).or_default();
+            if e.scanned_to != at {
+                // Another fetch read these meanwhile.
+                at = e.scanned_to;
+                continue;
+            }
+            for batch in batches.batches() {
+                let batch = batch.map_err(|err| EngineError::log(topic, partition, err))?;
+                let h = *batch.header();
+                if h.base_offset < at {
+                    continue;
+                }
+                if h.attributes.is_control() {
+                    let marker = marker_of(&batch).map_err(|err| EngineError::log(topic, partition, err))?;
+                    if let Some(first) = e.open.remove(&h.producer_id)
+                        && marker == Marker::Abort
+                    {
+                        e.aborted.push(Aborted { producer: h.producer_id, first, last: h.base_offset });
+                    }
+                } else if h.attributes.is_transactional() {
+                    e.open.entry(h.producer_id).or_insert(h.base_offset);
+                }
+                e.scanned_to = h.next_offset();
+            }
+            if e.scanned_to == at {
+                // Nothing at or past `at` in what was read.
+                break;
+            }
+            at = e.scanned_to;
+        }
+        Ok(())
+    }
+
+    /// The last stable offset, and the aborted transactions that overlap offsets
+    /// `from..upper` (Kafka's rule: the marker at or after `from`, the first batch
+    /// before `upper`).
+    pub(crate) fn view(&self, topic: &str, partition: u32, from: Offset, upper: Offset) -> Stable {
+        let parts = self.lock();
+        match parts.get(&(topic.to_string(), partition)) {
+            None => Stable { offset: from, aborted: Vec::new() },
+            Some(e) => Stable {
+                offset: e.stable(),
+                aborted: e.aborted.iter().filter(|a| a.last >= from && a.first < upper).copied().collect(),
+            },
+        }
+    }
+}

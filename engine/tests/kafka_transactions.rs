@@ -1,0 +1,401 @@
+//! Kafka transactions through the listener over raw TCP (requests encoded and responses
+//! decoded with the `kafka-protocol` crate): the coordinator's answers to malformed or
+//! out-of-place transactional requests, transactional produce checks, and what a
+//! read_committed Fetch returns (last stable offset, aborted transactions, control
+//! batches on the wire).
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use common::{TestDir, data_dir};
+use futures_lite::future::block_on;
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+use sluice_engine::kafka::{KafkaConfig, KafkaServer};
+use sluice_engine::{Engine, EngineConfig};
+
+const NONE: i16 = 0;
+const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+const INVALID_REQUEST: i16 = 42;
+const INVALID_PRODUCER_EPOCH: i16 = 47;
+const INVALID_TXN_STATE: i16 = 48;
+const INVALID_PRODUCER_ID_MAPPING: i16 = 49;
+const INVALID_TRANSACTION_TIMEOUT: i16 = 50;
+const OPERATION_NOT_ATTEMPTED: i16 = 55;
+const PRODUCER_FENCED: i16 = 90;
+
+struct Served {
+    server: Option<KafkaServer>,
+    engine: Option<Engine>,
+    _dir: TestDir,
+}
+
+impl Served {
+    fn start(name: &str) -> Served {
+        let dir = data_dir("kafka_transactions", name);
+        let mut config = EngineConfig::new(&*dir);
+        config.shards = Some(1);
+        let engine = block_on(Engine::open(config)).expect("engine opens");
+        let kafka = KafkaConfig::new("127.0.0.1:0".parse().expect("address"));
+        let server = KafkaServer::start(engine.handle(), kafka).expect("listener starts");
+        block_on(engine.handle().create_topic("t", 2, None)).expect("topic");
+        Served { server: Some(server), engine: Some(engine), _dir: dir }
+    }
+
+    fn connect(&self) -> Client {
+        let s = TcpStream::connect(self.server.as_ref().expect("running").local_addr()).expect("connects");
+        s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+        Client { s, correlation: 0 }
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        if let Some(s) = self.server.take() {
+            s.shutdown();
+        }
+        if let Some(e) = self.engine.take() {
+            let _ = block_on(e.shutdown());
+        }
+    }
+}
+
+struct Client {
+    s: TcpStream,
+    correlation: i32,
+}
+
+impl Client {
+    fn call<Req: Encodable, Resp: Decodable>(&mut self, api: ApiKey, version: i16, req: &Req) -> Resp {
+        self.correlation += 1;
+        let mut buf = BytesMut::new();
+        let mut header = RequestHeader::default();
+        header.request_api_key = api as i16;
+        header.request_api_version = version;
+        header.correlation_id = self.correlation;
+        header.client_id = Some(StrBytes::from_static_str("test"));
+        header.encode(&mut buf, api.request_header_version(version)).expect("header encodes");
+        req.encode(&mut buf, version).expect("request encodes");
+        let mut frame = (buf.len() as i32).to_be_bytes().to_vec();
+        frame.extend_from_slice(&buf);
+        self.s.write_all(&frame).expect("send");
+        let mut size = [0u8; 4];
+        self.s.read_exact(&mut size).expect("a response");
+        let mut body = vec![0u8; i32::from_be_bytes(size) as usize];
+        self.s.read_exact(&mut body).expect("a response body");
+        let mut bytes = Bytes::from(body);
+        let h = ResponseHeader::decode(&mut bytes, api.response_header_version(version)).expect("header decodes");
+        assert_eq!(h.correlation_id, self.correlation);
+        Resp::decode(&mut bytes, version).expect("response decodes")
+    }
+
+    fn init(&mut self, tid: &str, timeout_ms: i32) -> InitProducerIdResponse {
+        let mut r = InitProducerIdRequest::default();
+        r.transactional_id = Some(TransactionalId(s(tid)));
+        r.transaction_timeout_ms = timeout_ms;
+        r.producer_id = ProducerId(-1);
+        r.producer_epoch = -1;
+        self.call(ApiKey::InitProducerId, 4, &r)
+    }
+
+    /// The per-partition error codes of AddPartitionsToTxn (v3).
+    fn add_partitions(&mut self, tid: &str, pid: i64, epoch: i16, parts: &[(&str, i32)]) -> Vec<(String, i32, i16)> {
+        let mut r = AddPartitionsToTxnRequest::default();
+        r.v3_and_below_transactional_id = TransactionalId(s(tid));
+        r.v3_and_below_producer_id = ProducerId(pid);
+        r.v3_and_below_producer_epoch = epoch;
+        for &(t, p) in parts {
+            let mut topic = add_partitions_to_txn_request::AddPartitionsToTxnTopic::default();
+            topic.name = TopicName(s(t));
+            topic.partitions = vec![p];
+            r.v3_and_below_topics.push(topic);
+        }
+        let resp: AddPartitionsToTxnResponse = self.call(ApiKey::AddPartitionsToTxn, 3, &r);
+        resp.results_by_topic_v3_and_below
+            .iter()
+            .flat_map(|t| {
+                t.results_by_partition
+                    .iter()
+                    .map(|p| (t.name.0.as_str().to_string(), p.partition_index, p.partition_error_code))
+            })
+            .collect()
+    }
+
+    fn end(&mut self, tid: &str, pid: i64, epoch: i16, commit: bool) -> i16 {
+        let mut r = EndTxnRequest::default();
+        r.transactional_id = TransactionalId(s(tid));
+        r.producer_id = ProducerId(pid);
+        r.producer_epoch = epoch;
+        r.committed = commit;
+        let resp: EndTxnResponse = self.call(ApiKey::EndTxn, 3, &r);
+        resp.error_code
+    }
+
+    /// Produce v7 of one batch to `t`-`partition`: the error code and base offset.
+    fn produce(&mut self, tid: Option<&str>, partition: i32, batch: Bytes) -> (i16, i64) {
+        let mut p = produce_request::PartitionProduceData::default();
+        p.index = partition;
+        p.records = Some(batch);
+        let mut t = produce_request::TopicProduceData::default();
+        t.name = TopicName(s("t"));
+        t.partition_data = vec![p];
+        let mut r = ProduceRequest::default();
+        r.transactional_id = tid.map(|x| TransactionalId(s(x)));
+        r.acks = -1;
+        r.timeout_ms = 5000;
+        r.topic_data = vec![t];
+        let resp: ProduceResponse = self.call(ApiKey::Produce, 7, &r);
+        let pr = &resp.responses[0].partition_responses[0];
+        (pr.error_code, pr.base_offset)
+    }
+
+    /// Fetch v11 of `t`-`partition` from `offset` at an isolation level, waiting at most
+    /// 100 ms.
+    fn fetch(&mut self, partition: i32, offset: i64, isolation: i8) -> fetch_response::PartitionData {
+        let mut p = fetch_request::FetchPartition::default();
+        p.partition = partition;
+        p.fetch_offset = offset;
+        p.partition_max_bytes = 1 << 20;
+        p.log_start_offset = -1;
+        let mut t = fetch_request::FetchTopic::default();
+        t.topic = TopicName(s("t"));
+        t.partitions = vec![p];
+        let mut r = FetchRequest::default();
+        r.replica_id = BrokerId(-1);
+        r.max_wait_ms = 100;
+        r.min_bytes = 1;
+        r.max_bytes = 1 << 20;
+        r.isolation_level = isolation;
+        r.topics = vec![t];
+        let resp: FetchResponse = self.call(ApiKey::Fetch, 11, &r);
+        resp.responses[0].partitions[0].clone()
+    }
+}
+
+fn s(x: &str) -> StrBytes {
+    StrBytes::from_string(x.to_string())
+}
+
+/// One Kafka v2 batch of `values`.
+fn batch(transactional: bool, control: bool, pid: i64, epoch: i16, sequence: i32, values: &[&str]) -> Bytes {
+    let records: Vec<Record> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| Record {
+            transactional,
+            control,
+            delete_horizon: false,
+            partition_leader_epoch: 0,
+            producer_id: pid,
+            producer_epoch: epoch,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            sequence: sequence + i as i32,
+            timestamp: 1000,
+            key: None,
+            value: Some(Bytes::copy_from_slice(v.as_bytes())),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    let opts = RecordEncodeOptions { version: 2, compression: Compression::None };
+    RecordBatchEncoder::encode(&mut buf, records.iter(), &opts).expect("encodes");
+    buf.freeze()
+}
+
+/// Every record of a fetch's bytes: (offset, control, value).
+fn records_of(pd: &fetch_response::PartitionData) -> Vec<(i64, bool, Vec<u8>)> {
+    let mut bytes = pd.records.clone().unwrap_or_default();
+    let mut out = Vec::new();
+    while !bytes.is_empty() {
+        let set = RecordBatchDecoder::decode(&mut bytes).expect("the fetched batches decode, CRC checked");
+        for r in set.records {
+            out.push((r.offset, r.control, r.value.map(|v| v.to_vec()).unwrap_or_default()));
+        }
+    }
+    out
+}
+
+#[test]
+fn requests_for_unknown_transactional_ids_or_producers_are_refused() {
+    let served = Served::start("unknown_ids");
+    let mut c = served.connect();
+    assert_eq!(c.end("nobody", 1, 0, true), INVALID_PRODUCER_ID_MAPPING, "EndTxn for an unknown transactional id");
+    assert_eq!(c.add_partitions("nobody", 1, 0, &[("t", 0)]), [("t".to_string(), 0, INVALID_PRODUCER_ID_MAPPING)]);
+    let mut r = AddOffsetsToTxnRequest::default();
+    r.transactional_id = TransactionalId(s("nobody"));
+    r.group_id = GroupId(s("g"));
+    let resp: AddOffsetsToTxnResponse = c.call(ApiKey::AddOffsetsToTxn, 3, &r);
+    assert_eq!(resp.error_code, INVALID_PRODUCER_ID_MAPPING);
+    // FindCoordinator for transactional ids: this node, except for an empty id.
+    let mut r = FindCoordinatorRequest::default();
+    r.key = s("tx");
+    r.key_type = 1;
+    let resp: FindCoordinatorResponse = c.call(ApiKey::FindCoordinator, 3, &r);
+    assert_eq!((resp.error_code, resp.node_id.0), (NONE, 0));
+    r.key = s("");
+    let resp: FindCoordinatorResponse = c.call(ApiKey::FindCoordinator, 3, &r);
+    assert_eq!((resp.error_code, resp.node_id.0), (INVALID_REQUEST, -1));
+    // Bad InitProducerId arguments.
+    assert_eq!(c.init("", 60_000).error_code, INVALID_REQUEST, "an empty transactional id");
+    assert_eq!(c.init("tx", 0).error_code, INVALID_TRANSACTION_TIMEOUT);
+    assert_eq!(c.init("tx", i32::MAX).error_code, INVALID_TRANSACTION_TIMEOUT);
+    // A known id with the wrong producer id, and then with an old epoch.
+    let first = c.init("tx", 60_000);
+    assert_eq!((first.error_code, first.producer_epoch), (NONE, 0));
+    let pid = first.producer_id.0;
+    assert_eq!(c.end("tx", pid + 1, 0, false), INVALID_PRODUCER_ID_MAPPING);
+    let second = c.init("tx", 60_000);
+    assert_eq!((second.error_code, second.producer_id.0, second.producer_epoch), (NONE, pid, 1), "epoch bumped");
+    assert_eq!(c.end("tx", pid, 0, true), INVALID_PRODUCER_EPOCH, "the fenced epoch");
+    assert_eq!(c.add_partitions("tx", pid, 0, &[("t", 0)]), [("t".to_string(), 0, INVALID_PRODUCER_EPOCH)]);
+    // InitProducerId naming an older producer is fenced (v4).
+    let mut r = InitProducerIdRequest::default();
+    r.transactional_id = Some(TransactionalId(s("tx")));
+    r.transaction_timeout_ms = 60_000;
+    r.producer_id = ProducerId(pid);
+    r.producer_epoch = 0;
+    let resp: InitProducerIdResponse = c.call(ApiKey::InitProducerId, 4, &r);
+    assert_eq!(resp.error_code, PRODUCER_FENCED);
+}
+
+#[test]
+fn end_txn_without_a_transaction_and_out_of_place_requests_get_invalid_txn_state() {
+    let served = Served::start("no_txn");
+    let mut c = served.connect();
+    let init = c.init("tx", 60_000);
+    let (pid, epoch) = (init.producer_id.0, init.producer_epoch);
+    assert_eq!(c.end("tx", pid, epoch, true), INVALID_TXN_STATE, "commit with nothing open");
+    assert_eq!(c.end("tx", pid, epoch, false), INVALID_TXN_STATE, "abort with nothing open");
+    // TxnOffsetCommit for a group never added with AddOffsetsToTxn.
+    let mut p = txn_offset_commit_request::TxnOffsetCommitRequestPartition::default();
+    p.committed_offset = 1;
+    let mut t = txn_offset_commit_request::TxnOffsetCommitRequestTopic::default();
+    t.name = TopicName(s("t"));
+    t.partitions = vec![p];
+    let mut r = TxnOffsetCommitRequest::default();
+    r.transactional_id = TransactionalId(s("tx"));
+    r.group_id = GroupId(s("g"));
+    r.producer_id = ProducerId(pid);
+    r.producer_epoch = epoch;
+    r.topics = vec![t];
+    let resp: TxnOffsetCommitResponse = c.call(ApiKey::TxnOffsetCommit, 3, &r);
+    assert_eq!(resp.topics[0].partitions[0].error_code, INVALID_TXN_STATE);
+    // A transactional batch to a partition the transaction did not add.
+    let b = batch(true, false, pid, epoch, 0, &["x"]);
+    assert_eq!(c.produce(Some("tx"), 0, b.clone()).0, INVALID_TXN_STATE);
+    // A transactional batch without a transactional id, a plain one with one, and a
+    // control batch from a client.
+    assert_eq!(c.produce(None, 0, b).0, INVALID_REQUEST);
+    assert_eq!(c.produce(Some("tx"), 0, batch(false, false, -1, -1, -1, &["x"])).0, INVALID_REQUEST);
+    assert_eq!(c.produce(None, 0, batch(true, true, pid, epoch, -1, &["x"])).0, INVALID_REQUEST);
+    // An unknown partition keeps the others out of the transaction.
+    let added = c.add_partitions("tx", pid, epoch, &[("t", 0), ("t", 9), ("nope", 0)]);
+    assert_eq!(
+        added,
+        [
+            ("t".to_string(), 0, OPERATION_NOT_ATTEMPTED),
+            ("t".to_string(), 9, UNKNOWN_TOPIC_OR_PARTITION),
+            ("nope".to_string(), 0, UNKNOWN_TOPIC_OR_PARTITION)
+        ]
+    );
+    assert_eq!(c.end("tx", pid, epoch, true), INVALID_TXN_STATE, "nothing was added");
+    // Nothing reached the log.
+    assert!(records_of(&c.fetch(0, 0, 0)).is_empty());
+}
+
+#[test]
+fn read_committed_fetch_stops_at_the_open_transaction_and_lists_aborted_ones() {
+    let served = Served::start("read_committed");
+    let mut c = served.connect();
+    let init = c.init("tx", 60_000);
+    let (pid, epoch) = (init.producer_id.0, init.producer_epoch);
+    // A plain record first (offset 0).
+    assert_eq!(c.produce(None, 0, batch(false, false, -1, -1, -1, &["plain"])), (NONE, 0));
+    // Transaction 1, aborted: offsets 1-2, marker at 3.
+    assert_eq!(c.add_partitions("tx", pid, epoch, &[("t", 0)]), [("t".to_string(), 0, NONE)]);
+    assert_eq!(c.produce(Some("tx"), 0, batch(true, false, pid, epoch, 0, &["a1", "a2"])), (NONE, 1));
+    assert_eq!(c.end("tx", pid, epoch, false), NONE);
+    assert_eq!(c.end("tx", pid, epoch, false), NONE, "a retried EndTxn succeeds");
+    // Transaction 2, open: offset 4.
+    assert_eq!(c.add_partitions("tx", pid, epoch, &[("t", 0)]), [("t".to_string(), 0, NONE)]);
+    assert_eq!(c.produce(Some("tx"), 0, batch(true, false, pid, epoch, 2, &["c1"])), (NONE, 4));
+
+    let rc = c.fetch(0, 0, 1);
+    assert_eq!((rc.high_watermark, rc.last_stable_offset), (5, 4), "stable offset at the open transaction");
+    let got = records_of(&rc);
+    let offsets: Vec<i64> = got.iter().map(|r| r.0).collect();
+    assert_eq!(offsets, [0, 1, 2, 3], "everything below the stable offset, the control batch included");
+    assert!(got[3].1, "offset 3 goes out as a control record");
+    let aborted: Vec<(i64, i64)> =
+        rc.aborted_transactions.iter().flatten().map(|a| (a.producer_id.0, a.first_offset)).collect();
+    assert_eq!(aborted, [(pid, 1)]);
+    // From past the aborted transaction's marker, it is not listed.
+    assert!(c.fetch(0, 4, 1).aborted_transactions.iter().flatten().next().is_none());
+    assert!(records_of(&c.fetch(0, 4, 1)).is_empty(), "the open transaction is held back");
+    // read_uncommitted sees all of it.
+    let ru = c.fetch(0, 0, 0);
+    assert_eq!(records_of(&ru).iter().map(|r| r.0).collect::<Vec<_>>(), [0, 1, 2, 3, 4]);
+
+    // Commit: the stable offset moves to the end, and the records come out.
+    assert_eq!(c.end("tx", pid, epoch, true), NONE);
+    let rc = c.fetch(0, 4, 1);
+    assert_eq!((rc.high_watermark, rc.last_stable_offset), (6, 6));
+    let got = records_of(&rc);
+    assert_eq!(got.iter().map(|r| (r.0, r.1)).collect::<Vec<_>>(), [(4, false), (5, true)]);
+    assert_eq!(got[0].2, b"c1");
+    // The control record's key says commit (version 0, type 1).
+    let mut bytes = rc.records.clone().unwrap_or_default();
+    let mut keys = Vec::new();
+    while !bytes.is_empty() {
+        for r in RecordBatchDecoder::decode(&mut bytes).expect("decodes").records {
+            if r.control {
+                keys.push(r.key.map(|k| k.to_vec()));
+            }
+        }
+    }
+    assert_eq!(keys, [Some(vec![0, 0, 0, 1])]);
+    // The other partition, never written, answers an empty read at offset 0.
+    let other = c.fetch(1, 0, 1);
+    assert_eq!((other.error_code, other.last_stable_offset), (NONE, 0));
+}
+
+#[test]
+fn a_first_read_committed_fetch_from_mid_log_still_sees_earlier_transactions() {
+    let served = Served::start("mid_log");
+    let mut c = served.connect();
+    let init = c.init("tx", 60_000);
+    let (pid, epoch) = (init.producer_id.0, init.producer_epoch);
+    // An aborted transaction at 0-1 (marker 2), an open one at 3, then a plain record at 4.
+    assert_eq!(c.add_partitions("tx", pid, epoch, &[("t", 1)]), [("t".to_string(), 1, NONE)]);
+    assert_eq!(c.produce(Some("tx"), 1, batch(true, false, pid, epoch, 0, &["a1"])), (NONE, 0));
+    assert_eq!(c.produce(Some("tx"), 1, batch(true, false, pid, epoch, 1, &["a2"])), (NONE, 1));
+    assert_eq!(c.end("tx", pid, epoch, false), NONE);
+    assert_eq!(c.add_partitions("tx", pid, epoch, &[("t", 1)]), [("t".to_string(), 1, NONE)]);
+    assert_eq!(c.produce(Some("tx"), 1, batch(true, false, pid, epoch, 2, &["o1"])), (NONE, 3));
+    assert_eq!(c.produce(None, 1, batch(false, false, -1, -1, -1, &["plain"])), (NONE, 4));
+    // The listener's first read_committed fetch of the partition starts at offset 1: the
+    // transaction that began at 0 is still listed, and the open one holds back offset 3 on.
+    let rc = c.fetch(1, 1, 1);
+    assert_eq!((rc.high_watermark, rc.last_stable_offset), (5, 3));
+    let aborted: Vec<(i64, i64)> =
+        rc.aborted_transactions.iter().flatten().map(|a| (a.producer_id.0, a.first_offset)).collect();
+    assert_eq!(aborted, [(pid, 0)]);
+    assert_eq!(records_of(&rc).iter().map(|r| r.0).collect::<Vec<_>>(), [1, 2]);
+    // A new producer for the id aborts the open transaction: everything is stable.
+    let again = c.init("tx", 60_000);
+    assert_eq!((again.error_code, again.producer_epoch), (NONE, 1));
+    let rc = c.fetch(1, 3, 1);
+    assert_eq!((rc.high_watermark, rc.last_stable_offset), (6, 6));
+    let aborted: Vec<(i64, i64)> =
+        rc.aborted_transactions.iter().flatten().map(|a| (a.producer_id.0, a.first_offset)).collect();
+    assert_eq!(aborted, [(pid, 3)]);
+    assert_eq!(records_of(&rc).iter().map(|r| (r.0, r.1)).collect::<Vec<_>>(), [(3, false), (4, false), (5, true)]);
+}
