@@ -4,23 +4,16 @@
 mod common;
 
 use std::io::{ErrorKind, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use common::{TestDir, data_dir};
+use common::kafka::Served;
 use futures_lite::future::block_on;
 use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
-use sluice_engine::kafka::{KafkaConfig, KafkaServer};
-use sluice_engine::{Engine, EngineConfig};
+use sluice_engine::kafka::KafkaConfig;
 
 const MAX_REQUEST: usize = 1 << 20;
-
-struct Served {
-    server: Option<KafkaServer>,
-    engine: Option<Engine>,
-    _dir: TestDir,
-}
 
 impl Served {
     fn start(name: &str) -> Served {
@@ -28,20 +21,11 @@ impl Served {
     }
 
     fn with_frame_timeout(name: &str, frame_timeout: Duration) -> Served {
-        let dir = data_dir("kafka_bad_input", name);
-        let mut config = EngineConfig::new(&*dir);
-        config.shards = Some(1);
-        let engine = block_on(Engine::open(config)).expect("engine opens");
         let mut kafka = KafkaConfig::new("127.0.0.1:0".parse().expect("address"));
         kafka.max_request_bytes = MAX_REQUEST;
         kafka.frame_timeout = frame_timeout;
         kafka.write_timeout = Duration::from_millis(500);
-        let server = KafkaServer::start(engine.handle(), kafka).expect("listener starts");
-        Served { server: Some(server), engine: Some(engine), _dir: dir }
-    }
-
-    fn addr(&self) -> SocketAddr {
-        self.server.as_ref().expect("running").local_addr()
+        Served::launch("kafka_bad_input", name, 1, kafka)
     }
 
     fn connect(&self) -> TcpStream {
@@ -56,17 +40,6 @@ impl Served {
         let (error, keys) = api_versions(&mut s, 0);
         assert_eq!(error, 0);
         assert!(keys.iter().any(|&(k, _, _)| k == 3), "Metadata advertised: {keys:?}");
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        if let Some(s) = self.server.take() {
-            s.shutdown();
-        }
-        if let Some(e) = self.engine.take() {
-            let _ = block_on(e.shutdown());
-        }
     }
 }
 
@@ -331,7 +304,7 @@ fn idempotent_batch(producer_id: i64, producer_epoch: i16, sequence: i32) -> Vec
 #[test]
 fn corrupt_record_batches_get_corrupt_message_and_the_connection_stays_usable() {
     let s = Served::start("corrupt_batch");
-    block_on(s.engine.as_ref().expect("running").handle().create_topic("t", 1, None)).expect("topic");
+    block_on(s.handle().create_topic("t", 1, None)).expect("topic");
     let mut c = s.connect();
     let good = batch();
     let mut bad = good.clone();
@@ -353,7 +326,7 @@ fn corrupt_record_batches_get_corrupt_message_and_the_connection_stays_usable() 
 #[test]
 fn an_idempotent_producers_retry_is_answered_with_the_original_offset_and_written_once() {
     let s = Served::start("idempotent_retry");
-    let h = s.engine.as_ref().expect("running").handle();
+    let h = s.handle();
     block_on(h.create_topic("t", 1, None)).expect("topic");
     let producer = block_on(h.init_producer_id()).expect("producer id").0;
     let mut c = s.connect();

@@ -11,47 +11,24 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{TestDir, data_dir};
+use common::kafka::Served;
 use futures_lite::future::block_on;
-use sluice_engine::kafka::{KafkaConfig, KafkaServer};
-use sluice_engine::{Engine, EngineConfig};
+use sluice_engine::kafka::KafkaConfig;
 use sluice_io::{Offset, Timestamp};
-
-struct Served {
-    server: Option<KafkaServer>,
-    engine: Option<Engine>,
-    _dir: TestDir,
-}
 
 impl Served {
     fn start(name: &str) -> Served {
-        let dir = data_dir("kafka_clients", name);
-        let mut config = EngineConfig::new(&*dir);
-        config.shards = Some(2);
-        let engine = block_on(Engine::open(config)).expect("engine opens");
         let mut kafka = KafkaConfig::new("127.0.0.1:0".parse().expect("address"));
         kafka.executors = 2;
-        let server = KafkaServer::start(engine.handle(), kafka).expect("listener starts");
-        Served { server: Some(server), engine: Some(engine), _dir: dir }
+        Served::launch("kafka_clients", name, 2, kafka)
     }
 
     fn bootstrap(&self) -> String {
-        self.server.as_ref().expect("running").local_addr().to_string()
+        self.addr().to_string()
     }
 
     fn engine(&self) -> sluice_engine::EngineHandle {
-        self.engine.as_ref().expect("running").handle()
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        if let Some(s) = self.server.take() {
-            s.shutdown();
-        }
-        if let Some(e) = self.engine.take() {
-            let _ = block_on(e.shutdown());
-        }
+        self.handle()
     }
 }
 

@@ -11,15 +11,14 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use common::{TestDir, data_dir};
+use common::kafka::Served;
 use futures_lite::future::block_on;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use kafka_protocol::records::{
     Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
-use sluice_engine::kafka::{KafkaConfig, KafkaServer};
-use sluice_engine::{Engine, EngineConfig};
+use sluice_engine::kafka::KafkaConfig;
 
 const NONE: i16 = 0;
 const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
@@ -31,39 +30,18 @@ const INVALID_TRANSACTION_TIMEOUT: i16 = 50;
 const OPERATION_NOT_ATTEMPTED: i16 = 55;
 const PRODUCER_FENCED: i16 = 90;
 
-struct Served {
-    server: Option<KafkaServer>,
-    engine: Option<Engine>,
-    _dir: TestDir,
-}
-
 impl Served {
     fn start(name: &str) -> Served {
-        let dir = data_dir("kafka_transactions", name);
-        let mut config = EngineConfig::new(&*dir);
-        config.shards = Some(1);
-        let engine = block_on(Engine::open(config)).expect("engine opens");
-        let kafka = KafkaConfig::new("127.0.0.1:0".parse().expect("address"));
-        let server = KafkaServer::start(engine.handle(), kafka).expect("listener starts");
-        block_on(engine.handle().create_topic("t", 2, None)).expect("topic");
-        Served { server: Some(server), engine: Some(engine), _dir: dir }
+        let served =
+            Served::launch("kafka_transactions", name, 1, KafkaConfig::new("127.0.0.1:0".parse().expect("address")));
+        block_on(served.handle().create_topic("t", 2, None)).expect("topic");
+        served
     }
 
     fn connect(&self) -> Client {
-        let s = TcpStream::connect(self.server.as_ref().expect("running").local_addr()).expect("connects");
+        let s = TcpStream::connect(self.addr()).expect("connects");
         s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
         Client { s, correlation: 0 }
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        if let Some(s) = self.server.take() {
-            s.shutdown();
-        }
-        if let Some(e) = self.engine.take() {
-            let _ = block_on(e.shutdown());
-        }
     }
 }
 

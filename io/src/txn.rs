@@ -102,6 +102,19 @@ pub fn marker_of(batch: &BatchView<'_>) -> Result<Marker> {
     Marker::from_key(key).ok_or_else(|| bad("the marker key is neither commit nor abort"))
 }
 
+/// A transaction a marker ended.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Ended {
+    /// Its producer.
+    pub producer: ProducerId,
+    /// The offset of its first batch.
+    pub first: Offset,
+    /// The offset of the marker that ended it.
+    pub marker_offset: Offset,
+    /// Committed or aborted.
+    pub marker: Marker,
+}
+
 /// Finds the transactions still open in a partition, from its batches in offset order.
 #[derive(Debug, Default)]
 pub struct OpenTransactions {
@@ -109,26 +122,39 @@ pub struct OpenTransactions {
 }
 
 impl OpenTransactions {
-    /// Takes in the next batch.
+    /// Takes in the next batch; returns the transaction it ends, if it is a marker of
+    /// an open one.
     ///
     /// # Errors
     ///
     /// A control batch without a readable marker.
-    pub fn observe(&mut self, batch: &BatchView<'_>) -> Result<()> {
+    pub fn observe(&mut self, batch: &BatchView<'_>) -> Result<Option<Ended>> {
         let h = batch.header();
         if h.attributes.is_control() {
-            marker_of(batch)?;
-            self.open.remove(&h.producer_id);
-        } else if h.attributes.is_transactional() {
+            let marker = marker_of(batch)?;
+            return Ok(self.open.remove(&h.producer_id).map(|first| Ended {
+                producer: h.producer_id,
+                first,
+                marker_offset: h.base_offset,
+                marker,
+            }));
+        }
+        if h.attributes.is_transactional() {
             self.open.entry(h.producer_id).or_insert(h.base_offset);
         }
-        Ok(())
+        Ok(None)
     }
 
     /// Every open transaction's producer and first offset.
     #[must_use]
     pub fn open(&self) -> &HashMap<ProducerId, Offset> {
         &self.open
+    }
+
+    /// The first offset of the oldest open transaction, if any is open.
+    #[must_use]
+    pub fn first_open(&self) -> Option<Offset> {
+        self.open.values().copied().min()
     }
 }
 

@@ -422,13 +422,16 @@ mod tests {
         assert_eq!(e.code, code::INVALID_REQUEST, "{e:?}");
     }
 
-    #[test]
-    fn markers_encode_as_kafka_control_batches() {
-        let key = sluice_io::txn::Marker::Abort.key();
-        let marker = sluice_io::Record::keyed(&key, b"", Timestamp(5));
-        let meta = sluice_io::txn::Marker::meta(ProducerId(11));
+    /// `records` stored as one sluice batch at `base`, sent as a Kafka batch, and read back
+    /// by the kafka-protocol crate (which checks the CRC).
+    fn stored_to_wire(
+        records: &[sluice_io::Record<'_>],
+        meta: &BatchMeta,
+        base: Offset,
+    ) -> kafka_protocol::records::RecordSet {
         let mut enc = BatchEncoder::new();
-        let (stored, _) = enc.encode(&[marker], &meta, Offset(7)).expect("encodes");
+        let (stored, _) = enc.encode(records, meta, base).expect("encodes");
+        // A stored batch is read from a 16-byte aligned address.
         let mut buf = vec![0u8; stored.len() + 16];
         let at = buf.as_ptr().align_offset(16);
         buf[at..at + stored.len()].copy_from_slice(stored);
@@ -436,7 +439,15 @@ mod tests {
         let mut out = BytesMut::new();
         encode_batch(view, &mut out);
         let mut bytes = out.freeze();
-        let set = RecordBatchDecoder::decode(&mut bytes).expect("the crate reads it, CRC included");
+        RecordBatchDecoder::decode(&mut bytes).expect("the crate reads it, CRC included")
+    }
+
+    #[test]
+    fn markers_encode_as_kafka_control_batches() {
+        let key = sluice_io::txn::Marker::Abort.key();
+        let marker = sluice_io::Record::keyed(&key, b"", Timestamp(5));
+        let meta = sluice_io::txn::Marker::meta(ProducerId(11));
+        let set = stored_to_wire(&[marker], &meta, Offset(7));
         let r = &set.records[0];
         assert!(r.control && r.transactional);
         assert_eq!((r.offset, r.producer_id), (7, 11));
@@ -453,17 +464,7 @@ mod tests {
         ];
         let meta =
             BatchMeta { producer_id: ProducerId(9), producer_epoch: 2, base_sequence: 40, ..BatchMeta::default() };
-        let mut enc = BatchEncoder::new();
-        let (stored, _) = enc.encode(&recs, &meta, Offset(500)).expect("encodes");
-        // A stored batch is read from a 16-byte aligned address.
-        let mut buf = vec![0u8; stored.len() + 16];
-        let at = buf.as_ptr().align_offset(16);
-        buf[at..at + stored.len()].copy_from_slice(stored);
-        let view = BatchView::new(&buf[at..at + stored.len()]).expect("valid");
-        let mut out = BytesMut::new();
-        encode_batch(view, &mut out);
-        let mut bytes = out.freeze();
-        let set = RecordBatchDecoder::decode(&mut bytes).expect("the crate reads it, CRC included");
+        let set = stored_to_wire(&recs, &meta, Offset(500));
         assert_eq!(set.records.len(), 3);
         let offsets: Vec<i64> = set.records.iter().map(|r| r.offset).collect();
         assert_eq!(offsets, [500, 501, 502]);

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use sluice_io::txn::{Marker, marker_of};
+use sluice_io::txn::{Marker, OpenTransactions};
 use sluice_io::{Offset, OwnedBatches, ProducerId};
 
 use crate::engine::EngineHandle;
@@ -41,13 +41,13 @@ pub(crate) struct Aborted {
 struct PartitionTxns {
     /// Batches below this offset have been read.
     scanned_to: Offset,
-    open: HashMap<ProducerId, Offset>,
+    open: OpenTransactions,
     aborted: Vec<Aborted>,
 }
 
 impl PartitionTxns {
     fn stable(&self) -> Offset {
-        self.open.values().copied().min().unwrap_or(self.scanned_to).min(self.scanned_to)
+        self.open.first_open().unwrap_or(self.scanned_to).min(self.scanned_to)
     }
 }
 
@@ -125,15 +125,9 @@ impl StableIndex {
                 if h.base_offset < at {
                     continue;
                 }
-                if h.attributes.is_control() {
-                    let marker = marker_of(&batch).map_err(|err| EngineError::log(topic, partition, err))?;
-                    if let Some(first) = e.open.remove(&h.producer_id)
-                        && marker == Marker::Abort
-                    {
-                        e.aborted.push(Aborted { producer: h.producer_id, first, last: h.base_offset });
-                    }
-                } else if h.attributes.is_transactional() {
-                    e.open.entry(h.producer_id).or_insert(h.base_offset);
+                let ended = e.open.observe(&batch).map_err(|err| EngineError::log(topic, partition, err))?;
+                if let Some(t) = ended.filter(|t| t.marker == Marker::Abort) {
+                    e.aborted.push(Aborted { producer: t.producer, first: t.first, last: t.marker_offset });
                 }
                 e.scanned_to = h.next_offset();
             }

@@ -1,6 +1,8 @@
 //! Helpers shared by the engine's integration tests.
 #![allow(dead_code)]
 
+pub mod kafka;
+
 use std::ops::Deref;
 use std::path::{Path, PathBuf};
 

@@ -1,0 +1,53 @@
+//! A Kafka listener over a fresh engine, for the Kafka tests: started on an ephemeral
+//! loopback port, shut down (listener, then engine) when dropped.
+
+use std::net::SocketAddr;
+
+use futures_lite::future::block_on;
+use sluice_engine::kafka::{KafkaConfig, KafkaServer};
+use sluice_engine::{Engine, EngineConfig, EngineHandle};
+
+use super::{TestDir, data_dir};
+
+/// An engine of `shards` shards on a fresh directory, served by a listener configured as
+/// `kafka` says (whose address is replaced by an ephemeral loopback port).
+#[derive(Debug)]
+pub struct Served {
+    server: Option<KafkaServer>,
+    engine: Option<Engine>,
+    _dir: TestDir,
+}
+
+impl Served {
+    /// Starts one, its directory named after the test file and case.
+    pub fn launch(file: &str, name: &str, shards: usize, mut kafka: KafkaConfig) -> Served {
+        let dir = data_dir(file, name);
+        let mut config = EngineConfig::new(&*dir);
+        config.shards = Some(shards);
+        let engine = block_on(Engine::open(config)).expect("engine opens");
+        kafka.listen = "127.0.0.1:0".parse().expect("address");
+        let server = KafkaServer::start(engine.handle(), kafka).expect("listener starts");
+        Served { server: Some(server), engine: Some(engine), _dir: dir }
+    }
+
+    /// Where the listener listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.server.as_ref().expect("running").local_addr()
+    }
+
+    /// The engine behind it.
+    pub fn handle(&self) -> EngineHandle {
+        self.engine.as_ref().expect("running").handle()
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        if let Some(s) = self.server.take() {
+            s.shutdown();
+        }
+        if let Some(e) = self.engine.take() {
+            let _ = block_on(e.shutdown());
+        }
+    }
+}
