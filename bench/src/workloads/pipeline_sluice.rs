@@ -33,8 +33,8 @@ use std::{
 
 use anyhow::Context as _;
 use sluice_engine::dataflow::{
-    Aggregate, CheckpointConfig, CheckpointStats, Event, Generator, Operator, Pipeline, PipelineConfig, Source, Stream,
-    WatermarkStrategy, WindowResult, Windows,
+    Aggregate, CheckpointConfig, CheckpointStats, Event, Generator, Operator, Pipeline, PipelineConfig, ResidueSplit,
+    Source, Stream, WatermarkStrategy, WindowResult, Windows,
 };
 use sluice_io::EventTime;
 
@@ -368,27 +368,20 @@ impl Source<u64> for PacedGenerator {
     /// One split per shard, named by the shard count and the shard's residue (as the
     /// engine's `Generator` names its own), so a checkpoint can resume it.
     fn positions(&self) -> Option<Vec<(u64, i64)>> {
-        Some(vec![(self.split_key(), self.next as i64)])
+        Some(self.split().positions(self.next))
     }
 
     fn restore(&mut self, positions: &std::collections::HashMap<u64, i64>) -> Result<(), String> {
-        match positions.get(&self.split_key()) {
-            Some(&next) => {
-                self.next = u64::try_from(next).map_err(|_| format!("a negative paced-source position {next}"))?;
-                self.timer = None;
-                Ok(())
-            }
-            None if positions.is_empty() => Ok(()),
-            None => Err(format!(
-                "a paced source split over {} shards cannot resume from a checkpoint taken at another shard count",
-                self.step
-            )),
+        if let Some(next) = self.split().restore("a paced source", positions)? {
+            self.next = next;
+            self.timer = None;
         }
+        Ok(())
     }
 }
 
 impl PacedGenerator {
-    fn split_key(&self) -> u64 {
-        (self.step << 32) | (self.next % self.step)
+    fn split(&self) -> ResidueSplit {
+        ResidueSplit::new((self.next % self.step) as usize, self.step as usize)
     }
 }

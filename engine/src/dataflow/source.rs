@@ -112,29 +112,68 @@ impl<T: 'static, F: FnMut(u64) -> T + 'static> Source<T> for Generator<T, F> {
         Poll::Ready(Some(0))
     }
 
-    /// One split per shard, named by the shard count and the shard's residue.
     fn positions(&self) -> Option<Vec<(u64, i64)>> {
-        Some(vec![(self.split_key(), self.next as i64)])
+        Some(self.split().positions(self.next))
     }
 
     fn restore(&mut self, positions: &std::collections::HashMap<u64, i64>) -> Result<(), String> {
-        match positions.get(&self.split_key()) {
-            Some(&next) => {
-                self.next = u64::try_from(next).map_err(|_| format!("a negative generator position {next}"))?;
-                Ok(())
-            }
-            None if positions.is_empty() => Ok(()),
-            None => Err(format!(
-                "a generator split over {} shards cannot resume from a checkpoint taken at another shard count",
-                self.step
-            )),
+        if let Some(next) = self.split().restore("a generator", positions)? {
+            self.next = next;
         }
+        Ok(())
     }
 }
 
 impl<T, F> Generator<T, F> {
-    fn split_key(&self) -> u64 {
-        (self.step << 32) | (self.next % self.step.max(1))
+    fn split(&self) -> ResidueSplit {
+        ResidueSplit { shard: self.next % self.step, shards: self.step }
+    }
+}
+
+/// The one split of a source divided between shards by residue, as [`Generator`] divides
+/// its records (shard `s` of `n` takes the indexes `i` with `i % n == s`, in order): its
+/// checkpoint position is the next index, and its split key names `n` and `s`, so a
+/// checkpoint resumes it only at the same shard count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResidueSplit {
+    shard: u64,
+    shards: u64,
+}
+
+impl ResidueSplit {
+    /// Shard `shard` of `shards`'s split.
+    #[must_use]
+    pub fn new(shard: usize, shards: usize) -> ResidueSplit {
+        let shards = shards.max(1) as u64;
+        ResidueSplit { shard: shard as u64 % shards, shards }
+    }
+
+    fn key(self) -> u64 {
+        (self.shards << 32) | self.shard
+    }
+
+    /// What [`Source::positions`] returns for a split at index `next`.
+    #[must_use]
+    pub fn positions(self, next: u64) -> Vec<(u64, i64)> {
+        vec![(self.key(), next as i64)]
+    }
+
+    /// The index to resume from, for [`Source::restore`]: `None` when the checkpoint holds
+    /// no source positions at all.
+    ///
+    /// # Errors
+    ///
+    /// Positions for other splits only (a checkpoint taken at another shard count), or a
+    /// negative one; `what` names the source in the message.
+    pub fn restore(self, what: &str, positions: &std::collections::HashMap<u64, i64>) -> Result<Option<u64>, String> {
+        match positions.get(&self.key()) {
+            Some(&next) => u64::try_from(next).map(Some).map_err(|_| format!("{what}: a negative position {next}")),
+            None if positions.is_empty() => Ok(None),
+            None => Err(format!(
+                "{what} split over {} shards cannot resume from a checkpoint taken at another shard count",
+                self.shards
+            )),
+        }
     }
 }
 

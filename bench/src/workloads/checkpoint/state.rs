@@ -33,8 +33,8 @@ use std::{
 use anyhow::{Context as _, bail, ensure};
 use serde::Serialize;
 use sluice_engine::dataflow::{
-    CheckpointConfig, CheckpointStats, Event, Operator, Pipeline, PipelineConfig, RunningPipeline, Scope, Source,
-    WatermarkStrategy, WindowResult, Windows,
+    CheckpointConfig, CheckpointStats, Event, Operator, Pipeline, PipelineConfig, ResidueSplit, RunningPipeline, Scope,
+    Source, WatermarkStrategy, WindowResult, Windows,
 };
 use sluice_io::EventTime;
 
@@ -389,8 +389,8 @@ impl HoldingSource {
         }
     }
 
-    fn split_key(&self) -> u64 {
-        (self.step << 32) | (self.next % self.step)
+    fn split(&self) -> ResidueSplit {
+        ResidueSplit::new((self.next % self.step) as usize, self.step as usize)
     }
 
     fn report(&mut self) {
@@ -440,16 +440,16 @@ impl Source<u64> for HoldingSource {
     }
 
     fn positions(&self) -> Option<Vec<(u64, i64)>> {
-        Some(vec![(self.split_key(), self.next as i64)])
+        Some(self.split().positions(self.next))
     }
 
     fn restore(&mut self, positions: &std::collections::HashMap<u64, i64>) -> Result<(), String> {
-        match positions.get(&self.split_key()) {
-            Some(&next) => {
-                self.next = u64::try_from(next).map_err(|_| format!("a negative position {next}"))?;
+        match self.split().restore("the state source", positions)? {
+            Some(next) => {
+                self.next = next;
                 Ok(())
             }
-            None => Err(format!("no position for split {:#x} in the checkpoint", self.split_key())),
+            None => Err("the checkpoint holds no source position".into()),
         }
     }
 }
