@@ -161,24 +161,54 @@ impl OpenTransactions {
 /// A `read_committed` reader's hold on one partition: fetched batches go in
 /// ([`ReadCommitted::push`]), and committed records come out in offset order
 /// ([`ReadCommitted::drain`]) once every transaction before them is decided.
+///
+/// Each batch is read (and its CRC checked) once, when the drain after its push classifies
+/// it; a marker decides the batches of its transaction where they wait. So a reader that
+/// holds a long open transaction back costs one pass over what it fetched, not one per
+/// fetch.
 #[derive(Debug)]
 pub struct ReadCommitted {
-    held: VecDeque<OwnedBatches>,
+    held: VecDeque<Held>,
+    /// Sequence number of `held[0]` (entries are numbered as pushed).
+    front: u64,
+    /// Held entries at the back not yet classified.
+    unclassified: usize,
+    /// Transactional batches whose marker has not been read: (entry, batch) by producer.
+    pending: HashMap<ProducerId, Vec<(u64, usize)>>,
     /// Records below this offset were delivered or skipped.
     stable: Offset,
+}
+
+/// One fetch's batches, and what is known of each.
+#[derive(Debug)]
+struct Held {
+    batches: OwnedBatches,
+    spans: Vec<Span>,
+    /// Spans already delivered or skipped.
+    passed: usize,
+}
+
+/// Where a batch lies in its fetch, and whether to deliver it (`None`: undecided).
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    start: usize,
+    len: usize,
+    next: Offset,
+    deliver: Option<bool>,
 }
 
 impl ReadCommitted {
     /// A reader that delivers records from `position` on.
     #[must_use]
     pub fn new(position: Offset) -> ReadCommitted {
-        ReadCommitted { held: VecDeque::new(), stable: position }
+        ReadCommitted { held: VecDeque::new(), front: 0, unclassified: 0, pending: HashMap::new(), stable: position }
     }
 
     /// Adds the next batches fetched (in offset order, following the last ones pushed).
     pub fn push(&mut self, batches: OwnedBatches) {
         if !batches.is_empty() {
-            self.held.push_back(batches);
+            self.held.push_back(Held { batches, spans: Vec::new(), passed: 0 });
+            self.unclassified += 1;
         }
     }
 
@@ -192,7 +222,52 @@ impl ReadCommitted {
     /// Bytes held back waiting for transactions to be decided.
     #[must_use]
     pub fn held_bytes(&self) -> usize {
-        self.held.iter().map(|b| b.bytes().len()).sum()
+        self.held.iter().map(|b| b.batches.bytes().len()).sum()
+    }
+
+    /// Classifies the entries pushed since the last drain: plain batches are delivered,
+    /// control batches skipped (deciding their transaction's batches), transactional ones
+    /// wait for their marker.
+    fn classify(&mut self) -> Result<()> {
+        let first = self.held.len() - self.unclassified;
+        for i in first..self.held.len() {
+            let seq = self.front + i as u64;
+            let mut spans = Vec::new();
+            // Decisions for batches of earlier entries, applied once this one is read.
+            let mut earlier = Vec::new();
+            let mut at = 0;
+            for batch in self.held[i].batches.batches() {
+                let batch = batch?;
+                let h = *batch.header();
+                let mut span = Span { start: at, len: h.stored_len(), next: h.next_offset(), deliver: Some(true) };
+                at += span.len;
+                if h.attributes.is_control() {
+                    let commit = marker_of(&batch)? == Marker::Commit;
+                    for (entry, b) in self.pending.remove(&h.producer_id).unwrap_or_default() {
+                        let decided = Some(commit);
+                        if entry == seq {
+                            spans[b] = Span { deliver: decided, ..spans[b] };
+                        } else {
+                            earlier.push((entry, b, decided));
+                        }
+                    }
+                    span.deliver = Some(false);
+                } else if h.attributes.is_transactional() {
+                    self.pending.entry(h.producer_id).or_default().push((seq, spans.len()));
+                    span.deliver = None;
+                }
+                spans.push(span);
+            }
+            self.held[i].spans = spans;
+            for (entry, b, decided) in earlier {
+                // An entry already dropped held only batches below the stable offset.
+                if let Some(held) = entry.checked_sub(self.front).and_then(|i| self.held.get_mut(i as usize)) {
+                    held.spans[b].deliver = decided;
+                }
+            }
+        }
+        self.unclassified = 0;
+        Ok(())
     }
 
     /// The batches now known committed (or not transactional), in offset order, as one
@@ -203,60 +278,26 @@ impl ReadCommitted {
     ///
     /// A batch that cannot be read, or a control batch without a readable marker.
     pub fn drain(&mut self) -> Result<OwnedBatches> {
-        // Decide every held batch: Some(true) deliver, Some(false) skip, None undecided.
-        let mut decisions: Vec<Vec<Option<bool>>> = Vec::with_capacity(self.held.len());
-        let mut pending: HashMap<ProducerId, Vec<(usize, usize)>> = HashMap::new();
-        for (i, batches) in self.held.iter().enumerate() {
-            let mut row = Vec::new();
-            for (j, batch) in batches.batches().enumerate() {
-                let batch = batch?;
-                let h = batch.header();
-                if h.attributes.is_control() {
-                    let commit = marker_of(&batch)? == Marker::Commit;
-                    for (a, b) in pending.remove(&h.producer_id).unwrap_or_default() {
-                        let slot: &mut Option<bool> = if a == i { &mut row[b] } else { &mut decisions[a][b] };
-                        *slot = Some(commit);
-                    }
-                    row.push(Some(false));
-                } else if h.attributes.is_transactional() {
-                    pending.entry(h.producer_id).or_default().push((i, j));
-                    row.push(None);
-                } else {
-                    row.push(Some(true));
-                }
-            }
-            decisions.push(row);
-        }
-        // Copy out the decided prefix.
+        self.classify()?;
         let from = self.stable;
         let mut out = rkyv::util::AlignedVec::<16>::new();
-        let mut done_entries = 0;
-        'outer: for (i, batches) in self.held.iter().enumerate() {
-            let bytes = batches.bytes();
-            let mut at = 0;
-            let mut j = 0;
-            while at < bytes.len() {
-                let batch = BatchView::new(&bytes[at..]).map_err(|e| LogError::Corrupt {
-                    path: "<fetched batches>".into(),
-                    pos: crate::types::FilePos(at as u64),
-                    reason: e.to_string(),
-                })?;
-                let h = *batch.header();
-                let len = h.stored_len();
-                if h.next_offset() > self.stable {
-                    match decisions[i][j] {
-                        None => break 'outer,
-                        Some(true) => out.extend_from_slice(&bytes[at..at + len]),
+        'entries: while let Some(entry) = self.held.front_mut() {
+            while let Some(span) = entry.spans.get(entry.passed).copied() {
+                if span.next > self.stable {
+                    match span.deliver {
+                        None => break 'entries,
+                        Some(true) => {
+                            out.extend_from_slice(&entry.batches.bytes()[span.start..span.start + span.len]);
+                        }
                         Some(false) => {}
                     }
-                    self.stable = h.next_offset();
+                    self.stable = span.next;
                 }
-                at += len;
-                j += 1;
+                entry.passed += 1;
             }
-            done_entries = i + 1;
+            self.held.pop_front();
+            self.front += 1;
         }
-        self.held.drain(..done_entries);
         Ok(OwnedBatches::from_bytes(out, from, self.stable))
     }
 }
@@ -273,5 +314,47 @@ mod tests {
         assert_eq!(Marker::from_key(&[0, 0, 0, 2]), None);
         assert_eq!(Marker::from_key(&[0, 1, 0, 1]), None);
         assert_eq!(Marker::from_key(&[]), None);
+    }
+
+    /// Batches of one value each, at consecutive offsets from `base`, as one fetch.
+    fn fetch(base: u64, batches: &[(&str, BatchMeta, bool)]) -> OwnedBatches {
+        let mut buf = rkyv::util::AlignedVec::<16>::new();
+        let mut enc = crate::record::BatchEncoder::new();
+        let mut at = base;
+        for (value, meta, marker) in batches {
+            let key = Marker::Commit.key();
+            let record = if *marker {
+                crate::record::Record::keyed(&key, b"", crate::types::Timestamp(1))
+            } else {
+                crate::record::Record::unkeyed(value.as_bytes(), crate::types::Timestamp(1))
+            };
+            let (bytes, _) = enc.encode(&[record], meta, Offset(at)).unwrap();
+            buf.extend_from_slice(bytes);
+            at += 1;
+        }
+        OwnedBatches::from_bytes(buf, Offset(base), Offset(at))
+    }
+
+    fn values(batches: &OwnedBatches) -> Vec<String> {
+        batches.records().map(|r| String::from_utf8(r.unwrap().value().to_vec()).unwrap()).collect()
+    }
+
+    #[test]
+    fn read_committed_decides_held_batches_as_markers_arrive_across_fetches() {
+        let plain = BatchMeta::default();
+        let a = Marker::data_meta(ProducerId(1), 0);
+        let mut rc = ReadCommitted::new(Offset(0));
+        rc.push(fetch(0, &[("p0", plain, false), ("a1", a, false), ("p1", plain, false)]));
+        assert_eq!(values(&rc.drain().unwrap()), ["p0"]);
+        assert_eq!(rc.stable(), Offset(1), "held back at the open transaction");
+        // Nothing new: nothing more, and nothing delivered twice.
+        assert!(rc.drain().unwrap().is_empty());
+        rc.push(fetch(3, &[("a2", Marker::data_meta(ProducerId(1), 1), false)]));
+        assert!(rc.drain().unwrap().is_empty());
+        // The commit marker, in a later fetch, releases the transaction and what follows it.
+        rc.push(fetch(4, &[("", Marker::meta(ProducerId(1)), true), ("p2", plain, false)]));
+        assert_eq!(values(&rc.drain().unwrap()), ["a1", "p1", "a2", "p2"]);
+        assert_eq!(rc.stable(), Offset(6));
+        assert_eq!(rc.held_bytes(), 0);
     }
 }
