@@ -387,17 +387,12 @@ pub fn read_entries_raw(
 /// # Errors
 ///
 /// A truncated or damaged list.
-pub fn read_entries<K: Data, V: Data>(mut bytes: &[u8], mut each: impl FnMut(K, V)) -> Result<(), StateError> {
-    let count = u64::decode(&mut bytes)?;
-    for _ in 0..count {
-        let k = K::decode(&mut bytes)?;
-        let v = V::decode(&mut bytes)?;
-        each(k, v);
-    }
-    if !bytes.is_empty() {
-        return Err(StateError(format!("{} bytes left after the last entry", bytes.len())));
-    }
-    Ok(())
+pub fn read_entries<K: Data, V: Data>(bytes: &[u8], mut each: impl FnMut(K, V)) -> Result<(), StateError> {
+    read_entries_raw(bytes, |input| {
+        let key = K::decode(input)?;
+        each(key, V::decode(input)?);
+        Ok(())
+    })
 }
 
 #[cfg(test)]

@@ -15,7 +15,6 @@ use sluice_io::EventTime;
 use super::{
     Barrier, Data, EntryWriter, GroupPart, OperatorPart, ShardPart, SinkPart, SourcePart, StateError,
     coordinator::{Ack, Coordinator},
-    read_entries,
 };
 use crate::dataflow::{key_group, shard_of_group};
 
@@ -221,13 +220,11 @@ impl StateHandle {
         &self,
         mut each: impl FnMut(K, V),
     ) -> Result<Option<EventTime>, StateError> {
-        let shard = self.shard.borrow();
-        let Some(restored) = shard.coordinator.restored.as_ref() else { return Ok(None) };
-        let Some((watermark, groups)) = restored.operators.get(&self.id) else { return Ok(None) };
-        for group in groups.iter().filter(|g| shard.owns(g.key_group)) {
-            read_entries::<K, V>(&group.bytes, &mut each)?;
-        }
-        Ok(Some(EventTime::from_millis(*watermark)))
+        self.restore_raw(|input| {
+            let key = K::decode(input)?;
+            each(key, V::decode(input)?);
+            Ok(())
+        })
     }
 
     /// Like [`StateHandle::restore`], for operators whose entries are not one typed pair:
