@@ -47,7 +47,7 @@ pub(crate) struct ProcessOperator<K, T, F: KeyedProcessFunction<K, T>> {
 
 /// One key in a process operator's snapshot: its state (encoded), and its event-time and
 /// processing-time timers (ms). A delta snapshot writes `None` for a key that is gone.
-type KeyEntry = (Vec<u8>, Vec<i64>, Vec<i64>);
+type KeyEntry<S> = (S, Vec<i64>, Vec<i64>);
 
 impl<K, T, F> ProcessOperator<K, T, F>
 where
@@ -88,16 +88,14 @@ where
         let Some(handle) = self.state.clone() else { return };
         // Entries come oldest first (a whole snapshot, then deltas): the last for a key
         // wins, and a deletion removes it.
-        let mut keys: FxHashMap<K, Option<KeyEntry>> = FxHashMap::default();
+        let mut keys: FxHashMap<K, Option<KeyEntry<F::State>>> = FxHashMap::default();
         let watermark = handle
-            .restore(|key: K, entry: Option<KeyEntry>| {
+            .restore(|key: K, entry: Option<KeyEntry<F::State>>| {
                 keys.insert(key, entry);
             })
             .unwrap_or_else(|e| panic!("restoring a process operator: {e}"));
         for (key, entry) in keys {
             let Some((state, event, processing)) = entry else { continue };
-            let state =
-                F::State::decode(&mut &state[..]).unwrap_or_else(|e| panic!("restoring a process operator: {e}"));
             for t in event {
                 self.timers.event.register(&key, EventTime::from_millis(t));
             }
@@ -127,13 +125,23 @@ where
         }
         let mut entry = |key: &K, timers: &mut FxHashMap<&K, (Vec<i64>, Vec<i64>)>| {
             let (event, processing) = timers.remove(key).unwrap_or_default();
-            let value: Option<KeyEntry> = match self.states.get(key) {
-                Some(state) => Some((to_bytes(state), event, processing)),
-                None if event.is_empty() && processing.is_empty() => None,
-                // Timers without state: the key's state is the default one.
-                None => Some((to_bytes(&F::State::default()), event, processing)),
-            };
-            w.push_grouped(key, key, &value);
+            // As the entry `(key, Option<KeyEntry>)`, written field by field: `None` for a
+            // key that holds nothing now; a key with timers but no state has the default.
+            let state = self.states.get(key);
+            if state.is_none() && event.is_empty() && processing.is_empty() {
+                w.push_grouped(key, key, &None::<()>);
+                return;
+            }
+            w.push_with(key, |out| {
+                key.encode(out);
+                1u8.encode(out);
+                match state {
+                    Some(state) => state.encode(out),
+                    None => F::State::default().encode(out),
+                }
+                event.encode(out);
+                processing.encode(out);
+            });
         };
         match keys {
             Some(keys) => keys.iter().for_each(|k| entry(k, &mut timers)),
@@ -283,11 +291,4 @@ where
         }
         self.next_processing_timer(now)
     }
-}
-
-/// `value`'s encoding.
-fn to_bytes<V: Data>(value: &V) -> Vec<u8> {
-    let mut buf = Vec::new();
-    value.encode(&mut buf);
-    buf
 }
