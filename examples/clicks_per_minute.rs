@@ -16,14 +16,27 @@
 
 use std::time::Duration;
 
-use sluice_engine::dataflow::{Generator, LatePolicy, Pipeline, PipelineConfig, WatermarkStrategy, Windows};
+use sluice_engine::dataflow::checkpoint::StateError;
+use sluice_engine::dataflow::{Data, Generator, LatePolicy, Pipeline, PipelineConfig, WatermarkStrategy, Windows};
 use sluice_io::EventTime;
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Click {
-    page: &'static str,
+    page: String,
     /// Event time: when the user clicked.
     time: EventTime,
+}
+
+/// Clicks cross a `key_by`: an unaligned checkpoint may store them in flight.
+impl Data for Click {
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.page.encode(out);
+        self.time.encode(out);
+    }
+    fn decode(input: &mut &[u8]) -> Result<Self, StateError> {
+        let (page, time) = Data::decode(input)?;
+        Ok(Click { page, time })
+    }
 }
 
 /// 2026-11-30 14:00 UTC, in ms since the epoch, plus `minute:second`.
@@ -51,12 +64,12 @@ fn run(policy: LatePolicy) -> Result<(), Box<dyn std::error::Error>> {
     let running = Pipeline::new(config).spawn(move |scope| {
         let clicks = Generator::new(scope.shard(), scope.shards(), CLICKS.len() as u64, |i| {
             let (page, minute, second) = CLICKS[i as usize];
-            Click { page, time: at(minute, second) }
+            Click { page: page.to_string(), time: at(minute, second) }
         });
         let strategy = WatermarkStrategy::bounded_out_of_orderness(Duration::from_secs(10), |c: &Click| c.time);
         let mut per_minute = scope
             .source(clicks, strategy)
-            .key_by(|c| c.page.to_string())
+            .key_by(|c| c.page.clone())
             .window(Windows::tumbling(Duration::from_secs(60)))
             .allowed_lateness(Duration::from_secs(300))
             .late_policy(policy);

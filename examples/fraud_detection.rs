@@ -48,6 +48,17 @@ struct Transaction {
     time: EventTime,
 }
 
+/// Transactions cross a `key_by`: an unaligned checkpoint may store them in flight.
+impl Data for Transaction {
+    fn encode(&self, out: &mut Vec<u8>) {
+        (self.account, self.cents, self.time).encode(out);
+    }
+    fn decode(input: &mut &[u8]) -> Result<Self, StateError> {
+        let (account, cents, time) = Data::decode(input)?;
+        Ok(Transaction { account, cents, time })
+    }
+}
+
 #[derive(Debug)]
 struct Alert {
     account: u32,

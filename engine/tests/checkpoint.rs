@@ -21,8 +21,9 @@ use sluice_io::{EventTime, ProducerId, Timestamp, txn::Marker};
 
 #[test]
 fn a_bounded_job_writes_each_result_once_and_a_restart_replays_nothing() {
-    for shards in [1, 2] {
-        let dir = common::data_dir("checkpoint", &format!("bounded-{shards}"));
+    use sluice_engine::dataflow::CheckpointMode::{Aligned, Unaligned};
+    for (shards, mode) in [(1, Aligned), (2, Aligned), (2, Unaligned)] {
+        let dir = common::data_dir("checkpoint", &format!("bounded-{shards}-{mode}"));
         let records = input(7, 3000, 20);
         let want = expected(&records);
         let e = engine(&dir.join("data"));
@@ -33,6 +34,7 @@ fn a_bounded_job_writes_each_result_once_and_a_restart_replays_nothing() {
             shards,
             interval: Duration::from_millis(20),
             work: Duration::from_micros(20),
+            mode,
         };
         let running = spawn(&h, &config);
         assert_eq!(running.restored_from(), None);
@@ -103,6 +105,7 @@ fn a_damaged_latest_checkpoint_falls_back_to_the_previous_one() {
         shards: 2,
         interval: Duration::from_millis(30),
         work: Duration::from_micros(150),
+        mode: sluice_engine::dataflow::CheckpointMode::Aligned,
     };
     // Stop the first run (without draining) once at least three checkpoints completed.
     let running = spawn(&h, &config);
@@ -573,4 +576,182 @@ fn checkpoints_that_all_fail_to_read_refuse_the_start() {
     assert!(parts >= 1);
     let err = Pipeline::new(PipelineConfig::with_shards(1)).checkpointing(config()).spawn(build).unwrap_err();
     assert!(matches!(&err, EngineError::Pipeline(m) if m.contains("no completed checkpoint can be restored")), "{err}");
+}
+
+/// Copies a checkpoint directory, so one checkpoint can be restored twice.
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let path = entry.path();
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&path, &to.join(entry.file_name()));
+        } else {
+            std::fs::copy(&path, to.join(entry.file_name())).unwrap();
+        }
+    }
+}
+
+/// What the unaligned tests' external system shows: committed transaction ids, and the
+/// results they made visible.
+type Visible = Arc<Mutex<(std::collections::HashSet<u64>, Vec<String>)>>;
+
+/// Eight keys that all belong to shard 1 of 2 (with the default 128 key groups): at two
+/// shards shard 0 only routes, shard 1 does all the (slow) work, and the ring from 0 to 1
+/// stays full.
+fn shard_one_keys() -> Vec<u64> {
+    use sluice_engine::dataflow::{PipelineConfig as P, key_group, shard_of_group};
+    let groups = P::DEFAULT_KEY_GROUPS;
+    (0..).filter(|k: &u64| shard_of_group(key_group(k, groups), groups, 2) == 1).take(8).collect()
+}
+
+/// Records `0..count` in two splits (split `k` makes the `i` with `i % 2 == k`), read by
+/// both shards at two shards and both by one at one: a source that resumes from a
+/// checkpoint taken at either count.
+struct TwoSplits {
+    /// The splits this instance reads, each with its next record.
+    splits: Vec<(u64, u64)>,
+    count: u64,
+    turn: usize,
+}
+
+impl TwoSplits {
+    fn new(shard: usize, shards: usize, count: u64) -> TwoSplits {
+        let splits = (0..2u64).filter(|k| *k as usize % shards == shard).map(|k| (k, k)).collect();
+        TwoSplits { splits, count, turn: 0 }
+    }
+}
+
+impl sluice_engine::dataflow::Source<u64> for TwoSplits {
+    fn splits(&self) -> usize {
+        self.splits.len()
+    }
+
+    fn poll_next(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+        out: &mut Vec<u64>,
+        max: usize,
+    ) -> std::task::Poll<Option<usize>> {
+        let (count, n) = (self.count, self.splits.len());
+        // The splits in turn, each keeping its index (and so its watermark).
+        for k in 0..n {
+            let index = (self.turn + k) % n;
+            let next = &mut self.splits[index].1;
+            if *next < count {
+                while *next < count && out.len() < max {
+                    out.push(*next);
+                    *next += 2;
+                }
+                self.turn = index + 1;
+                return std::task::Poll::Ready(Some(index));
+            }
+        }
+        std::task::Poll::Ready(None)
+    }
+
+    fn positions(&self) -> Option<Vec<(u64, i64)>> {
+        Some(self.splits.iter().map(|(k, next)| (*k, *next as i64)).collect())
+    }
+
+    fn restore(&mut self, positions: &std::collections::HashMap<u64, i64>) -> Result<(), String> {
+        for (k, next) in &mut self.splits {
+            let at = positions.get(k).ok_or_else(|| format!("no position for split {k}"))?;
+            *next = u64::try_from(*at).map_err(|_| format!("split {k} at {at}"))?;
+        }
+        Ok(())
+    }
+}
+
+/// Runs the backpressured job: records `0..n` (event time `i / 10` ms) keyed on
+/// [`shard_one_keys`], a slow map after the exchange, then counts per key in 100 ms
+/// windows into a two-phase-commit sink; unaligned checkpoints every 20 ms. Stops after
+/// `stop_after` checkpoints if given. Returns the checkpoints' figures and what it
+/// restored from.
+fn run_backpressured(
+    dir: &std::path::Path,
+    shards: usize,
+    n: u64,
+    visible: &Visible,
+    stop_after: Option<usize>,
+) -> (Vec<sluice_engine::dataflow::CheckpointStats>, Option<u64>) {
+    use sluice_engine::dataflow::CheckpointMode;
+    use sluice_engine::ring::RingConfig;
+
+    let keys = shard_one_keys();
+    let visible = visible.clone();
+    let config = PipelineConfig {
+        batch_records: 64,
+        ring: RingConfig { ring_capacity_batches: 8, ..RingConfig::default() },
+        ..PipelineConfig::with_shards(shards)
+    };
+    let running = Pipeline::new(config)
+        .checkpointing(CheckpointConfig::new(dir).interval(Duration::from_millis(20)).mode(CheckpointMode::Unaligned))
+        .spawn(move |scope| {
+            let keys = keys.clone();
+            scope
+                .source(
+                    TwoSplits::new(scope.shard(), scope.shards(), n),
+                    WatermarkStrategy::monotonous(|i: &u64| EventTime::from_millis((*i / 10) as i64)),
+                )
+                .key_by(move |i| keys[(*i % 8) as usize])
+                .into_stream()
+                .map(|i| {
+                    let until = Instant::now() + Duration::from_micros(10);
+                    while Instant::now() < until {}
+                    i
+                })
+                .key_by(|i| i % 8)
+                .window(Windows::tumbling(Duration::from_millis(100)))
+                .count()
+                .map(|r| format!("{}|{}|{}", r.key, r.window.start.millis(), r.value))
+                .to_two_phase_commit(Staged { visible: visible.clone() });
+        })
+        .unwrap();
+    if let Some(k) = stop_after {
+        stop_after_checkpoints(&running, k);
+    }
+    let stats = running.checkpoints();
+    let restored = running.restored_from();
+    running.join().unwrap();
+    (stats, restored)
+}
+
+#[test]
+fn unaligned_checkpoints_store_in_flight_records_and_restore_them_at_two_and_one_shards() {
+    // Shard 1 is the bottleneck, so the ring into it is full whenever a checkpoint begins:
+    // its own barrier passes at once and the records queued behind shard 0's barrier are
+    // stored. A restore of that checkpoint, at two shards and at one, delivers them again,
+    // and every window count is committed exactly once.
+    use std::collections::BTreeMap;
+
+    let dir = common::data_dir("checkpoint", "unaligned");
+    let n = 60_000u64;
+    let mut want: Vec<String> = {
+        let mut counts: BTreeMap<(u64, i64), u64> = BTreeMap::new();
+        for i in 0..n {
+            *counts.entry((i % 8, ((i / 10) / 100 * 100) as i64)).or_default() += 1;
+        }
+        counts.into_iter().map(|((k, s), c)| format!("{k}|{s}|{c}")).collect()
+    };
+    want.sort();
+    let first = dir.join("first");
+    let visible = Visible::default();
+    let (stats, restored) = run_backpressured(&first, 2, n, &visible, Some(3));
+    assert_eq!(restored, None);
+    let last = *stats.last().unwrap();
+    assert!(last.inflight_records > 0, "the checkpoint a restore uses stored in-flight records: {stats:?}");
+    let partial = visible.lock().unwrap().clone();
+    assert!(partial.1.len() < want.len(), "the first run stopped before the end ({} results)", partial.1.len());
+    for shards in [2, 1] {
+        // The same checkpoint, restored into a copy of the external system as it was.
+        let again = dir.join(format!("again-{shards}"));
+        copy_dir(&first, &again);
+        let visible = Visible::new(Mutex::new(partial.clone()));
+        let (_, restored) = run_backpressured(&again, shards, n, &visible, None);
+        assert_eq!(restored, Some(last.id), "{shards} shards restore the last checkpoint");
+        let mut got = visible.lock().unwrap().1.clone();
+        got.sort();
+        assert!(got == want, "{shards} shards: {}", checkpoint_job::diff(&got, &want));
+    }
 }

@@ -3,8 +3,10 @@
 //! exactly-once topic sink, checkpoints every 100 ms); the parent kills it with SIGKILL at
 //! random moments, several times, restarts it each time, and finally reads the output
 //! topic `read_committed`: it must equal the reference output exactly, no duplicate and no
-//! loss. Run at 1 and 2 shards, and with the shard count changing at every restart
-//! (rescaling: 2 -> 1 -> 2 ...), for several seeds.
+//! loss. Run in aligned and unaligned checkpoint mode, at 1 and 2 shards, and with the
+//! shard count changing at every restart (rescaling: 2 -> 1 -> 2 ...), for several seeds.
+//! In unaligned mode at 2 shards, the run that finishes must have stored in-flight
+//! records (its checkpoints' total is reported), or the mode was not exercised.
 //!
 //! This test has its own `main` (`harness = false`): the child is this same binary, started
 //! with `SLUICE_CRASH_CHILD` set. `SEED=<n>` replays one seed.
@@ -20,8 +22,12 @@ use std::time::{Duration, Instant};
 
 use checkpoint_job::{JobConfig, committed_output, diff, engine, expected, input, produce, spawn};
 use futures_lite::future::block_on;
+use sluice_engine::dataflow::CheckpointMode;
 
 const CHILD: &str = "SLUICE_CRASH_CHILD";
+/// The line a child that finished writes to stderr: the in-flight records its
+/// checkpoints stored.
+const INFLIGHT: &str = "in-flight records stored: ";
 
 fn main() {
     if let Ok(spec) = std::env::var(CHILD) {
@@ -34,10 +40,12 @@ fn main() {
     };
     let started = Instant::now();
     for seed in seeds {
-        for shards in [Shards::Fixed(1), Shards::Fixed(2), Shards::Alternating] {
-            let t = Instant::now();
-            let report = scenario(seed, shards);
-            println!("SEED={seed} {shards:?}: {report} ({:.1} s)", t.elapsed().as_secs_f64());
+        for mode in [CheckpointMode::Aligned, CheckpointMode::Unaligned] {
+            for shards in [Shards::Fixed(1), Shards::Fixed(2), Shards::Alternating] {
+                let t = Instant::now();
+                let report = scenario(seed, mode, shards);
+                println!("SEED={seed} {mode} {shards:?}: {report} ({:.1} s)", t.elapsed().as_secs_f64());
+            }
         }
     }
     println!("test result: ok. checkpoint_crash passed in {:.1} s", started.elapsed().as_secs_f64());
@@ -52,9 +60,9 @@ enum Shards {
 
 /// Runs the job in a child process until it finishes, killing it `KILLS` times first;
 /// checks the committed output. Returns what happened, for the log.
-fn scenario(seed: u64, shards: Shards) -> String {
+fn scenario(seed: u64, mode: CheckpointMode, shards: Shards) -> String {
     const KILLS: usize = 3;
-    let dir = common::data_dir("checkpoint_crash", &format!("{seed}-{shards:?}"));
+    let dir = common::data_dir("checkpoint_crash", &format!("{seed}-{mode}-{shards:?}"));
     let data = dir.join("data");
     let records = input(seed, 8000, 40);
     let want = expected(&records);
@@ -66,13 +74,14 @@ fn scenario(seed: u64, shards: Shards) -> String {
     let mut rng = common::Rng::seeded(seed * 31 + 7);
     let mut kills = 0;
     let mut restores = 0;
+    let mut inflight = None;
     for run in 0.. {
-        assert!(run < 50, "SEED={seed} {shards:?}: the job never finished");
+        assert!(run < 50, "SEED={seed} {mode} {shards:?}: the job never finished");
         let n = match shards {
             Shards::Fixed(n) => n,
             Shards::Alternating => 2 - run % 2,
         };
-        let spec = format!("{}|{}|{n}", data.display(), dir.join("checkpoints").display());
+        let spec = format!("{}|{}|{n}|{mode}", data.display(), dir.join("checkpoints").display());
         let mut child = Command::new(std::env::current_exe().unwrap())
             .env(CHILD, spec)
             .stdout(Stdio::null())
@@ -100,16 +109,27 @@ fn scenario(seed: u64, shards: Shards) -> String {
         child.stderr.take().unwrap().read_to_string(&mut log).unwrap();
         restores += log.matches("restoring checkpoint").count();
         if let Some(status) = finished {
-            assert!(status.success(), "SEED={seed} {shards:?}: the child failed ({status}):\n{log}");
+            assert!(status.success(), "SEED={seed} {mode} {shards:?}: the child failed ({status}):\n{log}");
+            inflight = log.lines().find_map(|l| l.strip_prefix(INFLIGHT)).map(|n| n.parse::<u64>().unwrap());
+            if mode == CheckpointMode::Unaligned && n == 2 {
+                assert!(
+                    inflight.is_some_and(|n| n > 0),
+                    "SEED={seed} {mode} {shards:?}: the finishing run stored no in-flight records:\n{log}"
+                );
+            }
             break;
         }
     }
-    assert!(restores > 0, "SEED={seed} {shards:?}: no run restored a checkpoint, so nothing was tested");
+    assert!(restores > 0, "SEED={seed} {mode} {shards:?}: no run restored a checkpoint, so nothing was tested");
     let e = engine(&data);
     let got = committed_output(&e.handle());
     block_on(e.shutdown()).unwrap();
-    assert!(got == want, "SEED={seed} {shards:?}: {}", diff(&got, &want));
-    format!("{kills} kills, {restores} restores, {} results equal", got.len())
+    assert!(got == want, "SEED={seed} {mode} {shards:?}: {}", diff(&got, &want));
+    let inflight = inflight.unwrap_or(0);
+    format!(
+        "{kills} kills, {restores} restores, {inflight} in-flight records stored by the last run, {} results equal",
+        got.len()
+    )
 }
 
 /// The child: runs the job to its end on the data directory and checkpoints in `spec`.
@@ -118,9 +138,16 @@ fn child(spec: &str) {
     let data = PathBuf::from(parts.next().unwrap());
     let checkpoints = PathBuf::from(parts.next().unwrap());
     let shards: usize = parts.next().unwrap().parse().unwrap();
+    let mode = parts.next().unwrap().parse().unwrap();
     let e = engine(Path::new(&data));
     let config =
-        JobConfig { checkpoints, shards, interval: Duration::from_millis(100), work: Duration::from_micros(300) };
-    spawn(&e.handle(), &config).join().unwrap();
+        JobConfig { checkpoints, shards, interval: Duration::from_millis(100), work: Duration::from_micros(300), mode };
+    let running = spawn(&e.handle(), &config);
+    while !running.is_finished() {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let inflight: u64 = running.checkpoints().iter().map(|c| c.inflight_records).sum();
+    running.join().unwrap();
+    eprintln!("{INFLIGHT}{inflight}");
     block_on(e.shutdown()).unwrap();
 }

@@ -15,9 +15,10 @@ use std::{
     time::Duration,
 };
 
+use sluice_engine::dataflow::checkpoint::StateError;
 use sluice_engine::dataflow::{
-    ChannelSource, Event, Generator, KeyedStream, Operator, Pipeline, PipelineConfig, Scope, Stream, WatermarkStrategy,
-    Windows,
+    ChannelSource, Data, Event, Generator, KeyedStream, Operator, Pipeline, PipelineConfig, Scope, Stream,
+    WatermarkStrategy, Windows,
 };
 use sluice_io::EventTime;
 
@@ -30,6 +31,20 @@ struct Rec {
     key: &'static str,
     id: u32,
     time: i64,
+}
+
+/// Records crossing a `key_by` are checkpoint `Data`. The key is written as its text and
+/// read back leaked: test keys are a handful of literals.
+impl Data for Rec {
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.key.to_string().encode(out);
+        self.id.encode(out);
+        self.time.encode(out);
+    }
+    fn decode(input: &mut &[u8]) -> Result<Self, StateError> {
+        let key: &'static str = Box::leak(String::decode(input)?.into_boxed_str());
+        Ok(Rec { key, id: u32::decode(input)?, time: i64::decode(input)? })
+    }
 }
 
 const fn rec(key: &'static str, id: u32, time: i64) -> Rec {

@@ -36,12 +36,13 @@ use sluice_engine::dataflow::{
 use sluice_io::EventTime;
 
 /// One input record: a key, an event time (ms) and a number whose meaning each test gives.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 struct In {
     key: char,
     time: i64,
     v: i64,
 }
+sluice_engine::rkyv_data!(In);
 
 const fn r(key: char, time: i64, v: i64) -> In {
     In { key, time, v }
@@ -422,8 +423,9 @@ fn a_deleted_event_time_timer_does_not_fire() {
 // Processing-time timers.
 
 /// The processing-time test's input: a key and a delay.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 struct WallIn(char, i64);
+sluice_engine::rkyv_data!(WallIn);
 
 /// `v > 0` sets a processing-time timer `v` ms from now (replacing the one set), `v == 0`
 /// deletes it; a timer reports its time and when it fired.

@@ -33,11 +33,14 @@ use common::Rng;
 const KEYS: u64 = 7;
 const DISORDER_MS: i64 = 20;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize,
+)]
 struct Ev {
     key: u64,
     time: i64,
 }
+sluice_engine::rkyv_data!(Ev);
 
 /// Events in arrival order: a clock advancing 0-2 ms per event, each event up to
 /// `DISORDER_MS` behind it; with `very_late`, about one in 50 is 500 ms behind instead.

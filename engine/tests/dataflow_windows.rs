@@ -11,8 +11,9 @@ use std::{
     time::Duration,
 };
 
+use sluice_engine::dataflow::checkpoint::StateError;
 use sluice_engine::dataflow::{
-    ChannelSource, CountTrigger, Firing, Generator, LatePolicy, Pipeline, PipelineConfig, WatermarkStrategy,
+    ChannelSource, CountTrigger, Data, Firing, Generator, LatePolicy, Pipeline, PipelineConfig, WatermarkStrategy,
     WindowResult, Windows,
 };
 use sluice_io::EventTime;
@@ -21,6 +22,19 @@ use sluice_io::EventTime;
 struct Click {
     page: &'static str,
     time: EventTime,
+}
+
+/// Records crossing a `key_by` are checkpoint `Data`. The page is written as its text and
+/// read back leaked: test pages are a handful of literals.
+impl Data for Click {
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.page.to_string().encode(out);
+        self.time.encode(out);
+    }
+    fn decode(input: &mut &[u8]) -> Result<Self, StateError> {
+        let page: &'static str = Box::leak(String::decode(input)?.into_boxed_str());
+        Ok(Click { page, time: EventTime::decode(input)? })
+    }
 }
 
 /// 14:00 on an arbitrary day, in ms.

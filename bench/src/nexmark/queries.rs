@@ -128,6 +128,40 @@ pub enum Q3Input {
     },
 }
 
+/// Crosses q3's `key_by`, so an unaligned checkpoint can store it in flight.
+impl Data for Q3Input {
+    fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Q3Input::Seller { id, name, city, state } => {
+                out.push(0);
+                id.encode(out);
+                name.encode(out);
+                encode_str(city, out);
+                encode_str(state, out);
+            }
+            Q3Input::Auction { id, seller } => {
+                out.push(1);
+                (*id, *seller).encode(out);
+            }
+        }
+    }
+    fn decode(input: &mut &[u8]) -> Result<Self, StateError> {
+        match u8::decode(input)? {
+            0 => Ok(Q3Input::Seller {
+                id: u64::decode(input)?,
+                name: String::decode(input)?,
+                city: decode_static(input, "city")?,
+                state: decode_static(input, "state")?,
+            }),
+            1 => {
+                let (id, seller) = Data::decode(input)?;
+                Ok(Q3Input::Auction { id, seller })
+            }
+            tag => Err(StateError(format!("{tag} is not a q3 input"))),
+        }
+    }
+}
+
 /// The seller part of a q3 result: q3's state per seller.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Seller {
@@ -227,6 +261,35 @@ pub enum Q4Input {
         /// Time, ms.
         date_time: i64,
     },
+}
+
+/// Crosses q4's `key_by`, so an unaligned checkpoint can store it in flight.
+impl Data for Q4Input {
+    fn encode(&self, out: &mut Vec<u8>) {
+        match *self {
+            Q4Input::Auction { id, category, date_time, expires } => {
+                out.push(0);
+                (id, category, date_time, expires).encode(out);
+            }
+            Q4Input::Bid { auction, price, date_time } => {
+                out.push(1);
+                (auction, price, date_time).encode(out);
+            }
+        }
+    }
+    fn decode(input: &mut &[u8]) -> Result<Self, StateError> {
+        match u8::decode(input)? {
+            0 => {
+                let (id, category, date_time, expires) = Data::decode(input)?;
+                Ok(Q4Input::Auction { id, category, date_time, expires })
+            }
+            1 => {
+                let (auction, price, date_time) = Data::decode(input)?;
+                Ok(Q4Input::Bid { auction, price, date_time })
+            }
+            tag => Err(StateError(format!("{tag} is not a q4 input"))),
+        }
+    }
 }
 
 /// An auction waiting to close, and its highest valid bid so far: q4's state per auction.
@@ -569,4 +632,35 @@ pub fn q8(events: Stream<Event>, params: &QueryParams) -> Stream<Q8Row> {
         let (id, name) = e.value;
         Q8Row { id, name, window_start: e.time.millis() - window + 1 }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn join_inputs_round_trip_as_checkpoint_data() {
+        let city = super::super::generator::interned("Portland").expect("a generator city");
+        let state = super::super::generator::interned("OR").expect("a generator state");
+        let q3 = [Q3Input::Seller { id: 7, name: "Ann".into(), city, state }, Q3Input::Auction { id: 9, seller: 7 }];
+        let q4 = [
+            Q4Input::Auction { id: 1, category: 10, date_time: 5, expires: 50 },
+            Q4Input::Bid { auction: 1, price: 300, date_time: 7 },
+        ];
+        let mut out = Vec::new();
+        q3.iter().for_each(|i| i.encode(&mut out));
+        q4.iter().for_each(|i| i.encode(&mut out));
+        let mut input = out.as_slice();
+        for want in &q3 {
+            let got = Q3Input::decode(&mut input).unwrap();
+            assert_eq!(format!("{got:?}"), format!("{want:?}"));
+        }
+        for want in &q4 {
+            let got = Q4Input::decode(&mut input).unwrap();
+            assert_eq!(format!("{got:?}"), format!("{want:?}"));
+        }
+        assert!(input.is_empty());
+        assert!(Q3Input::decode(&mut [9u8].as_slice()).is_err());
+        assert!(Q4Input::decode(&mut [9u8].as_slice()).is_err());
+    }
 }

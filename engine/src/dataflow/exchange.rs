@@ -25,7 +25,7 @@ use sluice_io::EventTime;
 
 use super::{
     Event, Operator, Output, Port, Progress,
-    checkpoint::Barrier,
+    checkpoint::{Barrier, ChannelHandle, Data, GroupWriter, READ_AHEAD_BATCHES_PER_RING},
     operator::{Align, Shared},
     scope::{Input, Pending, Scope},
 };
@@ -44,19 +44,105 @@ pub fn shard_of_group(group: u32, groups: u32, shards: usize) -> usize {
     (u64::from(group) * shards as u64 / u64::from(groups.max(1))) as usize
 }
 
-/// The receiving side on one shard: merges the inputs from every shard, and aligns their
-/// checkpoint barriers: a ring whose barrier has arrived is not read again until every
+/// The receiving side on one shard: merges the inputs from every shard, and handles
+/// their checkpoint barriers.
+///
+/// Aligned (the default): a ring whose barrier has arrived is not read again until every
 /// shard's has, and what this shard's own sending side delivers meanwhile is held here.
+/// Unaligned ([`Unaligned`]): nothing is held; the first barrier passes at once.
 struct Receiving<T> {
     shard: usize,
     progress: Progress,
     align: Align,
     held: VecDeque<Message<Event<T>>>,
     out: Port<T>,
+    /// In-flight records restored from a checkpoint, delivered before anything else.
+    restored: Vec<Event<T>>,
+    unaligned: Option<Unaligned<T>>,
+}
+
+/// Records one event into its key's group of a snapshot's in-flight data.
+type Recorder<T> = Box<dyn Fn(&mut GroupWriter, &Event<T>)>;
+
+/// Unaligned barriers at one receiving side (see [`checkpoint`](super::checkpoint)).
+///
+/// Contract: `buffered[j]` holds messages read from ring `j` ahead of processing, in ring
+/// order, and only messages before ring `j`'s next barrier; ring `j` is not read directly
+/// while they wait, so the order of every input is kept.
+struct Unaligned<T> {
+    channel: ChannelHandle,
+    record: Recorder<T>,
+    buffered: Vec<VecDeque<Message<Event<T>>>>,
+    /// Messages at most in one input's buffer.
+    read_ahead_max: usize,
+    /// Inputs whose end has been read (the end itself may still be buffered).
+    ended: Vec<bool>,
+    /// The last checkpoint whose barrier passed here.
+    last: u64,
+    current: Option<InFlight>,
+    /// The buffer to process first next time: buffers are taken in turn.
+    next_buffer: usize,
+}
+
+/// The checkpoint whose barrier passed, while some input's has not arrived yet.
+struct InFlight {
+    barrier: Barrier,
+    arrived: Vec<bool>,
+    writer: GroupWriter,
+    /// The barrier waits for every input's, and for what was read ahead to be processed:
+    /// the final checkpoint of bounded inputs passes aligned, since its sources end once
+    /// it completes and output after its barrier would never be committed. (Its inputs
+    /// send nothing after their barriers, so nothing needs holding.)
+    deferred: bool,
+}
+
+impl<T> Unaligned<T> {
+    /// Whether input `j` is read ahead: the current checkpoint waits for its barrier.
+    fn ahead(&self, j: usize) -> bool {
+        !self.ended[j] && self.current.as_ref().is_some_and(|c| !c.arrived[j])
+    }
+
+    /// Records `records` from input `j` if they arrived before its barrier of the
+    /// checkpoint in progress.
+    fn record_from(&mut self, j: usize, records: &[Event<T>]) {
+        if let Some(c) = self.current.as_mut().filter(|c| !c.arrived[j] && !c.deferred) {
+            for e in records {
+                (self.record)(&mut c.writer, e);
+            }
+        }
+    }
 }
 
 impl<T: 'static> Receiving<T> {
+    fn deliver_restored(&mut self) {
+        if !self.restored.is_empty() {
+            let mut records = std::mem::take(&mut self.restored);
+            self.out.borrow_mut().push(&mut records);
+        }
+    }
+
+    /// A message from input `from`, read straight from its ring or from this shard's own
+    /// sending side. Returns the emptied batch of a data message, to recycle.
     fn on_message(&mut self, from: usize, message: Message<Event<T>>) -> Option<Vec<Event<T>>> {
+        self.deliver_restored();
+        let Some(u) = self.unaligned.as_mut() else { return self.apply(from, message) };
+        match &message {
+            Message::Barrier(id) => {
+                self.unaligned_barrier(from, *id);
+                return None;
+            }
+            Message::Data(batch) => u.record_from(from, batch),
+            Message::EndOfStream => u.ended[from] = true,
+            _ => {}
+        }
+        let records = self.apply(from, message);
+        self.complete_if_done();
+        records
+    }
+
+    /// Processes a message of input `from` (aligning barriers in aligned mode; in
+    /// unaligned mode barriers never get here).
+    fn apply(&mut self, from: usize, message: Message<Event<T>>) -> Option<Vec<Event<T>>> {
         if from == self.shard && self.align.blocked(from) {
             self.held.push_back(message);
             return None;
@@ -89,24 +175,149 @@ impl<T: 'static> Receiving<T> {
         None
     }
 
-    /// Every input's barrier arrived: pass it on, then what this shard sent meanwhile.
+    /// Every input's barrier arrived (aligned mode): pass it on, then what this shard
+    /// sent meanwhile.
     fn release(&mut self, barrier: Barrier) {
         self.out.borrow_mut().barrier(barrier);
         while let Some(message) = self.held.pop_front() {
             let shard = self.shard;
-            self.on_message(shard, message);
+            self.apply(shard, message);
         }
+    }
+
+    /// Barrier `id` arrived from input `from` (unaligned mode). The first of a checkpoint
+    /// passes on at once; what is buffered and not processed yet is in flight for it.
+    fn unaligned_barrier(&mut self, from: usize, id: u64) {
+        let u = self.unaligned.as_mut().expect("unaligned mode");
+        match u.current.as_ref().map(|c| c.barrier.id) {
+            Some(current) if id == current => {}
+            // An older checkpoint's barrier, after a newer one passed: that one was
+            // aborted.
+            Some(current) if id < current => return,
+            None if id <= u.last => return,
+            _ => {
+                // The first barrier of checkpoint `id` (a checkpoint still in progress
+                // here was aborted, or its barrier would have come first).
+                let barrier = Barrier { id };
+                u.last = id;
+                let deferred = u.channel.is_final(id);
+                let mut writer = u.channel.writer();
+                if !deferred {
+                    for queue in &u.buffered {
+                        for message in queue {
+                            if let Message::Data(batch) = message {
+                                batch.iter().for_each(|e| (u.record)(&mut writer, e));
+                            }
+                        }
+                    }
+                }
+                u.current = Some(InFlight { barrier, arrived: vec![false; u.ended.len()], writer, deferred });
+                if !deferred {
+                    self.out.borrow_mut().barrier(barrier);
+                }
+            }
+        }
+        let u = self.unaligned.as_mut().expect("unaligned mode");
+        if let Some(c) = u.current.as_mut() {
+            c.arrived[from] = true;
+        }
+        self.complete_if_done();
+    }
+
+    /// Unaligned mode: reports the checkpoint in progress once every input's barrier
+    /// arrived or the input ended (a deferred barrier passes then, once nothing read ahead
+    /// waits).
+    fn complete_if_done(&mut self) {
+        let Receiving { unaligned: Some(u), out, .. } = self else { return };
+        let Some(c) = u.current.as_ref() else { return };
+        if !c.arrived.iter().zip(&u.ended).all(|(a, e)| *a || *e)
+            || (c.deferred && u.buffered.iter().any(|q| !q.is_empty()))
+        {
+            return;
+        }
+        let c = u.current.take().expect("checked");
+        if c.deferred {
+            out.borrow_mut().barrier(c.barrier);
+        }
+        u.channel.report(c.barrier, c.writer);
     }
 
     /// Records routed to this shard by its own sending side: they skip the rings.
     fn push_local(&mut self, batch: &mut Vec<Event<T>>) {
-        if self.align.blocked(self.shard) {
+        self.deliver_restored();
+        if let Some(u) = self.unaligned.as_mut() {
+            u.record_from(self.shard, batch);
+        } else if self.align.blocked(self.shard) {
             if !batch.is_empty() {
                 self.held.push_back(Message::data(std::mem::take(batch)));
             }
             return;
         }
         self.out.borrow_mut().push(batch);
+    }
+
+    /// Whether ring `from` must not be read straight now: it is aligned and blocked, or
+    /// (unaligned) it is read ahead, or what was read ahead of it waits.
+    fn skip_direct(&self, from: usize) -> bool {
+        match &self.unaligned {
+            None => self.align.blocked(from),
+            Some(u) => u.ahead(from) || !u.buffered[from].is_empty(),
+        }
+    }
+
+    /// Whether a message on ring `from` is no reason to wake: it waits for alignment.
+    fn skip_wake(&self, from: usize) -> bool {
+        self.unaligned.is_none() && self.align.blocked(from)
+    }
+
+    /// Unaligned mode: reads every input the checkpoint in progress waits for, up to its
+    /// barrier (or its bound), into its buffer, recording the records. Returns the
+    /// messages read.
+    fn read_ahead(&mut self, inbox: &mut Inbox<Event<T>>) -> usize {
+        let Some(u) = self.unaligned.as_ref() else { return 0 };
+        if u.current.is_none() {
+            return 0;
+        }
+        let mut moved = 0;
+        for i in 0..inbox.sources().len() {
+            let j = inbox.sources()[i];
+            loop {
+                let Some(u) = self.unaligned.as_mut() else { return moved };
+                if !u.ahead(j) || u.buffered[j].len() >= u.read_ahead_max {
+                    break;
+                }
+                let Ok(message) = inbox.try_recv_from(j) else { break };
+                moved += 1;
+                match message {
+                    Message::Barrier(id) => self.unaligned_barrier(j, id),
+                    Message::Data(batch) => {
+                        u.record_from(j, &batch);
+                        u.buffered[j].push_back(Message::Data(batch));
+                    }
+                    Message::EndOfStream => {
+                        u.ended[j] = true;
+                        u.buffered[j].push_back(Message::EndOfStream);
+                        self.complete_if_done();
+                    }
+                    other => u.buffered[j].push_back(other),
+                }
+            }
+        }
+        moved
+    }
+
+    /// Unaligned mode: the next message read ahead, taking the inputs' buffers in turn.
+    fn next_buffered(&mut self) -> Option<(usize, Message<Event<T>>)> {
+        let u = self.unaligned.as_mut()?;
+        let n = u.buffered.len();
+        for k in 0..n {
+            let j = (u.next_buffer + k) % n;
+            if let Some(message) = u.buffered[j].pop_front() {
+                u.next_buffer = (j + 1) % n;
+                return Some((j, message));
+            }
+        }
+        None
     }
 }
 
@@ -251,6 +462,7 @@ impl<T: 'static> Input for RingInput<T> {
         if self.ended {
             return Poll::Ready(false);
         }
+        self.receiving.borrow_mut().deliver_restored();
         // This shard's own end reaches the receiving side directly (Sending::on_end), not
         // through the rings: if every other shard's end came first, nothing more will
         // arrive here to notice that all have ended.
@@ -258,16 +470,30 @@ impl<T: 'static> Input for RingInput<T> {
             self.ended = true;
             return Poll::Ready(false);
         }
-        let mut moved = 0;
-        while moved < budget {
+        // Unaligned checkpoints: the barriers first, then the records.
+        let mut moved = self.receiving.borrow_mut().read_ahead(&mut self.inbox);
+        let mut processed = 0;
+        while processed < budget {
+            let mut receiving = self.receiving.borrow_mut();
+            let Some((from, message)) = receiving.next_buffered() else { break };
+            processed += 1;
+            if let Some(records) = receiving.apply(from, message) {
+                self.inbox.recycle(from, records);
+            }
+            receiving.complete_if_done();
+            if receiving.progress.all_ended() {
+                self.ended = true;
+                return Poll::Ready(false);
+            }
+        }
+        while processed < budget {
             let received = {
                 let receiving = self.receiving.borrow();
-                let align = &receiving.align;
-                self.inbox.try_recv_unheld(|from| align.blocked(from))
+                self.inbox.try_recv_unheld(|from| receiving.skip_direct(from))
             };
             match received {
                 Ok((from, message)) => {
-                    moved += 1;
+                    processed += 1;
                     let mut receiving = self.receiving.borrow_mut();
                     if let Some(records) = receiving.on_message(from, message) {
                         self.inbox.recycle(from, records);
@@ -284,12 +510,12 @@ impl<T: 'static> Input for RingInput<T> {
                 }
             }
         }
+        moved += processed;
         if moved > 0 {
             return Poll::Ready(true);
         }
         let receiving = self.receiving.borrow();
-        let align = &receiving.align;
-        if self.inbox.park_unheld(cx, |from| align.blocked(from)) { Poll::Ready(true) } else { Poll::Pending }
+        if self.inbox.park_unheld(cx, |from| receiving.skip_wake(from)) { Poll::Ready(true) } else { Poll::Pending }
     }
 
     fn is_source(&self) -> bool {
@@ -301,19 +527,42 @@ impl<T: 'static> Input for RingInput<T> {
 /// the returned port carries the records this shard owns, from every shard.
 pub(crate) fn exchange<T, K, KF>(scope: &Scope, upstream: &Port<T>, key: Rc<KF>) -> Port<T>
 where
-    T: Send + 'static,
+    T: Send + Data,
     K: Hash + 'static,
     KF: Fn(&T) -> K + 'static,
 {
     let shards = scope.shards();
     let shard = scope.shard();
     let out = Output::port();
+    let channel = scope.checkpoint().map(|c| ChannelHandle::register(&c, scope.config().key_groups));
+    let restored = match &channel {
+        Some(channel) => {
+            channel.restore::<T>().unwrap_or_else(|e| panic!("restoring the in-flight records of a key_by: {e}"))
+        }
+        None => Vec::new(),
+    };
+    let unaligned = channel.filter(ChannelHandle::unaligned).map(|channel| {
+        let key = key.clone();
+        let record: Recorder<T> = Box::new(move |w, e| w.push_with(&key(&e.value), |out| e.encode(out)));
+        Unaligned {
+            channel,
+            record,
+            buffered: (0..shards).map(|_| VecDeque::new()).collect(),
+            read_ahead_max: scope.config().ring.ring_capacity_batches.max(1) * READ_AHEAD_BATCHES_PER_RING,
+            ended: vec![false; shards],
+            last: 0,
+            current: None,
+            next_buffer: 0,
+        }
+    });
     let receiving = Rc::new(RefCell::new(Receiving {
         shard,
         progress: Progress::new(shards),
         align: Align::new(shards),
         held: VecDeque::new(),
         out: out.clone(),
+        restored,
+        unaligned,
     }));
     let batch_records = scope.config().batch_records.max(1);
     let (senders, inbox) = if shards > 1 {

@@ -54,7 +54,7 @@ mod twophase;
 mod watermark;
 pub mod window;
 
-pub use checkpoint::{Barrier, CheckpointConfig, CheckpointStats, Data};
+pub use checkpoint::{Barrier, CheckpointConfig, CheckpointMode, CheckpointStats, Data};
 pub use event::Event;
 pub use exchange::{key_group, shard_of_group};
 pub use metrics::Metrics;

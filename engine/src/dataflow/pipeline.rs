@@ -175,6 +175,7 @@ impl Pipeline {
             None => None,
         };
         let full_every = self.checkpoints.as_ref().map_or(1, |c| c.full_every);
+        let mode = self.checkpoints.as_ref().map(|c| c.mode).unwrap_or_default();
         let config = Arc::new(config);
         let build = Arc::new(build);
         let shared = Arc::new(Shared::default());
@@ -187,9 +188,9 @@ impl Pipeline {
                 _ => glommio::Placement::Unbound,
             };
             let (config, build, shared, stop) = (config.clone(), build.clone(), shared.clone(), stop.clone());
-            let checkpoint = coordinator
-                .as_ref()
-                .map(|(c, _)| ShardCheckpoint::new(shard, config.shards, config.key_groups, c.clone(), full_every));
+            let checkpoint = coordinator.as_ref().map(|(c, _)| {
+                ShardCheckpoint::new(shard, config.shards, config.key_groups, c.clone(), full_every, mode)
+            });
             let handle = glommio::LocalExecutorBuilder::new(placement)
                 .name(&format!("sluice-pipeline-{shard}"))
                 .io_memory(IO_MEMORY)
@@ -257,6 +258,13 @@ impl RunningPipeline {
     #[must_use]
     pub fn checkpoints(&self) -> Vec<CheckpointStats> {
         self.coordinator.as_ref().map(|(c, _)| c.stats()).unwrap_or_default()
+    }
+
+    /// Whether every shard has finished (so [`RunningPipeline::join`] will not wait for
+    /// them).
+    #[must_use]
+    pub fn is_finished(&self) -> bool {
+        self.threads.iter().all(JoinHandle::is_finished)
     }
 
     /// The checkpoint this run restored from, if it did.

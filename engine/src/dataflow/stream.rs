@@ -243,9 +243,13 @@ impl<T: 'static> Stream<T> {
 
     /// Partitions the stream by key: every record goes to the shard that owns `key(record)`
     /// (through the rings), where the keyed operators that follow keep its key's state.
+    ///
+    /// Records must be [`Data`](super::Data): an unaligned checkpoint stores the records
+    /// in flight through the exchange (std types implement it; derive rkyv's traits and
+    /// use [`rkyv_data!`](crate::rkyv_data) for your own).
     pub fn key_by<K, KS>(self, key: KS) -> KeyedStream<K, T, KS>
     where
-        T: Send,
+        T: Send + super::Data,
         K: Hash + Eq + Clone + 'static,
         KS: Fn(&T) -> K + 'static,
     {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use futures_lite::future::block_on;
 use sluice_engine::dataflow::topic::{StartFrom, TopicRecord, TopicSink, TopicSource};
 use sluice_engine::dataflow::{
-    CheckpointConfig, Event, KeyedProcessFunction, ListState, Pipeline, PipelineConfig, ProcessContext,
+    CheckpointConfig, CheckpointMode, Event, KeyedProcessFunction, ListState, Pipeline, PipelineConfig, ProcessContext,
     RunningPipeline, Stream, Timer, WatermarkStrategy, Windows,
 };
 use sluice_engine::partitioner::partition_for_key;
@@ -122,6 +122,8 @@ pub struct JobConfig {
     pub interval: Duration,
     /// Busy work per record, so a run lasts long enough to be killed in the middle.
     pub work: Duration,
+    /// Aligned or unaligned checkpoints.
+    pub mode: CheckpointMode,
 }
 
 /// Starts the job on `h`.
@@ -131,7 +133,7 @@ pub fn spawn(h: &EngineHandle, config: &JobConfig) -> RunningPipeline {
     let work = config.work;
     let pipeline = PipelineConfig { batch_records: 64, ..PipelineConfig::with_shards(config.shards) };
     Pipeline::new(pipeline)
-        .checkpointing(CheckpointConfig::new(&config.checkpoints).interval(config.interval).keep(3))
+        .checkpointing(CheckpointConfig::new(&config.checkpoints).interval(config.interval).keep(3).mode(config.mode))
         .spawn(move |scope| {
             let strategy =
                 WatermarkStrategy::bounded_out_of_orderness(Duration::from_millis(50), TopicRecord::event_time);

@@ -24,6 +24,8 @@ pub(crate) struct Ack {
     /// The checkpoint the part's deltas build on.
     pub(crate) base: Option<u64>,
     pub(crate) keys: u64,
+    /// In-flight records in the part (unaligned mode).
+    pub(crate) inflight: u64,
     pub(crate) alignment: Duration,
 }
 
@@ -33,6 +35,9 @@ pub(crate) struct Ack {
 pub(crate) struct Coordinator {
     /// The checkpoint whose barriers sources inject (0: none yet).
     pub(crate) trigger: AtomicU64,
+    /// The checkpoint that is the final one of bounded inputs, once it begins (0: none);
+    /// set before its trigger.
+    pub(crate) final_trigger: AtomicU64,
     /// The last completed checkpoint (0: none in this run).
     pub(crate) completed: AtomicU64,
     /// The final checkpoint of bounded inputs has completed: sources may end.
@@ -57,6 +62,7 @@ impl Coordinator {
     pub(crate) fn new(shards: usize, restored: Option<Arc<Restored>>) -> Coordinator {
         Coordinator {
             trigger: AtomicU64::new(0),
+            final_trigger: AtomicU64::new(0),
             completed: AtomicU64::new(0),
             final_done: AtomicBool::new(false),
             sources: AtomicUsize::new(0),
@@ -214,10 +220,14 @@ pub(crate) async fn run_coordinator(
             }
         };
         while rx.try_recv().is_ok() {}
+        if last {
+            coordinator.final_trigger.store(id.0, Ordering::Release);
+        }
         coordinator.trigger.store(id.0, Ordering::Release);
         let deadline = started + config.timeout;
         let mut parts: BTreeMap<usize, (PartInfo, u64)> = BTreeMap::new();
         let mut keys = 0;
+        let mut inflight_records = 0;
         let mut alignment = Duration::ZERO;
         let mut failure = None;
         while parts.len() < shards && failure.is_none() {
@@ -250,6 +260,7 @@ pub(crate) async fn run_coordinator(
             match written {
                 Ok(part) => {
                     keys += ack.keys;
+                    inflight_records += ack.inflight;
                     alignment = alignment.max(ack.alignment);
                     parts.insert(ack.shard, part);
                 }
@@ -268,7 +279,8 @@ pub(crate) async fn run_coordinator(
         match store.commit(&manifest).await {
             Ok(_) => {
                 coordinator.completed.store(id.0, Ordering::Release);
-                let stats = CheckpointStats { id: id.0, duration: started.elapsed(), alignment, bytes, keys };
+                let stats =
+                    CheckpointStats { id: id.0, duration: started.elapsed(), alignment, bytes, keys, inflight_records };
                 coordinator.stats.lock().unwrap_or_else(PoisonError::into_inner).push(stats);
                 if last {
                     coordinator.final_done.store(true, Ordering::Release);

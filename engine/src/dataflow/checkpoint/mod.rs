@@ -28,6 +28,31 @@
 //! and a whole snapshot every [`CheckpointConfig::full_every`]; a restore reads each part's
 //! chain back to a whole one and applies it oldest first.
 //!
+//! **Unaligned mode** ([`CheckpointMode::Unaligned`]). Aligned barriers wait behind the
+//! records queued in the rings: under backpressure a checkpoint takes as long as
+//! draining the rings does. In unaligned mode an exchange's receiving side passes barrier
+//! *n* on as soon as it arrives from its *first* input (usually its own shard's, since
+//! every shard injects on the same trigger), so the operators after it snapshot at once.
+//! Each record that arrives afterwards from an input whose barrier *n* has not arrived yet
+//! is processed as usual **and** recorded as *in-flight data* of checkpoint *n*; the
+//! receiver's contribution to the shard's snapshot is complete once every input's barrier
+//! *n* has arrived (or the input ended). So that a slow operator downstream does not hold
+//! this up, the receiver then *reads ahead*: it drains each ring up to that ring's barrier
+//! into a buffer of its own (recording what it reads), and processes the buffered
+//! messages afterwards, in order, before reading that ring again. The read-ahead is
+//! bounded per input ([`READ_AHEAD_BATCHES_PER_RING`] ring capacities); an input that
+//! reaches the bound waits for its buffer to drain, as an aligned checkpoint would.
+//! Records buffered and not yet processed when the next checkpoint's first barrier
+//! passes are in-flight data of that checkpoint too. In-flight records are stored per
+//! exchange, by key group (never incrementally: whole each time), and a restore delivers
+//! each to the shard that owns its group now, ahead of anything from the rings. Unions
+//! stay aligned in both modes: their inputs are calls on the same shard, with no queue for
+//! a barrier to overtake. Watermarks are not stored: a restored receiver starts from the
+//! restored operators' watermarks and its inputs' new ones (so an in-flight record that was
+//! already late in its own input may be judged against the older, restored watermark).
+//! The final checkpoint of bounded inputs passes aligned in either mode: its sources end
+//! once it completes, so output after its barrier would never be committed.
+//!
 //! **Bounded inputs** end with a last checkpoint: a source that runs out passes the end of
 //! time as its watermark (so windows fire) and waits; once every source of the pipeline
 //! has, the coordinator takes a final checkpoint, and only when it completes do the sources
@@ -41,9 +66,54 @@ use std::{collections::HashMap, path::PathBuf, time::Duration};
 
 pub use codec::{Data, EntryWriter, StateError, read_entries, take};
 pub(crate) use coordinator::{Coordinator, open_store, run_coordinator};
-pub(crate) use shard::{GroupWriter, ShardCheckpoint, StateHandle};
+pub(crate) use shard::{ChannelHandle, GroupWriter, ShardCheckpoint, StateHandle};
 
 use crate::error::{EngineError, Result};
+
+/// How an exchange's receiving side treats a checkpoint barrier (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CheckpointMode {
+    /// Each input is held, once its barrier arrived, until every input's has: the
+    /// snapshot holds no in-flight records, but under backpressure the barrier waits
+    /// behind every record queued in the rings.
+    #[default]
+    Aligned,
+    /// The first barrier to arrive is passed on at once; records that arrive from the
+    /// other inputs before their barriers are stored with the snapshot. Checkpoints do not
+    /// wait for queued records to be processed, at the cost of writing them.
+    Unaligned,
+}
+
+impl std::fmt::Display for CheckpointMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            CheckpointMode::Aligned => "aligned",
+            CheckpointMode::Unaligned => "unaligned",
+        })
+    }
+}
+
+impl std::str::FromStr for CheckpointMode {
+    type Err = EngineError;
+
+    fn from_str(s: &str) -> Result<CheckpointMode> {
+        match s {
+            "aligned" => Ok(CheckpointMode::Aligned),
+            "unaligned" => Ok(CheckpointMode::Unaligned),
+            other => Err(EngineError::InvalidConfig(format!(
+                "unknown checkpoint mode `{other}`: expected `aligned` or `unaligned`"
+            ))),
+        }
+    }
+}
+
+/// How far an exchange's receiving side reads ahead of processing in unaligned mode, per
+/// input, in ring capacities ([`RingConfig::ring_capacity_batches`] messages each): enough
+/// to reach a barrier queued behind a full ring and the few messages its sender holds
+/// pending, while bounding what a receiver buffers when another shard's barrier is late.
+///
+/// [`RingConfig::ring_capacity_batches`]: crate::ring::RingConfig::ring_capacity_batches
+pub const READ_AHEAD_BATCHES_PER_RING: usize = 2;
 
 /// How and where a pipeline checkpoints.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,6 +132,9 @@ pub struct CheckpointConfig {
     pub keep: usize,
     /// A checkpoint not completed this long after it began is aborted. Default 60 s.
     pub timeout: Duration,
+    /// Aligned or unaligned barriers. Default [`CheckpointMode::Aligned`]. A checkpoint
+    /// taken in either mode restores in either.
+    pub mode: CheckpointMode,
 }
 
 impl CheckpointConfig {
@@ -73,6 +146,7 @@ impl CheckpointConfig {
             full_every: 10,
             keep: 3,
             timeout: Duration::from_secs(60),
+            mode: CheckpointMode::Aligned,
         }
     }
 
@@ -101,6 +175,13 @@ impl CheckpointConfig {
     #[must_use]
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self
+    }
+
+    /// Sets [`CheckpointConfig::mode`].
+    #[must_use]
+    pub fn mode(mut self, mode: CheckpointMode) -> Self {
+        self.mode = mode;
         self
     }
 
@@ -137,6 +218,9 @@ pub struct CheckpointStats {
     pub bytes: u64,
     /// Keyed entries written (all parts).
     pub keys: u64,
+    /// In-flight records stored (unaligned mode; all parts): records that had crossed
+    /// an exchange's barrier-free input when the first barrier passed.
+    pub inflight_records: u64,
 }
 
 /// One shard's snapshot: the body of part `shard-{s}`.
@@ -151,6 +235,19 @@ pub(crate) struct ShardPart {
     pub(crate) operators: Vec<OperatorPart>,
     pub(crate) sources: Vec<SourcePart>,
     pub(crate) sinks: Vec<SinkPart>,
+    /// Each exchange's in-flight records on this shard (unaligned mode), always whole.
+    pub(crate) channels: Vec<ChannelPart>,
+}
+
+/// The in-flight records of one exchange's receiving side, each an [`Event`] encoding in
+/// the key group of its key.
+///
+/// [`Event`]: crate::dataflow::Event
+#[derive(Debug, Default, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub(crate) struct ChannelPart {
+    /// The exchange: its index among the pipeline's `key_by`s, in build order.
+    pub(crate) id: u32,
+    pub(crate) groups: Vec<GroupPart>,
 }
 
 /// One stateful operator's state on one shard, by key group.
@@ -207,6 +304,8 @@ pub(crate) struct Restored {
     pub(crate) sources: HashMap<u32, HashMap<u64, i64>>,
     pub(crate) sinks: HashMap<u32, Vec<PendingTxn>>,
     pub(crate) sink_txns: HashMap<u32, Vec<Vec<u8>>>,
+    /// Per exchange: the in-flight records of every key group.
+    pub(crate) channels: HashMap<u32, Vec<GroupPart>>,
 }
 
 impl Restored {
@@ -224,9 +323,13 @@ impl Restored {
                 slot.0 = op.watermark;
                 slot.1.extend(op.groups);
             }
-            last = Some((part.shard, part.shards, part.key_groups, part.sources, part.sinks));
+            // In-flight records are whole in every part: only the newest part's count.
+            last = Some((part.shard, part.shards, part.key_groups, part.sources, part.sinks, part.channels));
         }
-        let Some((_, shards, key_groups, sources, sinks)) = last else { return };
+        let Some((_, shards, key_groups, sources, sinks, channels)) = last else { return };
+        for channel in channels {
+            self.channels.entry(channel.id).or_default().extend(channel.groups);
+        }
         self.shards = shards;
         self.key_groups = key_groups;
         for (id, (watermark, groups)) in operators {
@@ -260,4 +363,46 @@ pub(crate) fn decode_part(bytes: &[u8]) -> std::result::Result<ShardPart, StateE
     let mut aligned = rkyv::util::AlignedVec::<16>::with_capacity(bytes.len());
     aligned.extend_from_slice(bytes);
     rkyv::from_bytes::<ShardPart, rkyv::rancor::Error>(&aligned).map_err(|e| StateError(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn channel(id: u32, key_group: u32, entries: u64) -> ChannelPart {
+        ChannelPart { id, groups: vec![GroupPart { key_group, entries, bytes: vec![0; 8] }] }
+    }
+
+    #[test]
+    fn a_restore_takes_in_flight_records_from_the_newest_part_of_each_chain_only() {
+        // Shard 0's chain: a whole part, then a delta; in-flight records are whole in each.
+        let older =
+            ShardPart { shard: 0, shards: 2, key_groups: 8, channels: vec![channel(0, 1, 5)], ..ShardPart::default() };
+        let newer = ShardPart {
+            base: Some(1),
+            shard: 0,
+            shards: 2,
+            key_groups: 8,
+            channels: vec![channel(0, 2, 3)],
+            ..ShardPart::default()
+        };
+        let other =
+            ShardPart { shard: 1, shards: 2, key_groups: 8, channels: vec![channel(0, 6, 4)], ..ShardPart::default() };
+        let mut restored = Restored::default();
+        restored.merge_chain(vec![older, newer]);
+        restored.merge_chain(vec![other]);
+        let groups: Vec<(u32, u64)> = restored.channels[&0].iter().map(|g| (g.key_group, g.entries)).collect();
+        assert_eq!(groups, [(2, 3), (6, 4)]);
+    }
+
+    #[test]
+    fn modes_parse_and_print_by_name() {
+        for mode in [CheckpointMode::Aligned, CheckpointMode::Unaligned] {
+            assert_eq!(mode.to_string().parse::<CheckpointMode>().unwrap(), mode);
+        }
+        assert_eq!(CheckpointMode::default(), CheckpointMode::Aligned);
+        assert!("Unaligned".parse::<CheckpointMode>().is_err());
+        let config = CheckpointConfig::new("/tmp/x").mode(CheckpointMode::Unaligned);
+        assert_eq!(config.mode, CheckpointMode::Unaligned);
+    }
 }

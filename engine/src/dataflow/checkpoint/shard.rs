@@ -13,10 +13,11 @@ use std::{
 use sluice_io::EventTime;
 
 use super::{
-    Barrier, Data, EntryWriter, GroupPart, OperatorPart, ShardPart, SinkPart, SourcePart, StateError,
+    Barrier, ChannelPart, CheckpointMode, Data, EntryWriter, GroupPart, OperatorPart, ShardPart, SinkPart, SourcePart,
+    StateError,
     coordinator::{Ack, Coordinator},
 };
-use crate::dataflow::{key_group, shard_of_group};
+use crate::dataflow::{Event, key_group, shard_of_group};
 
 /// The snapshot of one checkpoint being collected on this shard.
 struct InProgress {
@@ -25,6 +26,7 @@ struct InProgress {
     part: ShardPart,
     first: Instant,
     keys: u64,
+    inflight: u64,
 }
 
 /// One shard's checkpointing: who takes part, and the snapshot in progress.
@@ -37,6 +39,8 @@ pub(crate) struct ShardCheckpoint {
     next_operator: u32,
     next_source: u32,
     next_sink: u32,
+    next_channel: u32,
+    mode: CheckpointMode,
     current: Option<InProgress>,
     /// The first checkpoint this shard snapshotted in this run: incremental state may
     /// build only on a completed checkpoint at or after it.
@@ -55,6 +59,7 @@ impl ShardCheckpoint {
         key_groups: u32,
         coordinator: Arc<Coordinator>,
         full_every: u32,
+        mode: CheckpointMode,
     ) -> ShardCheckpoint {
         ShardCheckpoint {
             shard,
@@ -65,6 +70,8 @@ impl ShardCheckpoint {
             next_operator: 0,
             next_source: 0,
             next_sink: 0,
+            next_channel: 0,
+            mode,
             current: None,
             first_snapshot: None,
             deltas: 0,
@@ -123,6 +130,7 @@ impl ShardCheckpoint {
                 },
                 first: Instant::now(),
                 keys: 0,
+                inflight: 0,
             });
         }
         self.current.as_mut().expect("set above")
@@ -151,6 +159,18 @@ impl ShardCheckpoint {
         self.reported();
     }
 
+    pub(crate) fn report_channel(&mut self, id: u64, part: ChannelPart, records: u64) {
+        if self.current.as_ref().is_some_and(|p| p.id > id) {
+            // An exchange finishing an aborted checkpoint after the next one began here:
+            // starting that one over would abort the next one too.
+            return;
+        }
+        let p = self.entry(id);
+        p.part.channels.push(part);
+        p.inflight += records;
+        self.reported();
+    }
+
     fn reported(&mut self) {
         let participants = self.participants;
         let p = self.current.as_mut().expect("reported into a checkpoint in progress");
@@ -169,7 +189,15 @@ impl ShardCheckpoint {
         // The part goes to the coordinator's thread, which encodes and writes it: the shard
         // goes back to its records at once.
         let base = p.part.base;
-        self.coordinator.ack(Ack { id: p.id, shard: self.shard, part: p.part, base, keys: p.keys, alignment });
+        self.coordinator.ack(Ack {
+            id: p.id,
+            shard: self.shard,
+            part: p.part,
+            base,
+            keys: p.keys,
+            inflight: p.inflight,
+            alignment,
+        });
     }
 }
 
@@ -242,6 +270,20 @@ impl StateHandle {
         Ok(Some(EventTime::from_millis(*watermark)))
     }
 
+    /// Like [`StateHandle::restore_raw`], also telling `each` the key group of the entry.
+    pub(crate) fn restore_grouped(
+        &self,
+        mut each: impl FnMut(u32, &mut &[u8]) -> Result<(), StateError>,
+    ) -> Result<Option<EventTime>, StateError> {
+        let shard = self.shard.borrow();
+        let Some(restored) = shard.coordinator.restored.as_ref() else { return Ok(None) };
+        let Some((watermark, groups)) = restored.operators.get(&self.id) else { return Ok(None) };
+        for group in groups.iter().filter(|g| shard.owns(g.key_group)) {
+            super::codec::read_entries_raw(&group.bytes, |input| each(group.key_group, input))?;
+        }
+        Ok(Some(EventTime::from_millis(*watermark)))
+    }
+
     /// Adds an entry `write` encodes to every key group this shard owns (a change that
     /// concerns them all, such as a dropped window).
     pub(crate) fn for_owned_groups(&self, w: &mut GroupWriter, write: impl Fn(&mut Vec<u8>)) {
@@ -289,5 +331,75 @@ impl StateHandle {
     /// Hands the whole snapshot taken at `barrier` to the shard.
     pub(crate) fn report(&self, barrier: Barrier, watermark: EventTime, writer: GroupWriter) {
         self.report_delta(barrier, watermark, writer, false);
+    }
+}
+
+/// An exchange's link to its shard's checkpointing: its restored in-flight records, and
+/// (in unaligned mode, where it takes part in every checkpoint) the in-flight records it
+/// reports.
+pub(crate) struct ChannelHandle {
+    id: u32,
+    key_groups: u32,
+    unaligned: bool,
+    shard: Rc<RefCell<ShardCheckpoint>>,
+}
+
+impl ChannelHandle {
+    /// Registers the next exchange built on the shard. Every exchange gets an id (its
+    /// build order), whatever the mode, so that a checkpoint taken in one mode restores in
+    /// the other; only in unaligned mode does it take part in checkpoints.
+    pub(crate) fn register(shard: &Rc<RefCell<ShardCheckpoint>>, key_groups: u32) -> ChannelHandle {
+        let mut s = shard.borrow_mut();
+        let unaligned = s.mode == CheckpointMode::Unaligned;
+        if unaligned {
+            s.participants += 1;
+        }
+        s.next_channel += 1;
+        ChannelHandle { id: s.next_channel - 1, key_groups, unaligned, shard: shard.clone() }
+    }
+
+    /// Whether the pipeline checkpoints in unaligned mode.
+    pub(crate) fn unaligned(&self) -> bool {
+        self.unaligned
+    }
+
+    /// The restored in-flight records of the key groups this shard owns, in the order
+    /// they were recorded within each group (empty when nothing is restored).
+    pub(crate) fn restore<T: Data>(&self) -> Result<Vec<Event<T>>, StateError> {
+        let shard = self.shard.borrow();
+        let mut records = Vec::new();
+        let Some(restored) = shard.coordinator.restored.as_ref() else { return Ok(records) };
+        let Some(groups) = restored.channels.get(&self.id) else { return Ok(records) };
+        for group in groups.iter().filter(|g| shard.owns(g.key_group)) {
+            super::codec::read_entries_raw(&group.bytes, &mut |input: &mut &[u8]| {
+                records.push(Event::<T>::decode(input)?);
+                Ok(())
+            })?;
+        }
+        Ok(records)
+    }
+
+    /// Whether checkpoint `id` is the final one of bounded inputs.
+    pub(crate) fn is_final(&self, id: u64) -> bool {
+        self.shard.borrow().coordinator.final_trigger.load(Ordering::Acquire) == id
+    }
+
+    /// A writer for one checkpoint's in-flight records.
+    pub(crate) fn writer(&self) -> GroupWriter {
+        GroupWriter { key_groups: self.key_groups, groups: BTreeMap::new() }
+    }
+
+    /// Hands the in-flight records of checkpoint `barrier` to the shard.
+    pub(crate) fn report(&self, barrier: Barrier, writer: GroupWriter) {
+        let mut records = 0;
+        let groups = writer
+            .groups
+            .into_iter()
+            .map(|(key_group, w)| {
+                records += w.count();
+                GroupPart { key_group, entries: w.count(), bytes: w.finish() }
+            })
+            .collect();
+        self.shard.borrow_mut().report_channel(barrier.id, ChannelPart { id: self.id, groups }, records);
     }
 }
