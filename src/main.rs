@@ -58,6 +58,10 @@ struct ServeArgs {
     /// Shards (and listener executors); one per CPU by default.
     #[arg(long)]
     shards: Option<usize>,
+    /// Serve connections on the shards' own executors instead of on listener executors of
+    /// their own (thread-per-core; see tuning.md for what it measured)
+    #[arg(long)]
+    on_shards: bool,
 }
 
 #[derive(Debug, Args)]
@@ -360,6 +364,7 @@ fn serve(a: &ServeArgs) -> Result<()> {
     let mut kafka = KafkaConfig::new(a.listen);
     kafka.advertise = advertise;
     kafka.executors = engine.shards();
+    kafka.on_shards = a.on_shards;
     let server = match KafkaServer::start(engine.handle(), kafka) {
         Ok(s) => s,
         Err(e) => {

@@ -11,6 +11,12 @@
 //! - [`WorkDir`] (`workdir`): the directory a run writes into, temporary unless kept.
 //! - [`run_on_shards`] / [`ShardConfig`] (`shards`): one pinned glommio executor per shard,
 //!   with io_uring settings that fit the locked-memory limit (`memlock`).
+//! - [`RunArgs`] / [`RunInfo`] (`run_args`): the options every workload shares, and how a
+//!   run used them.
+//! - [`find_max_rate`] / [`RateSearch`] (`rate_search`): `--find-max-rate`, the ramp to the
+//!   highest offered rate within a p99 bound, for any open-loop workload.
+//! - [`TimeBound`] (`time_bound`): a source wrapper that ends its stream when a duration
+//!   has elapsed, for closed-loop runs bounded by `--duration`.
 
 mod hlog;
 mod json;
@@ -18,8 +24,11 @@ mod latency;
 mod memlock;
 mod plot;
 mod progress;
+mod rate_search;
+mod run_args;
 mod shards;
 mod table;
+mod time_bound;
 mod workdir;
 
 pub use hlog::write_interval_log;
@@ -27,6 +36,9 @@ pub use json::{serialize_display, write_json};
 pub use latency::{LatencyRecorder, LatencySummary};
 pub use plot::{Curve, axis_percentile, curve_of, percentile_axis, write_percentile_plot};
 pub use progress::{Progress, progress_text};
+pub use rate_search::{KEEP_UP_SHARE, RateSearch, RateStep, find_max_rate};
+pub use run_args::{RunArgs, RunInfo, fill_seeded};
 pub use shards::{ShardConfig, run_on_shards, run_on_shards_with};
 pub use table::Table;
+pub use time_bound::TimeBound;
 pub use workdir::WorkDir;

@@ -27,7 +27,7 @@ enum Workload {
     /// Events per second and result latency of a windowed keyed count through the
     /// processor, against the same job written with timely dataflow (--compare timely)
     Pipeline(pipeline::PipelineArgs),
-    /// Events per second and result latency of a Nexmark query (q0-q5, q7, q8, q11, q14, q17, q21, q22)
+    /// Events per second and result latency of a Nexmark query (q0-q9, q11, q14-q17, q20-q22)
     Nexmark(nexmark::NexmarkArgs),
     /// Produce throughput through the Kafka listener with kcat (librdkafka) against the
     /// embedded log, and produce-to-consume latency with confluent-kafka at a fixed rate
@@ -42,24 +42,24 @@ enum Workload {
 
 fn main() -> Result<()> {
     match Cli::parse().workload {
-        Workload::Log(args) if args.rate.is_some() => {
-            let report = sluice_bench::workloads::e2e::run(&args, args.rate.unwrap_or_default())?;
+        Workload::Log(args) if args.is_e2e() => {
+            let report = sluice_bench::workloads::e2e::run(&args)?;
             report.table().print();
-            if let Some(path) = &args.common.json {
+            if let Some(path) = &args.run.json {
                 write_json(path, &report)?;
             }
         }
         Workload::Log(args) => {
             let report = log::run(&args)?;
             report.table().print();
-            if let Some(path) = &args.common.json {
+            if let Some(path) = &args.run.json {
                 write_json(path, &report)?;
             }
         }
         Workload::Ring(args) => {
             let report = ring::run(&args)?;
             report.table().print();
-            if let Some(path) = &args.json {
+            if let Some(path) = &args.run.json {
                 write_json(path, &report)?;
             }
         }
@@ -67,21 +67,21 @@ fn main() -> Result<()> {
         Workload::Pipeline(args) => {
             let report = pipeline::run(&args)?;
             report.table().print();
-            if let Some(path) = &args.json {
+            if let Some(path) = &args.run.json {
                 write_json(path, &report)?;
             }
         }
         Workload::Checkpoint(args) => {
             let report = sluice_bench::workloads::checkpoint::run(&args)?;
             report.table().print();
-            if let Some(path) = &args.common.json {
+            if let Some(path) = &args.run.json {
                 write_json(path, &report)?;
             }
         }
         Workload::Nexmark(args) => {
             let report = nexmark::run(&args)?;
             report.table().print();
-            if let Some(path) = &args.json {
+            if let Some(path) = &args.run.json {
                 write_json(path, &report)?;
             }
         }

@@ -8,6 +8,8 @@
 pub mod checkpoint;
 pub mod e2e;
 pub mod kafka;
+#[cfg(feature = "kafka-client")]
+pub mod kafka_rdkafka;
 pub mod log;
 pub mod log_shard;
 pub mod nexmark;
@@ -23,7 +25,31 @@ use clap::Args;
 
 use crate::harness::WorkDir;
 
-/// Options every workload takes.
+/// Where a workload that writes data writes it (`--dir`, `--keep`); flattened beside
+/// [`RunArgs`](crate::harness::RunArgs), the options every workload shares.
+#[derive(Debug, Clone, Default, Args)]
+pub struct DirArgs {
+    /// Directory to write data into (created if missing, never deleted) [default: a fresh
+    /// directory under /tmp, deleted at the end unless --keep]
+    #[arg(long, value_name = "PATH")]
+    pub dir: Option<PathBuf>,
+    /// Keep the data written (the temporary directory, and files a workload would delete)
+    #[arg(long)]
+    pub keep: bool,
+}
+
+impl DirArgs {
+    /// The directory `--dir` names, or a fresh `/tmp/sluice-bench-<workload>-...` directory.
+    pub fn work_dir(&self, workload: &str) -> io::Result<WorkDir> {
+        match &self.dir {
+            Some(dir) => WorkDir::at(dir),
+            None => WorkDir::fresh(&format!("sluice-bench-{workload}"), self.keep),
+        }
+    }
+}
+
+/// The options of `sluice-bench kafka`'s work directory and outputs (the other workloads
+/// take [`DirArgs`] and [`RunArgs`](crate::harness::RunArgs)).
 #[derive(Debug, Clone, Default, Args)]
 pub struct CommonArgs {
     /// Directory to write data into (created if missing, never deleted) [default: a fresh

@@ -115,13 +115,19 @@ fn the_state_mode_checkpoints_every_key_and_restores_them() {
 }
 
 #[test]
-fn unaligned_mode_is_refused_with_the_reason() {
-    let err = Cli::try_parse_from(["checkpoint", "--mode", "unaligned"]).expect_err("no unaligned mode");
-    assert!(err.to_string().contains("unaligned checkpoints are not implemented"), "{err}");
-    assert!(Cli::try_parse_from(["checkpoint", "--mode", "sideways"]).is_err());
+fn the_unaligned_mode_runs_and_the_report_names_it() {
+    let err = Cli::try_parse_from(["checkpoint", "--mode", "sideways"]).expect_err("no such mode");
+    assert!(err.to_string().contains("expected `aligned` or `unaligned`"), "{err}");
     let a = args(&[]);
-    assert_eq!((a.rate, a.keys, a.interval_ms, a.state_keys), (200_000, 10_000, 1000, None));
+    assert_eq!((a.rate(), a.seconds(), a.keys, a.interval_ms, a.state_keys), (200_000, 10.0, 10_000, 1000, None));
     assert_eq!(serde_json::to_value(a.mode).unwrap(), "aligned");
+    let line = ["--mode", "unaligned", "--rate", "20000", "--seconds", "0.6", "--keys", "500", "--shards", "2"];
+    let report = checkpoint::run(&args(&[&line[..], &["--interval-ms", "50"]].concat())).expect("unaligned run");
+    assert!(report.checkpoints > 0, "{report:?}");
+    let json = serde_json::to_value(&report).expect("serialize");
+    assert_eq!(json["mode"].as_str(), Some("unaligned"), "{json}");
+    assert!(json["inflight_records_per_checkpoint"]["max"].is_u64(), "{json}");
+    assert!(report.table().to_string().contains("unaligned checkpoints every 50 ms"));
 }
 
 #[test]

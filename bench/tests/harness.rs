@@ -248,14 +248,14 @@ fn log_args(argv: &[&str]) -> Result<LogArgs, clap::Error> {
 fn log_args_defaults_and_validation() {
     let a = log_args(&[]).unwrap();
     assert_eq!(
-        (a.shards, a.records, a.record_bytes, a.batch_records, a.fsync),
+        (a.shards(), a.records, a.record_bytes, a.batch_records, a.fsync),
         (1, 2_000_000, 100, 1000, FsyncPolicy::Interval(Duration::from_millis(5)))
     );
-    assert_eq!((a.common.dir, a.common.json, a.common.keep), (None, None, false));
+    assert_eq!((a.dirs.dir, a.run.json, a.dirs.keep), (None, None, false));
 
     let a = log_args(&["--shards", "2", "--fsync", "always", "--keep", "--dir", "/x"]).unwrap();
-    assert_eq!((a.shards, a.fsync, a.common.keep), (2, FsyncPolicy::Always, true));
-    assert_eq!(a.common.dir.as_deref(), Some(std::path::Path::new("/x")));
+    assert_eq!((a.shards(), a.fsync, a.dirs.keep), (2, FsyncPolicy::Always, true));
+    assert_eq!(a.dirs.dir.as_deref(), Some(std::path::Path::new("/x")));
 
     for bad in [
         &["--fsync", "interval:abc"][..],
@@ -345,6 +345,20 @@ fn log_run_on_two_shards_splits_the_records() {
 }
 
 #[test]
+fn log_run_takes_the_executors_io_memory() {
+    // Less registered memory than a write buffer: writes fall back to unregistered
+    // buffers, and every record is still written and read back.
+    let dir = temp_dir();
+    let data = dir.path().join("data");
+    let args = log_args(&["--records", "3000", "--io-memory", "65536", "--dir", data.to_str().unwrap()]).unwrap();
+    let report = log::run(&args).unwrap();
+    assert_eq!(report.io_memory, 65536);
+    assert_eq!(report.records, 3000);
+    assert!(report.table().to_string().contains("64 KiB of I/O memory"));
+    assert!(log_args(&["--io-memory", "100"]).is_err(), "below a page");
+}
+
+#[test]
 fn log_end_to_end_mode_runs_and_reports_latency() {
     let dir = temp_dir();
     let data = dir.path().join("data");
@@ -365,7 +379,7 @@ fn log_end_to_end_mode_runs_and_reports_latency() {
         dir.path().join("e2e.hlog").to_str().unwrap(),
     ])
     .unwrap();
-    let report = sluice_bench::workloads::e2e::run(&args, 2000).unwrap();
+    let report = sluice_bench::workloads::e2e::run(&args).unwrap();
     assert!(std::fs::read_to_string(dir.path().join("e2e.svg")).unwrap().starts_with("<svg"));
     assert!(std::fs::read_to_string(dir.path().join("e2e.hlog")).unwrap().contains("#[StartTime:"));
     assert!(!report.e2e_latency_curve.points.is_empty());
@@ -389,6 +403,8 @@ fn log_end_to_end_mode_sends_every_record_whatever_the_send_interval() {
         let args = log_args(&[
             "--shards",
             "1",
+            "--rate",
+            "100000",
             "--records",
             "3000",
             "--send-interval-us",
@@ -399,8 +415,34 @@ fn log_end_to_end_mode_sends_every_record_whatever_the_send_interval() {
             data.to_str().unwrap(),
         ])
         .unwrap();
-        let report = sluice_bench::workloads::e2e::run(&args, 100_000).unwrap();
+        let report = sluice_bench::workloads::e2e::run(&args).unwrap();
         assert_eq!(report.e2e_latency_us.count, 3000, "send interval {interval} us");
         assert_eq!(report.send_interval_us, interval.parse::<u64>().unwrap());
+    }
+}
+
+#[test]
+fn log_end_to_end_mode_runs_its_clients_on_the_shards_or_on_threads() {
+    for (shards, clients) in [("1", "shards"), ("2", "shards"), ("2", "threads")] {
+        let dir = temp_dir();
+        let data = dir.path().join("data");
+        let args = log_args(&[
+            "--shards",
+            shards,
+            "--rate",
+            "50000",
+            "--records",
+            "2000",
+            "--clients",
+            clients,
+            "--dir",
+            data.to_str().unwrap(),
+        ])
+        .unwrap();
+        let report = sluice_bench::workloads::e2e::run(&args).unwrap();
+        assert_eq!(report.e2e_latency_us.count, 2000, "{shards} shards, clients on {clients}");
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["clients"], clients);
+        assert!(report.table().to_string().contains("clients on"));
     }
 }

@@ -22,3 +22,39 @@ fn produces_through_the_listener_and_measures_latency() {
     assert_eq!(report.produce_to_consume_us.count, 200);
     assert!(report.produce_to_consume_us.p50 <= report.produce_to_consume_us.max);
 }
+
+#[test]
+fn either_client_and_either_listener_placement_produce_every_record() {
+    let mut cases = vec![("kcat", "executors"), ("kcat", "shards")];
+    if cfg!(feature = "kafka-client") {
+        cases.push(("rdkafka", "executors"));
+    }
+    for (client, listener) in cases {
+        let line = [
+            "kafka",
+            "--records",
+            "2000",
+            "--record-bytes",
+            "32",
+            "--latency-records",
+            "0",
+            "--client",
+            client,
+            "--listener",
+            listener,
+        ];
+        let args = Cli::try_parse_from(line).expect("valid arguments").args;
+        let report = kafka::run(&args).unwrap_or_else(|e| panic!("{client} through a listener on {listener}: {e:#}"));
+        // The run itself checks that the partitions hold every record.
+        assert_eq!(report.records, 2000);
+        let json = serde_json::to_value(&report).expect("serializes");
+        assert_eq!((json["client"].as_str(), json["listener"].as_str()), (Some(client), Some(listener)));
+        assert!(report.table().to_string().contains(&format!("{client} produce via listener")));
+    }
+    if !cfg!(feature = "kafka-client") {
+        let line = ["kafka", "--records", "10", "--latency-records", "0", "--client", "rdkafka"];
+        let args = Cli::try_parse_from(line).expect("valid arguments").args;
+        let err = kafka::run(&args).expect_err("needs the feature");
+        assert!(format!("{err:#}").contains("kafka-client"), "{err:#}");
+    }
+}

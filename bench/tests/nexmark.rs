@@ -681,6 +681,159 @@ fn the_throughput_mode_follows_with_a_latency_phase() {
 fn bad_options_are_refused() {
     let line = ["--query", "q5", "--events", "100", "--window-ms", "100", "--slide-ms", "200"];
     assert!(workload::run(&args(&line)).is_err());
-    assert!(Cli::try_parse_from(["nexmark", "--query", "q6"]).is_err());
+    assert!(
+        Cli::try_parse_from(["nexmark", "--query", "q10"]).is_err(),
+        "q10 writes to a file system: not a query here"
+    );
     assert!(Cli::try_parse_from(["nexmark", "--query", "q1", "--events", "0"]).is_err());
+}
+
+// ---- q6, q9, q15, q16, q20 ----
+
+use sluice_bench::nexmark::extra_queries::{
+    self, AuctionTerms, DayCounts, Q6_AUCTIONS, Q6Row, Q9Row, Q15Row, Q16Row, Q20Row, price_rank,
+};
+
+/// q9 computed plainly: each auction with its best valid bid (highest price, then
+/// earliest, then lowest bidder id), at its closing time.
+fn winning_bids(events: &[Event]) -> Vec<(i64, Q9Row)> {
+    let mut out = Vec::new();
+    for a in auctions(events) {
+        let best = bids(events)
+            .filter(|b| b.auction == a.id && a.date_time <= b.date_time && b.date_time <= a.expires)
+            .max_by_key(|b| (b.price, std::cmp::Reverse(b.date_time), std::cmp::Reverse(b.bidder)));
+        if let Some(b) = best {
+            out.push((
+                a.expires,
+                Q9Row { auction: AuctionTerms::of(a), bidder: b.bidder, price: b.price, bid_date_time: b.date_time },
+            ));
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn q9_finds_each_auctions_winning_bid_when_it_closes() {
+    for (shards, group) in CASES {
+        let events = all_events(&generator(group), EVENTS);
+        let expected = winning_bids(&events);
+        let mut got = run(shards, group, EVENTS, extra_queries::q9);
+        got.sort();
+        assert_eq!(got, expected, "{shards} shards, groups of {group}");
+        assert!(expected.len() > 50, "only {} auctions with bids", expected.len());
+    }
+}
+
+#[test]
+fn q6_averages_each_sellers_last_ten_closing_prices() {
+    for (shards, group) in CASES {
+        let events = all_events(&generator(group), EVENTS);
+        let mut per_seller: BTreeMap<u64, Vec<(i64, u64, u64)>> = BTreeMap::new();
+        for (_, row) in winning_bids(&events) {
+            per_seller.entry(row.auction.seller).or_default().push((row.auction.expires, row.auction.id, row.price));
+        }
+        let mut expected = Vec::new();
+        for (seller, mut closed) in per_seller {
+            closed.sort();
+            for (i, &(expires, auction, _)) in closed.iter().enumerate() {
+                let last = &closed[(i + 1).saturating_sub(Q6_AUCTIONS)..=i];
+                let average_price = last.iter().map(|c| c.2).sum::<u64>() / last.len() as u64;
+                expected.push((expires, Q6Row { seller, auction, average_price }));
+            }
+        }
+        expected.sort();
+        let mut got = run(shards, group, EVENTS, extra_queries::q6);
+        got.sort();
+        assert_eq!(got, expected, "{shards} shards, groups of {group}");
+        assert!(expected.iter().any(|(_, r)| expected.iter().filter(|(_, o)| o.seller == r.seller).count() > 1));
+    }
+}
+
+/// q15's and q16's counts of a set of bids.
+fn day_counts(bids: &[&Bid]) -> DayCounts {
+    let mut counts = DayCounts { bids: [0; 4], bidders: [0; 4], auctions: [0; 4] };
+    for slot in 0..4 {
+        let of = bids.iter().filter(|b| slot == 0 || price_rank(b.price) == slot - 1);
+        counts.bids[slot] = of.clone().count() as u64;
+        counts.bidders[slot] = of.clone().map(|b| b.bidder).collect::<BTreeSet<_>>().len() as u64;
+        counts.auctions[slot] = of.map(|b| b.auction).collect::<BTreeSet<_>>().len() as u64;
+    }
+    counts
+}
+
+#[test]
+fn q15_reports_each_days_bids_bidders_and_auctions_per_price_rank() {
+    let day = PARAMS.day_ms;
+    for (shards, group) in CASES {
+        let events = all_events(&generator(group), EVENTS);
+        let days: BTreeSet<i64> = bids(&events).map(|b| window_of(b.date_time, day)).collect();
+        let mut expected: Vec<(i64, Q15Row)> = days
+            .into_iter()
+            .map(|start| {
+                let of: Vec<&Bid> = bids(&events).filter(|b| window_of(b.date_time, day) == start).collect();
+                (start + day - 1, Q15Row { day: start, counts: day_counts(&of) })
+            })
+            .collect();
+        expected.sort();
+        let mut got = run(shards, group, EVENTS, |e| extra_queries::q15(e, &PARAMS));
+        got.sort();
+        assert_eq!(got, expected, "{shards} shards, groups of {group}");
+        assert!(
+            expected.iter().all(|(_, r)| r.counts.bids[1] + r.counts.bids[2] + r.counts.bids[3] == r.counts.bids[0])
+        );
+    }
+}
+
+#[test]
+fn q16_reports_each_channels_day() {
+    // A day of a minute and a half, so that the latest minute varies.
+    let params = QueryParams { day_ms: 90_000, ..PARAMS };
+    let day = params.day_ms;
+    for (shards, group) in CASES {
+        let events = all_events(&generator(group), EVENTS);
+        let keys: BTreeSet<(&'static str, i64)> =
+            bids(&events).map(|b| (b.channel, window_of(b.date_time, day))).collect();
+        let mut expected: Vec<(i64, Q16Row)> = keys
+            .into_iter()
+            .map(|(channel, start)| {
+                let of: Vec<&Bid> =
+                    bids(&events).filter(|b| b.channel == channel && window_of(b.date_time, day) == start).collect();
+                let minute = of.iter().map(|b| b.date_time.rem_euclid(day) / 60_000).max().unwrap();
+                (start + day - 1, Q16Row { channel, day: start, minute, counts: day_counts(&of) })
+            })
+            .collect();
+        expected.sort();
+        let mut got = run(shards, group, EVENTS, move |e| extra_queries::q16(e, &params));
+        got.sort();
+        assert_eq!(got, expected, "{shards} shards, groups of {group}");
+        assert!(expected.iter().map(|(_, r)| r.channel).collect::<BTreeSet<_>>().len() > 4);
+    }
+}
+
+#[test]
+fn q20_expands_each_bid_on_a_category_10_auction() {
+    for (shards, group) in CASES {
+        let events = all_events(&generator(group), EVENTS);
+        let category_10: HashMap<u64, &Auction> =
+            auctions(&events).filter(|a| a.category == 10).map(|a| (a.id, a)).collect();
+        let mut expected: Vec<Q20Row> = bids(&events)
+            .filter_map(|b| {
+                let a = category_10.get(&b.auction)?;
+                Some(Q20Row {
+                    auction: AuctionTerms::of(a),
+                    item_name: a.item_name.clone(),
+                    bidder: b.bidder,
+                    price: b.price,
+                    channel: b.channel,
+                    bid_date_time: b.date_time,
+                })
+            })
+            .collect();
+        expected.sort();
+        let mut got: Vec<Q20Row> = run(shards, group, EVENTS, extra_queries::q20).into_iter().map(|(_, r)| r).collect();
+        got.sort();
+        assert_eq!(got, expected, "{shards} shards, groups of {group}");
+        assert!(expected.len() > 50, "only {} joined bids", expected.len());
+    }
 }

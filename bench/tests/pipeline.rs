@@ -73,6 +73,14 @@ fn fewer_events_than_keys_or_shards_still_add_up() {
 }
 
 #[test]
+fn unpinned_shards_count_the_same() {
+    let line = ["--events", "30000", "--shards", "2", "--rounds", "1", "--latency-seconds", "0", "--no-pin"];
+    let report = pipeline::run(&args(&line)).expect("run");
+    assert!(!report.pinned);
+    assert_eq!((report.results_sum, serde_json::to_value(&report).unwrap()["pinned"].clone()), (30000, false.into()));
+}
+
+#[test]
 fn the_latency_mode_measures_from_the_schedule_and_waits_for_the_watermark() {
     // 25 000 events/s for 2.2 s: two full windows fired by the watermark, and a partial one
     // fired when the source ends.
@@ -102,7 +110,7 @@ fn the_baseline_is_a_throughput_comparison_only() {
 fn the_defaults_are_the_specified_job() {
     let a = args(&[]);
     let cores = core_affinity::get_core_ids().map_or(1, |ids| ids.len().max(1));
-    assert_eq!((a.events, a.shards, a.rate, a.compare), (20_000_000, cores, None, None));
+    assert_eq!((a.events, a.shards(), a.run.rate, a.compare), (20_000_000, cores, None, None));
     assert!(a.latency_seconds > 0.0, "the default run also reports latency");
     assert!(Cli::try_parse_from(["pipeline", "--compare", "flink"]).is_err());
     assert!(Cli::try_parse_from(["pipeline", "--shards", "0"]).is_err());
@@ -151,20 +159,20 @@ fn find_max_rate_reports_every_step_and_writes_its_files() {
         "1",
     ]))
     .expect("find-max-rate");
-    let tried: Vec<u64> = tight.rate_curve.iter().map(|s| s.rate).collect();
+    let tried: Vec<u64> = tight.search.rate_curve.iter().map(|s| s.rate).collect();
     assert_eq!(tried, [20_000, 10_000, 5_000, 2_500], "halving below the first failure");
-    assert!(tight.rate_curve.iter().all(|s| !s.within_slo));
-    assert_eq!(tight.max_rate_within_slo, None);
+    assert!(tight.search.rate_curve.iter().all(|s| !s.within_slo));
+    assert_eq!(tight.search.max_rate_within_slo, None);
     let plot = dir.join("steps.svg");
     let json = dir.join("steps.json");
     let mut line = vec!["--find-max-rate", "--slo-p99-ms", "10000", "--rate", "20000", "--latency-seconds", "0.2"];
     line.extend(["--shards", "2", "--plot", plot.to_str().unwrap()]);
     let loose = pipeline::run(&args(&line)).expect("find-max-rate");
-    assert!(loose.rate_curve.len() >= 2, "{:?}", loose.rate_curve);
-    let rates: Vec<u64> = loose.rate_curve.iter().map(|s| s.rate).collect();
+    assert!(loose.search.rate_curve.len() >= 2, "{:?}", loose.search.rate_curve);
+    let rates: Vec<u64> = loose.search.rate_curve.iter().map(|s| s.rate).collect();
     assert_eq!(&rates[..2], &[20_000, 40_000], "the ramp doubles");
-    if let Some(best) = loose.max_rate_within_slo {
-        assert!(loose.rate_curve.iter().any(|s| s.rate == best && s.within_slo));
+    if let Some(best) = loose.search.max_rate_within_slo {
+        assert!(loose.search.rate_curve.iter().any(|s| s.rate == best && s.within_slo));
     }
     sluice_bench::harness::write_json(&json, &loose).unwrap();
     let text = std::fs::read_to_string(&json).unwrap();

@@ -249,7 +249,46 @@ impl Drop for Engine {
     }
 }
 
+/// Whether `name` is one of the engine's internal topics (committed offsets, the Kafka
+/// listener's transaction state): listed by no one, deleted by no one.
+pub(crate) fn is_internal(name: &str) -> bool {
+    name == offsets::TOPIC || name == crate::kafka::TRANSACTION_STATE_TOPIC
+}
+
 impl EngineHandle {
+    /// The number of shards.
+    #[must_use]
+    pub fn shard_count(&self) -> usize {
+        self.inner.shards.len()
+    }
+
+    /// Runs `task` on shard `shard`'s executor and resolves to its output, as Seastar's
+    /// `submit_to`: host code that belongs next to a shard's partitions (a producer, a
+    /// consumer, a request handler) runs on that shard's pinned thread instead of a thread
+    /// of its own, so it competes for no core with the shards. `task` is called on the
+    /// shard's thread and its future is polled there, beside the shard's own work: it must
+    /// not block the thread (no blocking calls; use the handle's async methods).
+    ///
+    /// A task that panics takes its shard down with it, as a panic in any shard code does.
+    pub async fn run_on<F, Fut, T>(&self, shard: usize, task: F) -> Result<T>
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = T> + 'static,
+        T: Send + 'static,
+    {
+        let tx = self.inner.shards.get(shard).ok_or_else(|| {
+            EngineError::InvalidConfig(format!("no shard {shard}: the engine has {}", self.inner.shards.len()))
+        })?;
+        let (done, rx) = async_channel::bounded(1);
+        let task: shard::LocalTask = Box::new(move || {
+            Box::pin(async move {
+                let _ = done.send(task().await).await;
+            })
+        });
+        tx.send(Request::Run { task }).await.map_err(|_| EngineError::ShutDown)?;
+        rx.recv().await.map_err(|_| EngineError::ShutDown)
+    }
+
     async fn call<T>(&self, shard: u32, make: impl FnOnce(shard::Reply<T>) -> Request) -> Result<T> {
         let (reply, rx) = async_channel::bounded(1);
         let tx = self.inner.shards.get(shard as usize).ok_or(EngineError::ShutDown)?;
@@ -336,11 +375,11 @@ impl EngineHandle {
         Ok(TopicDescription { name: name.to_string(), config: topic.config, shards: topic.shards })
     }
 
-    /// The topics, by name, without internal ones (`__consumer_offsets`).
+    /// The topics, by name, without internal ones (`__consumer_offsets`, `__transaction_state`).
     #[must_use]
     pub fn list_topics(&self) -> Vec<String> {
         let meta = self.inner.meta.read().unwrap_or_else(|e| e.into_inner());
-        meta.topics.keys().filter(|t| *t != offsets::TOPIC).cloned().collect()
+        meta.topics.keys().filter(|t| !is_internal(t)).cloned().collect()
     }
 
     /// A topic's settings and partitions.
@@ -351,7 +390,7 @@ impl EngineHandle {
 
     /// Deletes a topic and its data.
     pub async fn delete_topic(&self, name: &str) -> Result<()> {
-        if name == offsets::TOPIC {
+        if is_internal(name) {
             return Err(EngineError::InvalidConfig(format!("{name} is internal and cannot be deleted")));
         }
         let _admin = self.inner.admin.acquire().await;

@@ -8,6 +8,7 @@
 
 pub mod assignor;
 pub mod config;
+pub mod connectors;
 pub mod consumer;
 pub mod coordinator;
 pub mod dataflow;

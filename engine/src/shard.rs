@@ -103,9 +103,16 @@ pub(crate) enum Request {
     GroupDescribe { group: String, reply: Reply<Option<GroupDescription>> },
     /// The groups this shard coordinates or holds offsets of.
     GroupList { reply: Reply<Vec<String>> },
+    /// Run host code on this shard's executor ([`EngineHandle::run_on`]).
+    ///
+    /// [`EngineHandle::run_on`]: crate::EngineHandle::run_on
+    Run { task: LocalTask },
     /// Flush and close every log, then stop.
     Shutdown { reply: Reply<()> },
 }
+
+/// A task sent to a shard: built on the shard's thread, then polled there.
+pub(crate) type LocalTask = Box<dyn FnOnce() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>> + Send>;
 
 /// One partition on its shard.
 struct Partition {
@@ -327,6 +334,7 @@ async fn handle(state: &Rc<RefCell<ShardState>>, request: Request) {
             groups.dedup();
             let _ = reply.send(Ok(groups)).await;
         }
+        Request::Run { task } => task().await,
         Request::Shutdown { .. } => unreachable!("handled by the loop"),
     }
 }

@@ -266,3 +266,33 @@ fn shutdown_appends_and_answers_sends_still_lingering() {
     let engine = block_on(Engine::open(config(&dir, 1))).unwrap();
     assert_eq!(block_on(engine.handle().offsets("slow", 0)).unwrap().1, Offset(3));
 }
+
+#[test]
+fn run_on_runs_host_tasks_on_each_shard_and_they_use_the_handle() {
+    let dir = data_dir("run_on");
+    let engine = block_on(Engine::open(config(&dir, 2))).unwrap();
+    let handle = engine.handle();
+    block_on(handle.create_topic("t", 2, None)).unwrap();
+    for shard in 0..2 {
+        // The task runs on the shard's own thread, and may await the handle there: here it
+        // appends to partition 1 (whichever shard owns it) and reads it back.
+        let h = handle.clone();
+        let (thread, read) = block_on(handle.run_on(shard, move || async move {
+            let thread = std::thread::current().name().map(str::to_string);
+            let record =
+                OwnedRecord { key: None, value: format!("from {shard}").into_bytes(), event_time: Timestamp(1) };
+            let info = h.append("t", 1, vec![record], BatchMeta::default()).await.unwrap();
+            let batches = h.fetch("t", 1, info.base_offset, 1 << 20, Duration::ZERO).await.unwrap();
+            let value = batches.records().next().unwrap().unwrap().value().to_vec();
+            (thread, value)
+        }))
+        .unwrap();
+        // glommio names the thread after the executor: `sluice-shard-{shard}-{executor id}`.
+        let thread = thread.unwrap_or_default();
+        assert!(thread.starts_with(&format!("sluice-shard-{shard}-")), "shard {shard} ran on {thread}");
+        assert_eq!(read, format!("from {shard}").into_bytes());
+    }
+    let err = block_on(handle.run_on(2, || async {})).unwrap_err();
+    assert!(matches!(err, EngineError::InvalidConfig(ref m) if m.contains("no shard 2")), "{err}");
+    block_on(engine.shutdown()).unwrap();
+}

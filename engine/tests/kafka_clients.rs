@@ -23,6 +23,13 @@ impl Served {
         Served::launch("kafka_clients", name, 2, kafka)
     }
 
+    /// The listener on the engine's shard executors (`KafkaConfig::on_shards`).
+    fn start_on_shards(name: &str) -> Served {
+        let mut kafka = KafkaConfig::new("127.0.0.1:0".parse().expect("address"));
+        kafka.on_shards = true;
+        Served::launch("kafka_clients", name, 2, kafka)
+    }
+
     fn bootstrap(&self) -> String {
         self.addr().to_string()
     }
@@ -97,8 +104,16 @@ fn script(name: &str) -> PathBuf {
 
 #[test]
 fn kcat_produces_consumes_and_lists_metadata() {
+    kcat_round_trip(Served::start("kcat_basic"));
+}
+
+#[test]
+fn kcat_round_trip_through_a_listener_on_the_shards() {
+    kcat_round_trip(Served::start_on_shards("kcat_on_shards"));
+}
+
+fn kcat_round_trip(s: Served) {
     need_kcat();
-    let s = Served::start("kcat_basic");
     let h = s.engine();
     block_on(h.create_topic("kc", 2, None)).expect("topic");
     let input: String = (0..20).map(|i| format!("key-{i}:value-{i}\n")).collect();

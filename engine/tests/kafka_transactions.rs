@@ -377,3 +377,142 @@ fn a_first_read_committed_fetch_from_mid_log_still_sees_earlier_transactions() {
     assert_eq!(aborted, [(pid, 3)]);
     assert_eq!(records_of(&rc).iter().map(|r| (r.0, r.1)).collect::<Vec<_>>(), [(3, false), (4, false), (5, true)]);
 }
+
+/// A read_committed fetch of `t`-0 from 0: (high watermark, last stable offset, aborted
+/// transactions as (producer id, first offset)).
+fn stable_view(c: &mut Client) -> (i64, i64, Vec<(i64, i64)>) {
+    let rc = c.fetch(0, 0, 1);
+    let aborted = rc.aborted_transactions.iter().flatten().map(|a| (a.producer_id.0, a.first_offset)).collect();
+    (rc.high_watermark, rc.last_stable_offset, aborted)
+}
+
+#[test]
+fn transactional_ids_survive_a_restart_and_an_open_transaction_is_aborted_and_fenced() {
+    let mut served = Served::start("restart_open");
+    let mut c = served.connect();
+    // An idle id keeps its producer id across the restart.
+    let idle = c.init("idle", 60_000);
+    // An id with a transaction open when the listener goes down.
+    let init = c.init("tx", 60_000);
+    let (pid, epoch) = (init.producer_id.0, init.producer_epoch);
+    assert_eq!(c.add_partitions("tx", pid, epoch, &[("t", 0)]), [("t".to_string(), 0, NONE)]);
+    assert_eq!(c.produce(Some("tx"), 0, batch(true, false, pid, epoch, 0, &["a", "b"])), (NONE, 0));
+    assert_eq!(stable_view(&mut c), (2, 0, vec![]), "the open transaction holds the stable offset");
+
+    served.restart();
+    let mut c = served.connect();
+    // Aborted on start: a marker at 2, the stable offset past it, the records listed as aborted.
+    assert_eq!(stable_view(&mut c), (3, 3, vec![(pid, 0)]));
+    // Its producer was fenced: the old epoch is refused, and a new init is two epochs on.
+    assert_eq!(c.end("tx", pid, epoch, true), INVALID_PRODUCER_EPOCH);
+    let again = c.init("tx", 60_000);
+    assert_eq!((again.error_code, again.producer_id.0, again.producer_epoch), (NONE, pid, epoch + 2));
+    let idle_again = c.init("idle", 60_000);
+    assert_eq!(
+        (idle_again.producer_id.0, idle_again.producer_epoch),
+        (idle.producer_id.0, idle.producer_epoch + 1),
+        "the idle id's producer id persisted"
+    );
+    // The internal topic is not listed to clients.
+    assert!(!served.handle().list_topics().iter().any(|t| t == sluice_engine::kafka::TRANSACTION_STATE_TOPIC));
+}
+
+#[test]
+fn a_commit_decided_before_a_crash_is_completed_when_the_listener_starts() {
+    let mut served = Served::start("restart_prepared");
+    let mut c = served.connect();
+    let init = c.init("tx", 60_000);
+    let (pid, epoch) = (init.producer_id.0, init.producer_epoch);
+    assert_eq!(c.add_partitions("tx", pid, epoch, &[("t", 0)]), [("t".to_string(), 0, NONE)]);
+    assert_eq!(c.produce(Some("tx"), 0, batch(true, false, pid, epoch, 0, &["a", "b"])), (NONE, 0));
+    // What EndTxn(commit) records before its first marker, as a crash right after it
+    // leaves the state topic.
+    let prepared = format!(
+        r#"{{"producer_id":{pid},"epoch":{epoch},"timeout_ms":60000,"state":"prepare_commit","partitions":[["t",0]],"offsets":[{{"group":"g","member":null,"offsets":[["t",0,2]]}}]}}"#
+    );
+    let record = sluice_engine::OwnedRecord {
+        key: Some(b"tx".to_vec()),
+        value: prepared.into_bytes(),
+        event_time: sluice_io::Timestamp(1),
+    };
+    block_on(served.handle().send_to(sluice_engine::kafka::TRANSACTION_STATE_TOPIC, 0, record)).expect("appended");
+
+    served.restart();
+    let mut c = served.connect();
+    // Committed on start: a marker at 2, nothing aborted, and the group's offset committed.
+    assert_eq!(stable_view(&mut c), (3, 3, vec![]));
+    let values: Vec<Vec<u8>> = records_of(&c.fetch(0, 0, 1)).into_iter().filter(|r| !r.1).map(|r| r.2).collect();
+    assert_eq!(values, [b"a".to_vec(), b"b".to_vec()]);
+    let committed = block_on(served.handle().committed_offsets("g")).expect("offsets");
+    assert_eq!(committed.get(&("t".to_string(), 0)).map(|o| o.0), Some(2));
+    // The transaction is over: a retried EndTxn(commit) succeeds, nothing else is open.
+    assert_eq!(c.end("tx", pid, epoch, true), NONE);
+}
+
+#[test]
+fn a_transaction_open_past_its_timeout_is_aborted_and_its_producer_fenced() {
+    let served = Served::start("timeout");
+    let mut c = served.connect();
+    let init = c.init("tx", 300);
+    let (pid, epoch) = (init.producer_id.0, init.producer_epoch);
+    assert_eq!(c.add_partitions("tx", pid, epoch, &[("t", 0)]), [("t".to_string(), 0, NONE)]);
+    assert_eq!(c.produce(Some("tx"), 0, batch(true, false, pid, epoch, 0, &["a"])), (NONE, 0));
+    // The listener checks every second: the abort lands within a few.
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let view = loop {
+        let view = stable_view(&mut c);
+        if view.1 > 0 || std::time::Instant::now() > deadline {
+            break view;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(view, (2, 2, vec![(pid, 0)]), "aborted after its 300 ms timeout");
+    assert_eq!(c.end("tx", pid, epoch, true), INVALID_PRODUCER_EPOCH, "the producer was fenced");
+    assert_eq!(c.produce(Some("tx"), 0, batch(true, false, pid, epoch, 1, &["late"])).0, INVALID_PRODUCER_EPOCH);
+}
+
+#[test]
+fn produces_racing_end_txn_never_leave_a_hanging_transaction() {
+    // A producer keeps appending to its transaction from one connection while EndTxn
+    // comes on another: every batch is either in the transaction (before its marker) or
+    // refused, so once it is over nothing holds the stable offset back.
+    // Two batches per request, each append durable (fsync always) before the next one
+    // starts: the window in which EndTxn's marker could slip between them is wide.
+    let served =
+        Served::launch("kafka_transactions", "race", 1, KafkaConfig::new("127.0.0.1:0".parse().expect("address")));
+    let config = sluice_engine::TopicConfig { fsync: "always".into(), ..Default::default() };
+    block_on(served.handle().create_topic("t", 1, Some(config))).expect("topic");
+    let mut admin = served.connect();
+    let init = admin.init("tx", 60_000);
+    let (pid, epoch) = (init.producer_id.0, init.producer_epoch);
+    let mut sequence = 0;
+    for round in 0..20 {
+        assert_eq!(admin.add_partitions("tx", pid, epoch, &[("t", 0)]), [("t".to_string(), 0, NONE)]);
+        let mut producer = served.connect();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let appender = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut accepted = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let mut two = BytesMut::new();
+                    two.extend_from_slice(&batch(true, false, pid, epoch, sequence, &["x"]));
+                    two.extend_from_slice(&batch(true, false, pid, epoch, sequence + 1, &["y"]));
+                    let (code, _) = producer.produce(Some("tx"), 0, two.freeze());
+                    if code == NONE {
+                        sequence += 2;
+                        accepted += 1;
+                    }
+                }
+                (accepted, sequence)
+            })
+        };
+        std::thread::sleep(Duration::from_millis(2 + round % 5));
+        assert_eq!(admin.end("tx", pid, epoch, round % 2 == 0), NONE);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let (_, next) = appender.join().expect("appender");
+        sequence = next;
+        let (hw, lso, _) = stable_view(&mut admin);
+        assert_eq!(lso, hw, "round {round}: a batch landed after its transaction's marker");
+    }
+}

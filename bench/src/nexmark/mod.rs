@@ -7,7 +7,8 @@
 //!   allocates every string field, and its variable-rate timestamps have a bug). Each event
 //!   is a pure function of its number and the seed, so shards make disjoint slices.
 //! - [`source`]: [`NexmarkSource`], one shard's slice, unpaced or on the wall clock.
-//! - [`queries`] (q0-q5, q7, q8) and [`more_queries`] (q11, q14, q17, q21, q22).
+//! - [`queries`] (q0-q5, q7, q8), [`more_queries`] (q11, q14, q17, q21, q22) and
+//!   [`extra_queries`] (q6, q9, q15, q16, q20).
 //!
 //! [`Query`] names them for the command line, and [`build`] attaches one to an event stream
 //! and hands its results to a [`ResultSink`].
@@ -15,6 +16,7 @@
 //! [`Source`]: sluice_engine::dataflow::Source
 
 mod data;
+pub mod extra_queries;
 pub mod generator;
 pub mod model;
 pub mod more_queries;
@@ -48,36 +50,51 @@ pub enum Query {
     Q4,
     /// Hot items (sliding windows).
     Q5,
+    /// Average selling price by seller (last ten closed auctions).
+    Q6,
     /// Highest bid per tumbling window.
     Q7,
     /// New users (window join).
     Q8,
+    /// Winning bids.
+    Q9,
     /// User sessions.
     Q11,
     /// Filter with computed columns.
     Q14,
+    /// Bidding statistics per day (distinct counts).
+    Q15,
+    /// Channel statistics per day.
+    Q16,
     /// Daily auction statistics.
     Q17,
     /// Channel id extraction.
     Q21,
+    /// Expand bid with its category 10 auction (join).
+    Q20,
     /// Url directories.
     Q22,
 }
 
 impl Query {
     /// Every query, in order.
-    pub const ALL: [Query; 13] = [
+    pub const ALL: [Query; 18] = [
         Query::Q0,
         Query::Q1,
         Query::Q2,
         Query::Q3,
         Query::Q4,
         Query::Q5,
+        Query::Q6,
         Query::Q7,
         Query::Q8,
+        Query::Q9,
         Query::Q11,
         Query::Q14,
+        Query::Q15,
+        Query::Q16,
         Query::Q17,
+        Query::Q20,
         Query::Q21,
         Query::Q22,
     ];
@@ -92,11 +109,16 @@ impl Query {
             Query::Q3 => "q3",
             Query::Q4 => "q4",
             Query::Q5 => "q5",
+            Query::Q6 => "q6",
             Query::Q7 => "q7",
             Query::Q8 => "q8",
+            Query::Q9 => "q9",
             Query::Q11 => "q11",
             Query::Q14 => "q14",
+            Query::Q15 => "q15",
+            Query::Q16 => "q16",
             Query::Q17 => "q17",
+            Query::Q20 => "q20",
             Query::Q21 => "q21",
             Query::Q22 => "q22",
         }
@@ -109,8 +131,17 @@ impl Query {
     #[must_use]
     pub fn completion_delay_ms(self) -> i64 {
         match self {
-            Query::Q0 | Query::Q1 | Query::Q2 | Query::Q3 | Query::Q14 | Query::Q21 | Query::Q22 => 0,
-            Query::Q4 | Query::Q5 | Query::Q7 | Query::Q8 | Query::Q11 | Query::Q17 => 1,
+            Query::Q0 | Query::Q1 | Query::Q2 | Query::Q3 | Query::Q14 | Query::Q20 | Query::Q21 | Query::Q22 => 0,
+            Query::Q4
+            | Query::Q5
+            | Query::Q6
+            | Query::Q7
+            | Query::Q8
+            | Query::Q9
+            | Query::Q11
+            | Query::Q15
+            | Query::Q16
+            | Query::Q17 => 1,
         }
     }
 }
@@ -124,7 +155,7 @@ impl Query {
         match self {
             Query::Q5 | Query::Q7 | Query::Q8 => params.window_ms,
             Query::Q11 => params.session_gap_ms,
-            Query::Q17 => params.day_ms,
+            Query::Q15 | Query::Q16 | Query::Q17 => params.day_ms,
             _ => 0,
         }
     }
@@ -144,6 +175,7 @@ pub trait ResultSink {
 
 /// Attaches `query` to `events` and its results to `sink`.
 pub fn build(query: Query, events: Stream<Event>, params: &QueryParams, sink: &impl ResultSink) {
+    use extra_queries as extra;
     use more_queries as more;
     match query {
         Query::Q0 => sink.attach(queries::q0(events)),
@@ -154,6 +186,11 @@ pub fn build(query: Query, events: Stream<Event>, params: &QueryParams, sink: &i
         Query::Q5 => sink.attach(queries::q5(events, params)),
         Query::Q7 => sink.attach(queries::q7(events, params)),
         Query::Q8 => sink.attach(queries::q8(events, params)),
+        Query::Q6 => sink.attach(extra::q6(events)),
+        Query::Q9 => sink.attach(extra::q9(events)),
+        Query::Q15 => sink.attach(extra::q15(events, params)),
+        Query::Q16 => sink.attach(extra::q16(events, params)),
+        Query::Q20 => sink.attach(extra::q20(events)),
         Query::Q11 => sink.attach(more::q11(events, params)),
         Query::Q14 => sink.attach(more::q14(events)),
         Query::Q17 => sink.attach(more::q17(events, params)),

@@ -22,8 +22,10 @@
 //! rebuilt its state is measured, after which it drains, and every restored count is
 //! checked.
 //!
-//! Only aligned checkpoints exist in the engine: `--mode unaligned` is refused when the
-//! command line is parsed. Window state is incremental: the state mode's "changed"
+//! `--mode aligned|unaligned` picks the engine's checkpoint mode (`CheckpointMode`) in both
+//! modes of the workload, and the report's `mode` says which ran; unaligned checkpoints
+//! also report the in-flight records they stored. Window state is incremental: the state
+//! mode's "changed"
 //! checkpoint writes the changed keys only.
 //!
 //! [`RunningPipeline::checkpoints`]: sluice_engine::dataflow::RunningPipeline::checkpoints
@@ -35,29 +37,35 @@ use std::time::Duration;
 use anyhow::{Context, ensure};
 use clap::{Args, builder::RangedU64ValueParser};
 use serde::Serialize;
-use sluice_engine::dataflow::{CheckpointConfig, CheckpointStats, PipelineConfig};
+use sluice_engine::dataflow::{CheckpointConfig, CheckpointMode, CheckpointStats, PipelineConfig};
 
 pub use self::state::StateReport;
-use super::{CommonArgs, pipeline_job::Job, pipeline_sluice};
-use crate::harness::{LatencyRecorder, LatencySummary, Table};
+use super::{DirArgs, pipeline_job::Job, pipeline_sluice};
+use crate::harness::{self, LatencyRecorder, LatencySummary, RateSearch, RunArgs, RunInfo, Table};
 
-/// Options of `sluice-bench checkpoint`.
+/// `--rate` of the latency mode when not given, events per second.
+pub const DEFAULT_RATE: u64 = 200_000;
+/// `--duration` of the latency mode when not given, seconds.
+pub const DEFAULT_SECONDS: f64 = 10.0;
+
+/// What `checkpoint` makes of the shared options (`--help`).
+const SHARED_HELP: &str = "Shared options here: --shards defaults to one per CPU this process may run on. The \
+latency mode is an open loop only (--max is refused): --rate R (default 200 000 events/s) for --duration seconds \
+(default 10; --seconds is its old name), after --warmup seconds whose events are counted but not measured; --plot \
+draws both runs, --hlog logs the checkpointing one. --find-max-rate ramps --rate with the checkpointing run only. The \
+job's keys are deterministic (event i has key i mod --keys): --seed is recorded, not used. The state mode \
+(--state-keys) takes none of --rate, --duration, --warmup, --find-max-rate, --plot, --hlog.";
+
+/// Options of `sluice-bench checkpoint` (its `--help` says what it makes of the shared ones).
 #[derive(Debug, Clone, Args)]
+#[command(after_help = SHARED_HELP)]
 pub struct CheckpointArgs {
-    /// Offered rate, events per second (open loop)
-    #[arg(long, default_value_t = 200_000, value_name = "EVENTS_PER_SEC",
-          value_parser = clap::value_parser!(u64).range(1..))]
-    pub rate: u64,
-    /// Seconds of events each of the two runs sends
-    #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
-    pub seconds: f64,
+    /// The old name of --duration
+    #[arg(long, hide = true, value_name = "SECONDS", conflicts_with = "duration")]
+    pub seconds: Option<f64>,
     /// Distinct keys: event i has key i mod N
     #[arg(long, default_value_t = 10_000, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub keys: u64,
-    /// Shards running the pipeline, each a glommio executor pinned to a CPU
-    #[arg(long, default_value_t = default_shards(), value_name = "N",
-          value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
-    pub shards: usize,
     /// Time from one checkpoint's completion to the next one's start, milliseconds
     #[arg(long, default_value_t = 1000, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
     pub interval_ms: u64,
@@ -67,7 +75,8 @@ pub struct CheckpointArgs {
     #[arg(long, default_value_t = 1, value_name = "N",
           value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
     pub rounds: usize,
-    /// Checkpoint mode: only `aligned` exists in the engine
+    /// Checkpoint mode: `aligned` (barriers wait behind queued records) or `unaligned`
+    /// (barriers overtake them; the records are stored with the checkpoint)
     #[arg(long, default_value = "aligned", value_name = "MODE", value_parser = parse_mode)]
     pub mode: Mode,
     /// How far the watermark trails the largest event time seen, in milliseconds
@@ -87,7 +96,26 @@ pub struct CheckpointArgs {
     #[arg(long, default_value_t = 1.0, value_name = "PERCENT")]
     pub changed_percent: f64,
     #[command(flatten)]
-    pub common: CommonArgs,
+    pub dirs: DirArgs,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+impl CheckpointArgs {
+    /// `--shards`, or one per CPU this process may run on.
+    pub fn shards(&self) -> usize {
+        self.run.shards.unwrap_or_else(default_shards)
+    }
+
+    /// `--rate`, or [`DEFAULT_RATE`].
+    pub fn rate(&self) -> u64 {
+        self.run.rate.unwrap_or(DEFAULT_RATE)
+    }
+
+    /// `--duration` (or `--seconds`), or [`DEFAULT_SECONDS`].
+    pub fn seconds(&self) -> f64 {
+        self.run.duration.or(self.seconds).unwrap_or(DEFAULT_SECONDS)
+    }
 }
 
 /// The CPUs this process may run on: one shard each.
@@ -101,17 +129,25 @@ fn default_shards() -> usize {
 pub enum Mode {
     /// An input whose barrier has arrived is held until every input's has.
     Aligned,
+    /// The first barrier passes at once; records still queued are stored in flight.
+    Unaligned,
 }
 
-/// `--mode`: `aligned`; `unaligned` is named in the issue but not implemented by the
-/// engine, and is refused rather than silently measured as aligned.
+impl From<Mode> for CheckpointMode {
+    fn from(mode: Mode) -> CheckpointMode {
+        match mode {
+            Mode::Aligned => CheckpointMode::Aligned,
+            Mode::Unaligned => CheckpointMode::Unaligned,
+        }
+    }
+}
+
+/// `--mode`: `aligned` or `unaligned`.
 fn parse_mode(s: &str) -> Result<Mode, String> {
     match s {
         "aligned" => Ok(Mode::Aligned),
-        "unaligned" => Err("unaligned checkpoints are not implemented by the engine yet (its barriers never \
-                            overtake queued records); only `aligned` can be measured"
-            .into()),
-        other => Err(format!("unknown checkpoint mode `{other}`: expected `aligned`")),
+        "unaligned" => Ok(Mode::Unaligned),
+        other => Err(format!("unknown checkpoint mode `{other}`: expected `aligned` or `unaligned`")),
     }
 }
 
@@ -181,6 +217,8 @@ pub struct CheckpointFigures {
     pub bytes: u64,
     /// Keyed entries written (all parts).
     pub keys: u64,
+    /// In-flight records stored (unaligned mode; all parts).
+    pub inflight_records: u64,
 }
 
 impl From<&CheckpointStats> for CheckpointFigures {
@@ -192,6 +230,7 @@ impl From<&CheckpointStats> for CheckpointFigures {
             alignment_ms: s.alignment.as_secs_f64() * 1e3,
             bytes: s.bytes,
             keys: s.keys,
+            inflight_records: s.inflight_records,
         }
     }
 }
@@ -206,6 +245,9 @@ pub struct CheckpointReport {
     pub mode: Mode,
     /// `--shards`.
     pub shards: usize,
+    /// `--seed`, `--duration` and `--warmup` as used.
+    #[serde(flatten)]
+    pub run: RunInfo,
     /// `--keys` (latency mode) or `--state-keys` (state mode).
     pub keys: u64,
     /// `--rate`, events per second offered (latency mode).
@@ -258,10 +300,15 @@ pub struct CheckpointReport {
     pub bytes_per_checkpoint: CountSummary,
     /// Keyed entries written per checkpoint.
     pub keys_per_checkpoint: CountSummary,
+    /// In-flight records stored per checkpoint (always 0 in aligned mode).
+    pub inflight_records_per_checkpoint: CountSummary,
     /// Every checkpoint, in order.
     pub checkpoint_list: Vec<CheckpointFigures>,
     /// The state mode's figures.
     pub state: Option<StateReport>,
+    /// `--find-max-rate`: the bound, every step, and the highest rate within it.
+    #[serde(flatten)]
+    pub search: RateSearch,
 }
 
 /// Runs the workload as `args` say.
@@ -271,11 +318,14 @@ pub struct CheckpointReport {
 /// Bad options, a pipeline that failed, results that do not match the job, or a run in
 /// which no checkpoint completed.
 pub fn run(args: &CheckpointArgs) -> anyhow::Result<CheckpointReport> {
-    let work = args.common.work_dir("checkpoint").context("creating the work directory")?;
+    let work = args.dirs.work_dir("checkpoint").context("creating the work directory")?;
+    let opts = &args.run;
+    let shards = args.shards();
     let mut report = CheckpointReport {
         workload: "checkpoint",
         mode: args.mode,
-        shards: args.shards,
+        shards,
+        run: opts.info(None),
         keys: args.keys,
         rate: None,
         interval_ms: args.interval_ms,
@@ -299,11 +349,23 @@ pub fn run(args: &CheckpointArgs) -> anyhow::Result<CheckpointReport> {
         alignment_ms: MillisSummary::default(),
         bytes_per_checkpoint: CountSummary::default(),
         keys_per_checkpoint: CountSummary::default(),
+        inflight_records_per_checkpoint: CountSummary::default(),
         checkpoint_list: Vec::new(),
         state: None,
+        search: RateSearch::default(),
     };
     let interval = Duration::from_millis(args.interval_ms);
     if let Some(keys) = args.state_keys {
+        ensure!(
+            opts.rate.is_none()
+                && opts.duration.is_none()
+                && args.seconds.is_none()
+                && opts.warmup == 0.0
+                && !opts.find_max_rate
+                && !opts.wants_latency_files(),
+            "the state mode (--state-keys) times checkpoints and a restore of a fixed state: it takes none of \
+             --rate, --duration, --warmup, --find-max-rate, --plot, --hlog"
+        );
         ensure!(
             args.changed_percent.is_finite() && (0.0..=100.0).contains(&args.changed_percent),
             "--changed-percent must be between 0 and 100"
@@ -312,7 +374,8 @@ pub fn run(args: &CheckpointArgs) -> anyhow::Result<CheckpointReport> {
         let state = state::run(&state::StateJob {
             keys,
             changed: (keys as f64 * args.changed_percent / 100.0).round() as u64,
-            shards: args.shards,
+            mode: args.mode.into(),
+            shards,
             batch: args.batch,
             interval,
             dir,
@@ -323,20 +386,31 @@ pub fn run(args: &CheckpointArgs) -> anyhow::Result<CheckpointReport> {
         return Ok(report);
     }
 
-    ensure!(args.seconds.is_finite() && args.seconds > 0.0, "--seconds must be positive");
-    let events = ((args.rate as f64 * args.seconds) as u64).max(1);
-    let job = Job::new(events, Some(args.rate), args.out_of_orderness_ms, args.batch)?.with_keys(args.keys)?;
+    ensure!(
+        !opts.max,
+        "the checkpoint workload measures result latency at an offered rate (open loop): give --rate, not --max"
+    );
+    let seconds = args.seconds();
+    ensure!(seconds.is_finite() && seconds > 0.0, "--duration must be positive");
+    report.run.duration = Some(seconds);
     report.load_average = load_average();
+    if opts.find_max_rate {
+        return find_max_rate(args, work.path(), seconds, report);
+    }
+    let rate = args.rate();
+    let job = paced_job(args, rate, seconds)?;
+    let events = job.events;
     let mut rounds = Rounds::default();
     for round in 0..args.rounds {
         // Alternate which run goes first, so neither always follows the other.
         let dir = fresh_subdir(work.path(), &format!("checkpoints-{round}"))?;
         let with = || {
-            pipeline_sluice::run_checkpointed(&job, args.shards, Some(CheckpointConfig::new(&dir).interval(interval)))
+            let config = CheckpointConfig::new(&dir).interval(interval).mode(args.mode.into());
+            pipeline_sluice::run_checkpointed(&job, shards, Some(config))
                 .with_context(|| format!("round {round}: the run with checkpoints"))
         };
         let without = || {
-            pipeline_sluice::run_checkpointed(&job, args.shards, None)
+            pipeline_sluice::run_checkpointed(&job, shards, None)
                 .with_context(|| format!("round {round}: the run without checkpoints"))
         };
         let (checkpointed, baseline) = if round % 2 == 0 {
@@ -353,12 +427,14 @@ pub fn run(args: &CheckpointArgs) -> anyhow::Result<CheckpointReport> {
         );
         rounds.add(checkpointed, baseline);
     }
-    let rate = |elapsed: Duration| (events * args.rounds as u64) as f64 / elapsed.as_secs_f64().max(1e-9);
-    report.rate = Some(args.rate);
+    let measured = (job.events - job.warmup_events()) * args.rounds as u64;
+    let warmups = job.warmup * args.rounds as u32;
+    let achieved = |elapsed: Duration| measured as f64 / elapsed.saturating_sub(warmups).as_secs_f64().max(1e-9);
+    report.rate = Some(rate);
     report.events = Some(events);
     report.rounds = args.rounds;
-    report.events_per_sec = Some(rate(rounds.elapsed.0));
-    report.baseline_events_per_sec = Some(rate(rounds.elapsed.1));
+    report.events_per_sec = Some(achieved(rounds.elapsed.0));
+    report.baseline_events_per_sec = Some(achieved(rounds.elapsed.1));
     let (latency, baseline_latency) = (rounds.latency.0.summary(), rounds.latency.1.summary());
     report.p999_ratio = ratio(&latency, &baseline_latency);
     report.latency_us = Some(latency);
@@ -367,17 +443,17 @@ pub fn run(args: &CheckpointArgs) -> anyhow::Result<CheckpointReport> {
     report.arrival_p999_ratio = ratio(&arrivals, &baseline_arrivals);
     report.arrival_latency_us = Some(arrivals);
     report.baseline_arrival_latency_us = Some(baseline_arrivals);
-    let label = |with: &str| format!("{with}, {} events/s, {} keys", args.rate, args.keys);
+    let label = |with: &str| format!("{with}, {rate} events/s, {} keys", args.keys);
     let with = rounds.latency.0.curve(&label("checkpoints every second"));
     let without = rounds.latency.1.curve(&label("no checkpoints"));
-    if let Some(path) = &args.common.plot {
+    if let Some(path) = &opts.plot {
         crate::harness::write_percentile_plot(
             path,
             "result latency with and without checkpoints",
             &[with.clone(), without.clone()],
         )?;
     }
-    if let Some(path) = &args.common.hlog {
+    if let Some(path) = &opts.hlog {
         // The checkpointed runs' latencies; with several rounds, their intervals add up by
         // position.
         rounds.latency.0.write_hlog(path)?;
@@ -387,6 +463,67 @@ pub fn run(args: &CheckpointArgs) -> anyhow::Result<CheckpointReport> {
     report.round_p999_ratio = rounds.p999_ratio;
     report.round_arrival_p999_ratio = rounds.arrival_p999_ratio;
     report.set_checkpoints(&rounds.checkpoints);
+    Ok(report)
+}
+
+/// The latency job at `rate` for `seconds` after `--warmup`'s events.
+fn paced_job(args: &CheckpointArgs, rate: u64, seconds: f64) -> anyhow::Result<Job> {
+    let events = ((rate as f64 * (seconds + args.run.warmup)) as u64).max(1);
+    Ok(Job::new(events, Some(rate), args.out_of_orderness_ms, args.batch)?
+        .with_keys(args.keys)?
+        .with_warmup(args.run.warmup()))
+}
+
+/// `--find-max-rate`: ramps the offered rate ([`harness::find_max_rate`]) with the
+/// checkpointing run only, and reports the highest rate whose result p99 stays within the
+/// bound, with that step's checkpoints.
+fn find_max_rate(
+    args: &CheckpointArgs,
+    work: &std::path::Path,
+    seconds: f64,
+    mut report: CheckpointReport,
+) -> anyhow::Result<CheckpointReport> {
+    let opts = &args.run;
+    let interval = Duration::from_millis(args.interval_ms);
+    let mut steps: Vec<(u64, pipeline_sluice::SluiceRun)> = Vec::new();
+    let search = harness::find_max_rate(
+        opts.rate.unwrap_or(DEFAULT_RATE),
+        opts.slo_p99_ms,
+        opts.ramp_steps,
+        opts.plot.as_deref(),
+        "result latency with checkpoints per offered rate",
+        "events/s",
+        |rate| {
+            let job = paced_job(args, rate, seconds)?;
+            let dir = fresh_subdir(work, &format!("checkpoints-{}", steps.len()))?;
+            let run = pipeline_sluice::run_checkpointed(
+                &job,
+                args.shards(),
+                Some(CheckpointConfig::new(&dir).interval(interval).mode(args.mode.into())),
+            )
+            .with_context(|| format!("the run at {rate} events/s"))?;
+            let latency = run.latency.clone().unwrap_or_default();
+            let measured = job.events - job.warmup_events();
+            let achieved = measured as f64 / run.elapsed.saturating_sub(job.warmup).as_secs_f64().max(1e-9);
+            steps.push((rate, run));
+            Ok((achieved, latency))
+        },
+    )?;
+    let at = steps.iter().rposition(|(r, _)| Some(*r) == search.max_rate_within_slo);
+    let (rate, run) = steps.swap_remove(at.unwrap_or(steps.len() - 1));
+    let latency = run.latency.clone().unwrap_or_default();
+    if let Some(path) = &opts.hlog {
+        latency.write_hlog(path)?;
+    }
+    report.rate = Some(rate);
+    report.events = Some(paced_job(args, rate, seconds)?.events);
+    report.rounds = 1;
+    report.latency_us = Some(latency.summary());
+    report.latency_curve = Some(latency.curve(&format!("checkpoints, {rate} events/s, {} keys", args.keys)));
+    report.arrival_latency_us = run.arrivals.as_ref().map(LatencyRecorder::summary);
+    report.events_per_sec = Some(search.best_achieved());
+    report.set_checkpoints(&run.checkpoints.iter().map(|s| (0, *s)).collect::<Vec<_>>());
+    report.search = search;
     Ok(report)
 }
 
@@ -453,6 +590,8 @@ impl CheckpointReport {
         self.alignment_ms = MillisSummary::of(stats.iter().map(|s| s.alignment));
         self.bytes_per_checkpoint = CountSummary::of(&stats.iter().map(|s| s.bytes).collect::<Vec<_>>());
         self.keys_per_checkpoint = CountSummary::of(&stats.iter().map(|s| s.keys).collect::<Vec<_>>());
+        self.inflight_records_per_checkpoint =
+            CountSummary::of(&stats.iter().map(|s| s.inflight_records).collect::<Vec<_>>());
         self.checkpoint_list =
             rounds.iter().map(|(round, s)| CheckpointFigures { round: *round, ..CheckpointFigures::from(s) }).collect();
     }
@@ -460,16 +599,18 @@ impl CheckpointReport {
     /// The human-readable form of the report.
     pub fn table(&self) -> Table {
         let Self { shards, keys, interval_ms, .. } = self;
+        let mode = CheckpointMode::from(self.mode);
         let mut table = match (&self.state, self.rate) {
             (Some(_), _) => Table::titled(format!(
                 "checkpoint state: {keys} keys of window state (one record each, one window), {shards} shards, \
-                 aligned, incremental snapshots"
+                 {mode}, incremental snapshots"
             )),
             (None, rate) => Table::titled(format!(
                 "checkpoint: windowed keyed count, {shards} shards, {keys} keys, {} events/s offered, \
-                 1 s tumbling windows; aligned checkpoints every {interval_ms} ms vs none, {} round(s)",
+                 1 s tumbling windows; {mode} checkpoints every {interval_ms} ms vs none, {} round(s), {}",
                 rate.unwrap_or(0),
-                self.rounds
+                self.rounds,
+                self.run.describe()
             )),
         };
         if let (Some(with), Some(without)) = (&self.latency_us, &self.baseline_latency_us) {
@@ -507,9 +648,12 @@ impl CheckpointReport {
         table.row("bytes per checkpoint mean/max", format!("{:.0} / {}", b.mean, b.max), "B");
         let k = &self.keys_per_checkpoint;
         table.row("keys per checkpoint mean/max", format!("{:.0} / {}", k.mean, k.max), "");
+        let f = &self.inflight_records_per_checkpoint;
+        table.row("in-flight records per checkpoint mean/max", format!("{:.0} / {}", f.mean, f.max), "");
         if let Some(s) = &self.state {
             s.rows(&mut table);
         }
+        self.search.rows(&mut table, "events/s");
         table
     }
 }
@@ -540,9 +684,11 @@ mod tests {
     }
 
     #[test]
-    fn only_aligned_mode_parses() {
+    fn both_modes_parse_and_name_the_engine_mode() {
         assert_eq!(parse_mode("aligned"), Ok(Mode::Aligned));
-        assert!(parse_mode("unaligned").unwrap_err().contains("not implemented"));
-        assert!(parse_mode("Aligned").is_err());
+        assert_eq!(parse_mode("unaligned"), Ok(Mode::Unaligned));
+        assert_eq!(CheckpointMode::from(Mode::Unaligned), CheckpointMode::Unaligned);
+        assert_eq!(CheckpointMode::from(Mode::Aligned), CheckpointMode::Aligned);
+        assert!(parse_mode("Aligned").unwrap_err().contains("expected `aligned` or `unaligned`"));
     }
 }

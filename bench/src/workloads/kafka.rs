@@ -66,6 +66,51 @@ pub struct KafkaArgs {
     /// Records in the latency run (0 skips it).
     #[arg(long, default_value_t = 10_000)]
     pub latency_records: u64,
+    /// Where the listener serves connections: `shards` (on the engine's shard executors,
+    /// thread-per-core) or `executors` (executors of its own, one per shard, pinned to the
+    /// shards' cores).
+    #[arg(long, value_enum, default_value_t = Listener::Executors)]
+    pub listener: Listener,
+    /// The client of the throughput run: `kcat` processes fed from files, or `rdkafka`,
+    /// librdkafka linked into this process fed from memory (needs the bench's
+    /// `kafka-client` feature) [default: rdkafka when built with it, else kcat]
+    #[arg(long, value_enum, default_value_t = Client::default())]
+    pub client: Client,
+}
+
+/// The throughput run's Kafka client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Client {
+    /// `--producers` kcat processes, each reading its share from a file.
+    Kcat,
+    /// `--producers` librdkafka producers in this process (the `kafka-client` feature).
+    Rdkafka,
+}
+
+impl Default for Client {
+    fn default() -> Client {
+        if cfg!(feature = "kafka-client") { Client::Rdkafka } else { Client::Kcat }
+    }
+}
+
+impl std::fmt::Display for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Client::Kcat => "kcat",
+            Client::Rdkafka => "rdkafka",
+        })
+    }
+}
+
+/// Where the listener runs (`KafkaConfig::on_shards`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Listener {
+    /// On the shards' executors.
+    Shards,
+    /// On executors of its own.
+    Executors,
 }
 
 /// The result; the `--json` schema.
@@ -79,8 +124,10 @@ pub struct KafkaReport {
     pub partitions: u32,
     /// Records per throughput run.
     pub records: u64,
-    /// kcat processes in the Kafka run.
+    /// Producers in the Kafka run (kcat processes or librdkafka producers).
     pub producers: u64,
+    /// The Kafka run's client: `kcat` or `rdkafka`.
+    pub client: Client,
     /// Value bytes per record.
     pub record_bytes: u64,
     /// The topics' fsync policy.
@@ -88,16 +135,19 @@ pub struct KafkaReport {
     pub fsync: FsyncPolicy,
     /// Embedded log: records per second appended through the engine handle.
     pub embedded_records_per_s: f64,
-    /// Through the listener with kcat: records per second, acknowledged.
+    /// Through the listener with the client: records per second, acknowledged.
     pub kafka_records_per_s: f64,
     /// `kafka_records_per_s / embedded_records_per_s`.
     pub kafka_over_embedded: f64,
+    /// Where the listener ran: `shards` or `executors`.
+    pub listener: Listener,
     /// CPU of this process (engine, and the embedded producer) per record, embedded run,
     /// microseconds.
     pub embedded_cpu_us_per_record: f64,
-    /// CPU of this process (engine and listener) per record, Kafka run, microseconds.
+    /// CPU of this process (engine and listener, and with `--client rdkafka` the client
+    /// too) per record, Kafka run, microseconds.
     pub listener_cpu_us_per_record: f64,
-    /// CPU of the kcat processes per record, Kafka run, microseconds.
+    /// CPU of the kcat processes per record, Kafka run, microseconds (0 with rdkafka).
     pub kcat_cpu_us_per_record: f64,
     /// Offered rate of the latency run.
     pub latency_rate: u64,
@@ -325,6 +375,7 @@ pub fn run(args: &KafkaArgs) -> anyhow::Result<KafkaReport> {
     }
     let mut config = KafkaConfig::new("127.0.0.1:0".parse()?);
     config.executors = shards;
+    config.on_shards = args.listener == Listener::Shards;
     let server = KafkaServer::start(handle.clone(), config)?;
     let addr = server.local_addr().to_string();
 
@@ -334,11 +385,20 @@ pub fn run(args: &KafkaArgs) -> anyhow::Result<KafkaReport> {
     let embedded_cpu = per_record(cpu(libc::RUSAGE_SELF).saturating_sub(self_before));
     ensure!(stored(&handle, "embedded", partitions)? == args.records, "the embedded run lost records");
     let (self_before, children_before) = (cpu(libc::RUSAGE_SELF), cpu(libc::RUSAGE_CHILDREN));
-    let kafka_rate = through_kcat(&addr, args, work_dir.path())?;
+    let kafka_rate = match args.client {
+        Client::Kcat => through_kcat(&addr, args, work_dir.path())?,
+        #[cfg(feature = "kafka-client")]
+        Client::Rdkafka => {
+            let bytes = args.record_bytes as usize;
+            super::kafka_rdkafka::produce(&addr, "kafka", args.records, args.producers, |i| value(i, bytes))?
+        }
+        #[cfg(not(feature = "kafka-client"))]
+        Client::Rdkafka => bail!("--client rdkafka needs sluice-bench built with --features kafka-client"),
+    };
     let listener_cpu = per_record(cpu(libc::RUSAGE_SELF).saturating_sub(self_before));
     let kcat_cpu = per_record(cpu(libc::RUSAGE_CHILDREN).saturating_sub(children_before));
     let got = stored(&handle, "kafka", partitions)?;
-    ensure!(got == args.records, "kcat produced {got} of {} records", args.records);
+    ensure!(got == args.records, "{} produced {got} of {} records", args.client, args.records);
     let (latency_achieved_rate, recorder) =
         if args.latency_records > 0 { latency(&addr, args, partitions)? } else { (0.0, LatencyRecorder::new()) };
     let produce_to_consume_us = recorder.summary();
@@ -357,11 +417,13 @@ pub fn run(args: &KafkaArgs) -> anyhow::Result<KafkaReport> {
         partitions,
         records: args.records,
         producers: args.producers,
+        client: args.client,
         record_bytes: args.record_bytes,
         fsync: args.fsync,
         embedded_records_per_s: embedded_rate,
         kafka_records_per_s: kafka_rate,
         kafka_over_embedded: kafka_rate / embedded_rate,
+        listener: args.listener,
         embedded_cpu_us_per_record: embedded_cpu,
         listener_cpu_us_per_record: listener_cpu,
         kcat_cpu_us_per_record: kcat_cpu,
@@ -376,18 +438,27 @@ impl KafkaReport {
     /// The human-readable form of the report.
     pub fn table(&self) -> Table {
         let mut table = Table::titled(format!(
-            "kafka listener: {} shards, {} partitions, {} records x {} B, fsync {}, {} kcat producers",
-            self.shards, self.partitions, self.records, self.record_bytes, self.fsync, self.producers
+            "kafka listener: {} shards, {} partitions, {} records x {} B, fsync {}, {} {} producers",
+            self.shards, self.partitions, self.records, self.record_bytes, self.fsync, self.producers, self.client
         ));
         let mb = |rate: f64| rate * self.record_bytes as f64 / 1e6;
         table.row("embedded append", format!("{:.0}", self.embedded_records_per_s), "records/s");
         table.row("embedded append", format!("{:.1}", mb(self.embedded_records_per_s)), "MB/s");
-        table.row("kcat produce via listener", format!("{:.0}", self.kafka_records_per_s), "records/s");
-        table.row("kcat produce via listener", format!("{:.1}", mb(self.kafka_records_per_s)), "MB/s");
+        let via = format!("{} produce via listener", self.client);
+        table.row(via.as_str(), format!("{:.0}", self.kafka_records_per_s), "records/s");
+        table.row(via, format!("{:.1}", mb(self.kafka_records_per_s)), "MB/s");
         table.row("listener / embedded", format!("{:.2}", self.kafka_over_embedded), "");
         table.row("cpu, embedded run", format!("{:.3}", self.embedded_cpu_us_per_record), "us/record");
-        table.row("cpu, listener + engine", format!("{:.3}", self.listener_cpu_us_per_record), "us/record");
-        table.row("cpu, kcat", format!("{:.3}", self.kcat_cpu_us_per_record), "us/record");
+        match self.client {
+            Client::Kcat => {
+                table.row("cpu, listener + engine", format!("{:.3}", self.listener_cpu_us_per_record), "us/record");
+                table.row("cpu, kcat", format!("{:.3}", self.kcat_cpu_us_per_record), "us/record");
+            }
+            Client::Rdkafka => {
+                let cpu = format!("{:.3}", self.listener_cpu_us_per_record);
+                table.row("cpu, client + listener + engine", cpu, "us/record");
+            }
+        }
         if self.produce_to_consume_us.count > 0 {
             table.row("latency run offered", self.latency_rate, "records/s");
             table.row("latency run achieved", format!("{:.0}", self.latency_achieved_rate), "records/s");

@@ -3,6 +3,12 @@
 //!
 //! Each shard appends its share of the records to its own partition log, then reads them
 //! back in place ([`log_shard`](super::log_shard)); the baseline writes the same bytes raw.
+//!
+//! This is the closed loop (`--max`, the default): `--records` fixes the run's size, or
+//! `--duration S` stops the appenders after S seconds. `--warmup S` first runs the same
+//! appends for S seconds into a separate directory and discards them. `--seed` draws the
+//! record payloads. `--rate R` (or `--find-max-rate`) switches to the open-loop
+//! end-to-end mode ([`e2e`](super::e2e)).
 
 use std::{fs, path::Path};
 
@@ -13,21 +19,27 @@ use sluice_io::FsyncPolicy;
 
 use crate::{
     baseline::{self, BaselineResult},
-    harness::{LatencyRecorder, LatencySummary, Table, run_on_shards},
+    harness::{LatencyRecorder, LatencySummary, ShardConfig, Table, run_on_shards, run_on_shards_with},
     workloads::log_shard::{ShardPlan, run_shard},
 };
 
-use super::CommonArgs;
+use super::DirArgs;
+use crate::harness::{RunArgs, RunInfo, fill_seeded};
 
-/// Options of `sluice-bench log`.
+/// What `log` makes of the shared options (`--help`).
+const SHARED_HELP: &str = "Shared options here: --shards defaults to 1. Without --rate the run is the closed loop \
+(--max): appends as fast as the log takes them, --records in all or for --duration seconds, after a discarded \
+--warmup run into its own directory; --plot and --hlog show the append latency. --rate R is the open loop end to end \
+(producer, engine, consumer): R records/s for --records records or --duration seconds, after --warmup seconds whose \
+records are sent but not measured; --find-max-rate ramps it (from --rate, default 10 000; steps of --duration, \
+default 3 s). --seed draws the record payloads.";
+
+/// Options of `sluice-bench log` (its `--help` says what it makes of the shared ones).
 #[derive(Debug, Clone, Args)]
+#[command(after_help = SHARED_HELP)]
 pub struct LogArgs {
-    /// Number of shards, each with its own executor pinned to a core
-    #[arg(long, default_value_t = 1, value_name = "N",
-          value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
-    pub shards: usize,
-    /// Records to append in total
-    #[arg(long, default_value_t = 2_000_000, value_name = "N",
+    /// Records to append in total (closed loop), or to send (--rate, unless --duration)
+    #[arg(long, default_value_t = 2_000_000, value_name = "N", conflicts_with = "duration",
           value_parser = clap::value_parser!(u64).range(1..))]
     pub records: u64,
     /// Payload bytes per record
@@ -58,10 +70,11 @@ pub struct LogArgs {
     #[arg(long, default_value_t = 4, value_name = "N",
           value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
     pub write_behind: usize,
-    /// End-to-end mode: send at this offered rate (records/s) through the engine and
-    /// report produce-to-consume latency instead of throughput
-    #[arg(long, value_name = "RECORDS_PER_SEC")]
-    pub rate: Option<u64>,
+    /// Registered I/O memory of each shard's executor (glommio's `io_memory`), bytes
+    /// [default: three quarters of the locked-memory limit split over the shards]. Less
+    /// than a write buffer makes writes fall back to unregistered buffers
+    #[arg(long, value_name = "BYTES", value_parser = RangedU64ValueParser::<usize>::new().range(4096..=(64 << 20)))]
+    pub io_memory: Option<usize>,
     /// End-to-end mode: the producer wakes at most once per this many microseconds and
     /// sends every record due by then as one append (0: a wake-up for every record); each
     /// record's latency still runs from its own scheduled send time
@@ -70,11 +83,40 @@ pub struct LogArgs {
     /// When appends are synced: `always`, `interval:MS` or `never`
     #[arg(long, default_value = "interval:5", value_name = "POLICY")]
     pub fsync: FsyncPolicy,
+    /// End-to-end mode: where the producer and the consumer run. `shards`: as tasks on
+    /// the engine's shards (`EngineHandle::run_on`), the producer on the shard that owns
+    /// the partition and the consumer on another one, as a thread-per-core service
+    /// embeds them; `threads`: the producer on an executor thread of its own and the
+    /// consumer on a plain thread, as host code outside the engine would call it
+    #[arg(long, value_enum, default_value_t = Clients::Shards)]
+    pub clients: Clients,
     #[command(flatten)]
-    pub common: CommonArgs,
+    pub dirs: DirArgs,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+/// Where the end-to-end mode's producer and consumer run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Clients {
+    /// Tasks on the engine's shards.
+    Shards,
+    /// Threads of their own.
+    Threads,
 }
 
 impl LogArgs {
+    /// `--shards` (default 1).
+    pub fn shards(&self) -> usize {
+        self.run.shards_or(1)
+    }
+
+    /// Whether the run is the open-loop end-to-end mode (`--rate` or `--find-max-rate`).
+    pub fn is_e2e(&self) -> bool {
+        self.run.rate.is_some() || self.run.find_max_rate
+    }
+
     /// Payload bytes appended in total.
     pub fn total_bytes(&self) -> u64 {
         self.records.saturating_mul(self.record_bytes as u64)
@@ -94,10 +136,15 @@ pub struct LogReport {
     pub workload: &'static str,
     /// `--shards`.
     pub shards: usize,
-    /// `--records`, over all shards.
+    /// `--seed`, `--duration` and `--warmup` as used.
+    #[serde(flatten)]
+    pub run: RunInfo,
+    /// Records appended, over all shards (`--records`, or what `--duration` let through).
     pub records: u64,
     /// `--record-bytes`.
     pub record_bytes: usize,
+    /// Registered I/O memory per executor, bytes.
+    pub io_memory: usize,
     /// `--fsync`, as given on the command line (e.g. `"interval:5"`).
     #[serde(serialize_with = "crate::harness::serialize_display")]
     pub fsync: FsyncPolicy,
@@ -123,36 +170,34 @@ pub struct LogReport {
     pub baseline_write_bytes_per_sec: f64,
 }
 
-/// Runs the log workload in `args.common.dir` (or a fresh temporary directory).
+/// Runs the log workload in `args.dirs.dir` (or a fresh temporary directory): the closed
+/// loop; see [`e2e::run`](super::e2e::run) for `--rate`.
 pub fn run(args: &LogArgs) -> anyhow::Result<LogReport> {
-    let work_dir = args.common.work_dir("log")?;
-    if args.common.keep {
+    anyhow::ensure!(!args.is_e2e(), "--rate and --find-max-rate run the end-to-end mode (e2e::run)");
+    let work_dir = args.dirs.work_dir("log")?;
+    if args.dirs.keep {
         eprintln!("keeping data in {}", work_dir.path().display());
     }
-
-    let fsync = args.fsync;
-    let per_shard = args.records.div_ceil(args.shards as u64);
-    let epoch = std::time::Instant::now();
-    let plans: Vec<ShardPlan> = (0..args.shards)
-        .map(|shard| ShardPlan {
-            dir: work_dir.path().join(format!("shard-{shard}")),
-            records: per_shard.min(args.records - per_shard * shard as u64),
-            record_bytes: args.record_bytes,
-            batch_records: args.batch_records,
-            config: sluice_io::LogConfig {
-                fsync,
-                segment_bytes_max: args.segment_bytes,
-                write_buffer_bytes: args.write_buffer_bytes,
-                write_behind_buffers: args.write_behind,
-                ..sluice_io::LogConfig::default()
-            },
-            inflight: args.inflight,
-            read_bytes: args.read_bytes,
-            read_ahead: !args.no_read_ahead,
-            epoch,
+    let shards = args.shards();
+    if args.run.warmup > 0.0 {
+        // The same appends for --warmup seconds, into their own directory, discarded.
+        let dir = work_dir.path().join("warmup");
+        run_on_shards(shards, {
+            let plans = plans(args, &dir, Some(args.run.warmup()), std::time::Instant::now());
+            move |shard| run_shard(plans[shard].clone())
         })
-        .collect();
-    let outcomes = run_on_shards(args.shards, move |shard| run_shard(plans[shard].clone()))?;
+        .context("the warm-up run")?;
+        if !args.dirs.keep {
+            fs::remove_dir_all(&dir).context("removing the warm-up data")?;
+        }
+    }
+    let epoch = std::time::Instant::now();
+    let plans = plans(args, work_dir.path(), args.run.duration(), epoch);
+    let mut executors = ShardConfig::for_shards(shards);
+    if let Some(bytes) = args.io_memory {
+        executors.io_memory = bytes & !4095;
+    }
+    let outcomes = run_on_shards_with(executors, shards, move |shard| run_shard(plans[shard].clone()))?;
     let appended: u64 = outcomes.iter().map(|o| o.appended).sum();
     let read: u64 = outcomes.iter().map(|o| o.read).sum();
     // Shards run at once: the slowest one bounds the run.
@@ -171,14 +216,17 @@ pub fn run(args: &LogArgs) -> anyhow::Result<LogReport> {
     let baseline_read_bytes_per_sec = stored_bytes as f64 / raw_read_secs;
     let append_latency_us = latency.summary();
     let append_latency_curve =
-        args.common.write_latency(&latency, "log append latency", &format!("log append, fsync {}", args.fsync))?;
-    let baseline = run_baseline(args, work_dir.path())?;
+        args.run.write_latency(&latency, "log append latency", &format!("log append, fsync {}", args.fsync))?;
+    let appends = outcomes.iter().map(|o| o.appends).sum::<u64>().max(1);
+    let baseline = run_baseline(args, work_dir.path(), appended, appends)?;
 
     Ok(LogReport {
         workload: "log",
-        shards: args.shards,
-        records: args.records,
+        shards,
+        run: args.run.info(args.run.duration),
+        records: appended,
         record_bytes: args.record_bytes,
+        io_memory: executors.io_memory,
         fsync: args.fsync,
         append_bytes_per_sec,
         append_records_per_sec,
@@ -192,19 +240,52 @@ pub fn run(args: &LogArgs) -> anyhow::Result<LogReport> {
     })
 }
 
-/// Writes the workload's payload volume with [`baseline::baseline_write`] into
-/// `dir/baseline/`, deleting the file afterwards unless `--keep`.
-fn run_baseline(args: &LogArgs, dir: &Path) -> anyhow::Result<BaselineResult> {
+/// Every shard's plan: its share of `--records` (or records without end when bounded by
+/// `limit`), under `dir`.
+fn plans(args: &LogArgs, dir: &Path, limit: Option<std::time::Duration>, epoch: std::time::Instant) -> Vec<ShardPlan> {
+    let shards = args.shards();
+    let records = if limit.is_some() { u64::MAX / 2 } else { args.records };
+    let per_shard = records.div_ceil(shards as u64);
+    let fsync = args.fsync;
+    let mut value = vec![0u8; args.record_bytes];
+    fill_seeded(args.run.seed, &mut value);
+    (0..shards)
+        .map(|shard| ShardPlan {
+            dir: dir.join(format!("shard-{shard}")),
+            records: per_shard.min(records - per_shard * shard as u64),
+            limit,
+            value: value.clone(),
+            record_bytes: args.record_bytes,
+            batch_records: args.batch_records,
+            config: sluice_io::LogConfig {
+                fsync,
+                segment_bytes_max: args.segment_bytes,
+                write_buffer_bytes: args.write_buffer_bytes,
+                write_behind_buffers: args.write_behind,
+                ..sluice_io::LogConfig::default()
+            },
+            inflight: args.inflight,
+            read_bytes: args.read_bytes,
+            read_ahead: !args.no_read_ahead,
+            epoch,
+        })
+        .collect()
+}
+
+/// Writes the payload volume of `records` records appended in `appends` calls with
+/// [`baseline::baseline_write`] into `dir/baseline/`, deleting the file afterwards unless
+/// `--keep`.
+fn run_baseline(args: &LogArgs, dir: &Path, records: u64, appends: u64) -> anyhow::Result<BaselineResult> {
     let dir = dir.join("baseline");
     let result = baseline::baseline_write(
         &dir,
-        args.total_bytes(),
+        records.saturating_mul(args.record_bytes as u64).max(1),
         baseline::DEFAULT_CHUNK_BYTES,
         args.fsync,
-        args.append_count(),
+        appends,
     )
     .context("baseline write")?;
-    if !args.common.keep {
+    if !args.dirs.keep {
         fs::remove_file(dir.join(baseline::BASELINE_FILE_NAME)).context("removing the baseline file")?;
     }
     Ok(result)
@@ -215,8 +296,13 @@ impl LogReport {
     pub fn table(&self) -> Table {
         let shard_s = if self.shards == 1 { "" } else { "s" };
         let mut table = Table::titled(format!(
-            "log: {} shard{shard_s}, {} records x {} B, fsync {}",
-            self.shards, self.records, self.record_bytes, self.fsync
+            "log: {} shard{shard_s}, {} records x {} B, fsync {}, {} KiB of I/O memory per shard, {}",
+            self.shards,
+            self.records,
+            self.record_bytes,
+            self.fsync,
+            self.io_memory >> 10,
+            self.run.describe()
         ));
         table.row("append throughput", format!("{:.1}", self.append_bytes_per_sec / 1e6), "MB/s");
         table.row("append throughput", format!("{:.0}", self.append_records_per_sec), "records/s");

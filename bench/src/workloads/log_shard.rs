@@ -1,6 +1,7 @@
-//! What one shard does in `sluice-bench log`: append `records` records to its own
-//! partition log with `inflight` appenders in flight (so group commit has company), then
-//! read them all back in place, checking every batch's CRC on the way.
+//! What one shard does in `sluice-bench log`: append `records` records (or as many as
+//! `limit` lets through) to its own partition log with `inflight` appenders in flight (so
+//! group commit has company), then read them all back in place, checking every batch's
+//! CRC on the way.
 
 use std::cell::{Cell, RefCell};
 use std::path::PathBuf;
@@ -17,6 +18,8 @@ use crate::harness::LatencyRecorder;
 pub struct ShardOutcome {
     /// Records appended.
     pub appended: u64,
+    /// Append calls made.
+    pub appends: u64,
     /// Time from the first append call to the last acknowledgement and a final flush.
     pub append_time: Duration,
     /// Records read back.
@@ -38,6 +41,10 @@ pub struct ShardPlan {
     pub dir: PathBuf,
     /// Records to append.
     pub records: u64,
+    /// If given, no append call starts once this much time has passed since the first.
+    pub limit: Option<Duration>,
+    /// Every record's value (`record_bytes` long).
+    pub value: Vec<u8>,
     /// Value bytes per record.
     pub record_bytes: usize,
     /// Records per append call.
@@ -57,11 +64,13 @@ pub struct ShardPlan {
 /// Runs the plan on the current executor.
 pub async fn run_shard(plan: ShardPlan) -> anyhow::Result<ShardOutcome> {
     let (log, _) = Log::open(UringStorage, &plan.dir, plan.config.clone()).await.context("opening the shard's log")?;
-    let value: Rc<Vec<u8>> = Rc::new((0..plan.record_bytes).map(|i| (i % 251) as u8).collect());
+    anyhow::ensure!(plan.value.len() == plan.record_bytes, "the value must be record_bytes long");
+    let value: Rc<Vec<u8>> = Rc::new(plan.value.clone());
     let calls = plan.records.div_ceil(plan.batch_records as u64);
     let next_call = Rc::new(Cell::new(0u64));
     let latency = Rc::new(RefCell::new(LatencyRecorder::with_intervals(plan.epoch, Duration::from_secs(1))));
     let start = Instant::now();
+    let until = plan.limit.map(|limit| start + limit);
     let mut tasks = Vec::new();
     for _ in 0..plan.inflight.max(1) {
         let (log, value, next_call, latency) = (log.clone(), value.clone(), next_call.clone(), latency.clone());
@@ -69,7 +78,7 @@ pub async fn run_shard(plan: ShardPlan) -> anyhow::Result<ShardOutcome> {
         tasks.push(glommio::spawn_local(async move {
             loop {
                 let call = next_call.get();
-                if call >= calls {
+                if call >= calls || until.is_some_and(|until| Instant::now() >= until) {
                     return Ok::<_, anyhow::Error>(());
                 }
                 next_call.set(call + 1);
@@ -90,6 +99,7 @@ pub async fn run_shard(plan: ShardPlan) -> anyhow::Result<ShardOutcome> {
     log.flush().await.context("final flush")?;
     let append_time = start.elapsed();
     let appended = log.end_offset().0;
+    let appends = next_call.get();
 
     let start = Instant::now();
     let mut reader = log.reader(Offset(0), plan.read_bytes);
@@ -119,7 +129,7 @@ pub async fn run_shard(plan: ShardPlan) -> anyhow::Result<ShardOutcome> {
     log.close().await.context("close")?;
     let raw_read_time = raw_read(&plan.dir, stored_bytes, plan.read_bytes).await?;
     let latency = Rc::try_unwrap(latency).map_err(|_| anyhow::anyhow!("appenders still running"))?.into_inner();
-    Ok(ShardOutcome { appended, append_time, read, read_time, latency, stored_bytes, raw_read_time })
+    Ok(ShardOutcome { appended, appends, append_time, read, read_time, latency, stored_bytes, raw_read_time })
 }
 
 /// Reads the segment files of `dir` in order, sequentially with `O_DIRECT`, `chunk`

@@ -17,10 +17,18 @@
 //! so up to 1 ms more than their true latency. Windows the end of the input fires before
 //! they end on the schedule are counted apart (`incomplete_results`), not as latencies;
 //! the latency phase lasts at least two window spans and a second so that some complete.
+//!
+//! The shared options: `--duration S` bounds a throughput run by time (each shard's source
+//! stops after S seconds) or makes a `--rate` run `R x S` events; `--warmup W` runs a
+//! discarded W-second throughput run first, or discards the results due in the first W
+//! seconds of a `--rate` schedule; `--seed` seeds the generator; `--find-max-rate` ramps
+//! `--rate` (from 100 000 events/s) with steps as long as the latency phase.
 
 use std::{
-    path::PathBuf,
-    sync::{Arc, Barrier, Mutex, PoisonError},
+    sync::{
+        Arc, Barrier, Mutex, PoisonError,
+        atomic::{AtomicU64, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -31,38 +39,40 @@ use sluice_engine::dataflow::{Event as Timed, Operator, Pipeline, PipelineConfig
 use sluice_io::EventTime;
 
 use crate::{
-    harness::{LatencyRecorder, LatencySummary, Table},
+    harness::{self, Curve, LatencyRecorder, LatencySummary, RateSearch, RunArgs, RunInfo, Table, TimeBound},
     nexmark::{self, NexmarkConfig, NexmarkGenerator, NexmarkSource, Query, QueryParams, ResultSink},
 };
 
 /// How long after the pipeline starts a paced schedule begins, so every shard is up first.
 const PACED_START_DELAY: Duration = Duration::from_millis(50);
 
-/// Options of `sluice-bench nexmark`.
+/// The interval of `--hlog` logs.
+const HLOG_INTERVAL: Duration = Duration::from_secs(1);
+
+/// What `nexmark` makes of the shared options (`--help`).
+const SHARED_HELP: &str = "Shared options here: --shards defaults to 1. Without --rate the run is the closed loop \
+(--max): --events events (or --duration seconds) as fast as the pipeline takes them, after a discarded --warmup \
+run, then a latency phase of --latency-seconds at half that rate (its latencies go to --plot and --hlog). --rate R \
+releases the events on the wall clock at R per second (event time advancing at the same rate) for --events events or \
+--duration seconds, after --warmup seconds whose results are not measured. --find-max-rate ramps --rate (default \
+100 000) with steps of --duration (default --latency-seconds, at least two window spans and a second). --seed seeds \
+the generator.";
+
+/// Options of `sluice-bench nexmark` (its `--help` says what it makes of the shared ones).
 #[derive(Debug, Clone, Args)]
+#[command(after_help = SHARED_HELP)]
 pub struct NexmarkArgs {
     /// The query to run
     #[arg(long, value_name = "QUERY")]
     pub query: Query,
     /// Events to generate (people, auctions and bids together)
-    #[arg(long, default_value_t = 10_000_000, value_name = "N",
+    #[arg(long, default_value_t = 10_000_000, value_name = "N", conflicts_with = "duration",
           value_parser = clap::value_parser!(u64).range(1..))]
     pub events: u64,
-    /// Shards running the pipeline, each a glommio executor pinned to a CPU
-    #[arg(long, default_value_t = 1, value_name = "N",
-          value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
-    pub shards: usize,
-    /// Latency mode: release the events at this rate (events/s, open loop; event time
-    /// advances at the same rate) and report result latency
-    #[arg(long, value_name = "EVENTS_PER_SEC", value_parser = clap::value_parser!(u64).range(1..))]
-    pub rate: Option<u64>,
     /// Without --rate: events per second of event time
     #[arg(long, default_value_t = 10_000_000, value_name = "EVENTS_PER_SEC",
           value_parser = clap::value_parser!(u64).range(1..))]
     pub event_rate: u64,
-    /// Seed of the generated data
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
     /// Events per out-of-order group (1: in time order); the watermark allows for them
     #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub out_of_order_group: u64,
@@ -76,13 +86,23 @@ pub struct NexmarkArgs {
     #[arg(long, default_value_t = PipelineConfig::DEFAULT_BATCH_RECORDS, value_name = "N",
           value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
     pub batch: usize,
-    /// Without --rate: seconds of a latency phase at half the measured rate (0: none)
+    /// Without --rate: seconds of a latency phase at half the measured rate (0: none);
+    /// with --find-max-rate and no --duration, each step's seconds
     #[arg(long, default_value_t = 2.0, value_name = "SECONDS")]
     pub latency_seconds: f64,
-    /// Also write the report as JSON to this file
-    #[arg(long, value_name = "PATH")]
-    pub json: Option<PathBuf>,
+    #[command(flatten)]
+    pub run: RunArgs,
 }
+
+impl NexmarkArgs {
+    /// `--shards` (default 1).
+    pub fn shards(&self) -> usize {
+        self.run.shards_or(1)
+    }
+}
+
+/// Events enough that no `--duration` throughput run reaches them.
+const UNBOUNDED_EVENTS: u64 = 1 << 50;
 
 /// Result of `sluice-bench nexmark`; this is the `--json` schema.
 #[derive(Debug, Clone, Serialize)]
@@ -93,7 +113,11 @@ pub struct NexmarkReport {
     pub query: Query,
     /// `--shards`.
     pub shards: usize,
-    /// `--events`.
+    /// `--seed`, `--duration` and `--warmup` as used.
+    #[serde(flatten)]
+    pub run: RunInfo,
+    /// `--events` (or what `--duration` let through; with `--rate`, the warm-up's
+    /// included).
     pub events: u64,
     /// Events per second through the query: in the throughput mode, from every shard
     /// being ready to the last result; with `--rate`, the rate achieved.
@@ -114,10 +138,13 @@ pub struct NexmarkReport {
     pub rate: Option<u64>,
     /// Events per second of event time in the throughput run.
     pub event_rate: u64,
-    /// `--seed`.
-    pub seed: u64,
     /// `--batch`.
     pub batch_records: usize,
+    /// The latency distribution, for `sluice-bench report --plot`.
+    pub latency_curve: Option<Curve>,
+    /// `--find-max-rate`: the bound, every step, and the highest rate within it.
+    #[serde(flatten)]
+    pub search: RateSearch,
 }
 
 /// One run of a query.
@@ -127,6 +154,8 @@ pub struct QueryRun {
     pub elapsed: Duration,
     /// Results received.
     pub results: u64,
+    /// Events the sources emitted.
+    pub events: u64,
     /// Their latencies, when paced.
     pub latency: Option<LatencyRecorder>,
     /// When paced, results emitted before they were complete on the schedule.
@@ -146,62 +175,165 @@ pub fn run(args: &NexmarkArgs) -> anyhow::Result<NexmarkReport> {
         args.window_ms
     );
     ensure!(args.latency_seconds.is_finite() && args.latency_seconds >= 0.0, "--latency-seconds must be 0 or more");
+    let opts = &args.run;
+    let shards = args.shards();
     let params = QueryParams { window_ms: args.window_ms, slide_ms: args.slide_ms, ..QueryParams::default() };
-    let config = |events_per_sec| NexmarkConfig {
-        seed: args.seed,
-        events_per_sec,
-        out_of_order_group_size: args.out_of_order_group,
-        ..NexmarkConfig::default()
-    };
     let mut report = NexmarkReport {
         workload: "nexmark",
         query: args.query,
-        shards: args.shards,
+        shards,
+        run: opts.info(opts.duration),
         events: args.events,
         events_per_sec: 0.0,
         events_per_sec_per_shard: 0.0,
         results: 0,
         latency_us: None,
         incomplete_results: None,
-        latency_rate: args.rate,
-        rate: args.rate,
-        event_rate: args.rate.unwrap_or(args.event_rate),
-        seed: args.seed,
+        latency_rate: opts.rate,
+        rate: opts.rate,
+        event_rate: opts.rate.unwrap_or(args.event_rate),
         batch_records: args.batch,
+        latency_curve: None,
+        search: RateSearch::default(),
     };
-    let generator = NexmarkGenerator::new(config(report.event_rate))?;
-    let run = run_query(args.query, generator, &params, args.events, args.shards, args.batch, args.rate.is_some())?;
-    report.events_per_sec = args.events as f64 / run.elapsed.as_secs_f64().max(1e-9);
-    report.events_per_sec_per_shard = report.events_per_sec / args.shards as f64;
-    report.results = run.results;
-    report.latency_us = run.latency.filter(|l| !l.is_empty()).map(|l| l.summary());
-    report.incomplete_results = args.rate.map(|_| run.incomplete);
-    if args.rate.is_none() && args.latency_seconds > 0.0 {
-        let rate = ((report.events_per_sec / 2.0) as u64).max(1);
-        // Long enough for results to complete on the schedule: two spans and a second,
-        // for spans up to a minute (q17's day is left to --rate runs).
-        let span_ms = args.query.span_ms(&params);
-        let seconds = if span_ms <= 60_000 {
-            args.latency_seconds.max((2 * span_ms + 1000) as f64 / 1000.0)
-        } else {
-            args.latency_seconds
+    if opts.find_max_rate {
+        return find_max_rate(args, &params, report);
+    }
+    if let Some(rate) = opts.rate {
+        let events = match opts.duration {
+            Some(seconds) => ((rate as f64 * seconds) as u64).max(1),
+            None => args.events,
         };
-        let events = ((rate as f64 * seconds) as u64).max(1);
-        let generator = NexmarkGenerator::new(config(rate))?;
-        let run = run_query(args.query, generator, &params, events, args.shards, args.batch, true)?;
-        report.latency_us = run.latency.filter(|l| !l.is_empty()).map(|l| l.summary());
-        report.latency_rate = Some(rate);
-        report.incomplete_results = Some(run.incomplete);
+        let run = paced_run(args, &params, rate, events)?;
+        report.events = run.events;
+        report.events_per_sec = run.achieved;
+        report.events_per_sec_per_shard = run.achieved / shards as f64;
+        report.results = run.query.results;
+        keep_latency(args, &mut report, &run, rate)?;
+        return Ok(report);
+    }
+    let generator = NexmarkGenerator::new(config(args, report.event_rate))?;
+    if opts.warmup > 0.0 {
+        // A discarded throughput run of --warmup seconds.
+        run_query(args.query, generator, &params, UNBOUNDED_EVENTS, shards, args.batch, None, Some(opts.warmup()))
+            .context("the warm-up run")?;
+    }
+    let run = match opts.duration() {
+        Some(limit) => {
+            run_query(args.query, generator, &params, UNBOUNDED_EVENTS, shards, args.batch, None, Some(limit))?
+        }
+        None => run_query(args.query, generator, &params, args.events, shards, args.batch, None, None)?,
+    };
+    report.events = run.events;
+    report.events_per_sec = run.events as f64 / run.elapsed.as_secs_f64().max(1e-9);
+    report.events_per_sec_per_shard = report.events_per_sec / shards as f64;
+    report.results = run.results;
+    if args.latency_seconds > 0.0 {
+        let rate = ((report.events_per_sec / 2.0) as u64).max(1);
+        let seconds = latency_seconds(args, &params, args.latency_seconds);
+        let run = paced_run(args, &params, rate, ((rate as f64 * seconds) as u64).max(1))?;
+        keep_latency(args, &mut report, &run, rate)?;
+    } else {
+        opts.refuse_latency_files("--latency-seconds 0 skips the latency phase")?;
     }
     Ok(report)
 }
 
-/// Runs `query` over `events` events of `generator` on `shards` shards; `paced` releases
-/// them on the wall clock at the generator's rate and measures result latency.
+/// The generator's configuration at `events_per_sec`, seeded by `--seed`.
+fn config(args: &NexmarkArgs, events_per_sec: u64) -> NexmarkConfig {
+    NexmarkConfig {
+        seed: args.run.seed,
+        events_per_sec,
+        out_of_order_group_size: args.out_of_order_group,
+        ..NexmarkConfig::default()
+    }
+}
+
+/// A latency phase's length: `seconds`, but long enough for results to complete on the
+/// schedule (two spans and a second, for spans up to a minute; q17's day is left to
+/// `--rate` runs).
+fn latency_seconds(args: &NexmarkArgs, params: &QueryParams, seconds: f64) -> f64 {
+    let span_ms = args.query.span_ms(params);
+    if span_ms <= 60_000 { seconds.max((2 * span_ms + 1000) as f64 / 1000.0) } else { seconds }
+}
+
+/// A paced run and the rate it achieved after the warm-up.
+struct PacedRun {
+    query: QueryRun,
+    events: u64,
+    achieved: f64,
+}
+
+/// Releases `events` events (plus `--warmup`'s) at `rate` per second; results due within
+/// the warm-up are not measured.
+fn paced_run(args: &NexmarkArgs, params: &QueryParams, rate: u64, events: u64) -> anyhow::Result<PacedRun> {
+    let warmup_events = (rate as f64 * args.run.warmup) as u64;
+    let total = events.saturating_add(warmup_events);
+    let generator = NexmarkGenerator::new(config(args, rate))?;
+    let warmup = args.run.warmup();
+    let query = run_query(args.query, generator, params, total, args.shards(), args.batch, Some(warmup), None)?;
+    let achieved = events as f64 / query.elapsed.saturating_sub(warmup).as_secs_f64().max(1e-9);
+    Ok(PacedRun { query, events: total, achieved })
+}
+
+/// Puts a paced run's latencies in the report, and writes `--plot` and `--hlog`.
+fn keep_latency(args: &NexmarkArgs, report: &mut NexmarkReport, run: &PacedRun, rate: u64) -> anyhow::Result<()> {
+    let latency = run.query.latency.as_ref().filter(|l| !l.is_empty());
+    report.latency_us = latency.map(LatencyRecorder::summary);
+    report.latency_rate = Some(rate);
+    report.incomplete_results = Some(run.query.incomplete);
+    match latency {
+        Some(l) => {
+            let label = format!("nexmark {}, {} shards, {rate} events/s", args.query, report.shards);
+            report.latency_curve = Some(args.run.write_latency(l, "nexmark: result latency", &label)?);
+        }
+        None => args.run.refuse_latency_files("no result completed on the schedule")?,
+    }
+    Ok(())
+}
+
+/// `--find-max-rate`: ramps the offered rate ([`harness::find_max_rate`]), each step as
+/// long as a latency phase.
+fn find_max_rate(args: &NexmarkArgs, params: &QueryParams, mut report: NexmarkReport) -> anyhow::Result<NexmarkReport> {
+    let opts = &args.run;
+    let seconds = latency_seconds(args, params, opts.duration.unwrap_or(args.latency_seconds));
+    ensure!(seconds > 0.0, "--find-max-rate needs --duration (or --latency-seconds) > 0");
+    let mut latencies: Vec<(u64, LatencyRecorder)> = Vec::new();
+    let search = harness::find_max_rate(
+        opts.rate.unwrap_or(100_000),
+        opts.slo_p99_ms,
+        opts.ramp_steps,
+        opts.plot.as_deref(),
+        &format!("nexmark {}: result latency per offered rate", args.query),
+        "events/s",
+        |rate| {
+            let run = paced_run(args, params, rate, ((rate as f64 * seconds) as u64).max(1))?;
+            let latency = run.query.latency.clone().unwrap_or_default();
+            latencies.push((rate, latency.clone()));
+            Ok((run.achieved, latency))
+        },
+    )?;
+    if let Some(path) = &opts.hlog {
+        let at = latencies.iter().rposition(|(r, _)| Some(*r) == search.max_rate_within_slo);
+        latencies[at.unwrap_or(latencies.len() - 1)].1.write_hlog(path)?;
+    }
+    report.run.duration = Some(seconds);
+    report.rate = None;
+    report.events_per_sec = search.best_achieved();
+    report.events_per_sec_per_shard = report.events_per_sec / report.shards as f64;
+    report.search = search;
+    Ok(report)
+}
+
+/// Runs `query` over `events` events of `generator` on `shards` shards. `paced: Some(W)`
+/// releases them on the wall clock at the generator's rate and measures result latency,
+/// except for results due within the first `W` of the schedule (the warm-up); `limit`
+/// ends an unpaced run's sources that long after their first poll.
 ///
 /// # Errors
 ///
 /// A pipeline that failed.
+#[allow(clippy::too_many_arguments)]
 pub fn run_query(
     query: Query,
     generator: NexmarkGenerator,
@@ -209,8 +341,13 @@ pub fn run_query(
     events: u64,
     shards: usize,
     batch: usize,
-    paced: bool,
+    paced: Option<Duration>,
+    limit: Option<Duration>,
 ) -> anyhow::Result<QueryRun> {
+    let warmup = paced;
+    let paced = paced.is_some();
+    let emitted = Arc::new(AtomicU64::new(0));
+    let source_emitted = emitted.clone();
     let ends: Arc<Mutex<Vec<SinkEnd>>> = Arc::new(Mutex::new(Vec::new()));
     let starts: Arc<Mutex<Vec<Instant>>> = Arc::new(Mutex::new(Vec::new()));
     let ready = Arc::new(Barrier::new(shards));
@@ -220,10 +357,17 @@ pub fn run_query(
     let (sink_ends, shard_starts) = (ends.clone(), starts.clone());
     Pipeline::new(config)
         .run(move |scope| {
-            let events = NexmarkSource::stream(scope, generator, events, paced.then_some(epoch));
+            let events = match limit {
+                Some(limit) => {
+                    let source = NexmarkSource::new(generator, scope.shard(), scope.shards(), events);
+                    let source = TimeBound::new(source, limit, source_emitted.clone());
+                    scope.source(source, NexmarkSource::watermarks(&generator))
+                }
+                None => NexmarkSource::stream(scope, generator, events, paced.then_some(epoch)),
+            };
             let sink = BenchSink {
                 generator,
-                latency: paced.then_some(epoch),
+                latency: warmup.map(|warmup| (epoch, warmup)),
                 delay_ms: query.completion_delay_ms(),
                 ends: sink_ends.clone(),
             };
@@ -234,7 +378,7 @@ pub fn run_query(
         .with_context(|| format!("running nexmark {query}"))?;
     let ends = std::mem::take(&mut *ends.lock().unwrap_or_else(PoisonError::into_inner));
     ensure!(ends.len() == shards, "{} of {shards} shards' sinks ended", ends.len());
-    let mut latency = paced.then(LatencyRecorder::new);
+    let mut latency = paced.then(|| LatencyRecorder::with_intervals(epoch, HLOG_INTERVAL));
     let (mut results, mut incomplete) = (0, 0);
     for end in &ends {
         results += end.results;
@@ -250,7 +394,8 @@ pub fn run_query(
         starts.iter().copied().min().context("no shard started")?
     };
     let ended = ends.iter().map(|e| e.at).max().context("no shard ended")?;
-    Ok(QueryRun { elapsed: ended.saturating_duration_since(started), results, latency, incomplete })
+    let events = if limit.is_some() { emitted.load(Ordering::Relaxed) } else { events };
+    Ok(QueryRun { elapsed: ended.saturating_duration_since(started), results, events, latency, incomplete })
 }
 
 /// What each shard's sink hands back when its stream ends.
@@ -265,7 +410,8 @@ struct SinkEnd {
 /// Attaches a [`CountingSink`] to whatever a query produces.
 struct BenchSink {
     generator: NexmarkGenerator,
-    latency: Option<Instant>,
+    /// When paced: the schedule's start and its warm-up.
+    latency: Option<(Instant, Duration)>,
     delay_ms: i64,
     ends: Arc<Mutex<Vec<SinkEnd>>>,
 }
@@ -274,7 +420,9 @@ impl ResultSink for BenchSink {
     fn attach<T: 'static>(&self, results: Stream<T>) {
         results.attach(CountingSink {
             generator: self.generator,
-            latency: self.latency.map(|epoch| (epoch, LatencyRecorder::new())),
+            latency: self
+                .latency
+                .map(|(epoch, warmup)| (epoch, warmup, LatencyRecorder::with_intervals(epoch, HLOG_INTERVAL))),
             delay_ms: self.delay_ms,
             results: 0,
             incomplete: 0,
@@ -286,7 +434,8 @@ impl ResultSink for BenchSink {
 /// Counts results and, when paced, records each one's latency from the schedule.
 struct CountingSink {
     generator: NexmarkGenerator,
-    latency: Option<(Instant, LatencyRecorder)>,
+    /// When paced: the schedule's start, its warm-up, and the latencies.
+    latency: Option<(Instant, Duration, LatencyRecorder)>,
     delay_ms: i64,
     results: u64,
     incomplete: u64,
@@ -296,7 +445,7 @@ struct CountingSink {
 impl<T> Operator<T> for CountingSink {
     fn on_batch(&mut self, batch: &mut Vec<Timed<T>>) {
         self.results += batch.len() as u64;
-        if let Some((epoch, latency)) = &mut self.latency {
+        if let Some((epoch, warmup, latency)) = &mut self.latency {
             let now = Instant::now();
             for result in batch.iter() {
                 let complete = EventTime::from_millis(result.time.millis().saturating_add(self.delay_ms));
@@ -304,8 +453,8 @@ impl<T> Operator<T> for CountingSink {
                 if due > now {
                     // Fired by the end of the input before its window ended.
                     self.incomplete += 1;
-                } else {
-                    latency.record(now - due);
+                } else if due >= *epoch + *warmup {
+                    latency.record_at(now, now - due);
                 }
             }
         }
@@ -320,7 +469,7 @@ impl<T> Operator<T> for CountingSink {
         let end = SinkEnd {
             results: self.results,
             incomplete: self.incomplete,
-            latency: self.latency.as_ref().map(|(_, l)| l.clone()),
+            latency: self.latency.as_ref().map(|(_, _, l)| l.clone()),
             at: Instant::now(),
         };
         self.ends.lock().unwrap_or_else(PoisonError::into_inner).push(end);
@@ -336,7 +485,8 @@ impl NexmarkReport {
             None => format!("as fast as possible, {event_rate} events/s of event time"),
         };
         let mut table = Table::titled(format!(
-            "nexmark {query}: {shards} shards, {events} events, batches of {batch_records}, {mode}"
+            "nexmark {query}: {shards} shards, {events} events, batches of {batch_records}, {mode}, {}",
+            self.run.describe()
         ));
         let name = if self.rate.is_some() { "events (achieved)" } else { "events" };
         table.row(name, format!("{:.0}", self.events_per_sec), "events/s");
@@ -353,6 +503,7 @@ impl NexmarkReport {
         if let Some(n) = self.incomplete_results.filter(|n| *n > 0) {
             table.row("results fired early by the input's end", n, "(not in the latency)");
         }
+        self.search.rows(&mut table, "events/s");
         table
     }
 }

@@ -19,32 +19,31 @@
 //! default run reports both what the pipeline sustains and its result latency when not
 //! saturated.
 
-use std::path::PathBuf;
-
 use anyhow::{Context, ensure};
 use clap::{Args, ValueEnum, builder::RangedU64ValueParser};
 use serde::Serialize;
 use sluice_engine::dataflow::PipelineConfig;
 
 use super::{pipeline_job::Job, pipeline_sluice, pipeline_timely};
-use crate::harness::{Curve, LatencyRecorder, LatencySummary, Table, write_percentile_plot};
+use crate::harness::{self, Curve, LatencyRecorder, LatencySummary, RateSearch, RunArgs, RunInfo, Table};
 
-/// Options of `sluice-bench pipeline`.
+/// What `pipeline` makes of the shared options (`--help`).
+const SHARED_HELP: &str = "Shared options here: --shards defaults to one per CPU this process may run on. Without \
+--rate the run is the closed loop (--max): --rounds throughput rounds of --events events (or of --duration seconds \
+each), after one discarded round of --warmup seconds, then a latency phase of --latency-seconds at half the best rate \
+(its latencies go to --plot and --hlog). --rate R is the open loop: R events/s for --events events or --duration \
+seconds, after --warmup seconds whose events are counted but not measured. --find-max-rate ramps --rate (default \
+100 000) with steps of --duration (default --latency-seconds). The job is deterministic (event i has key i mod \
+10 000, and every result is checked against that closed form): --seed is recorded, not used.";
+
+/// Options of `sluice-bench pipeline` (its `--help` says what it makes of the shared ones).
 #[derive(Debug, Clone, Args)]
+#[command(after_help = SHARED_HELP)]
 pub struct PipelineArgs {
-    /// Events to generate
-    #[arg(long, default_value_t = 20_000_000, value_name = "N",
+    /// Events to generate (per round, and per --rate run unless --duration)
+    #[arg(long, default_value_t = 20_000_000, value_name = "N", conflicts_with = "duration",
           value_parser = clap::value_parser!(u64).range(1..))]
     pub events: u64,
-    /// Shards running the pipeline, each a glommio executor pinned to a CPU (and timely
-    /// workers, with --compare timely)
-    #[arg(long, default_value_t = default_shards(), value_name = "N",
-          value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
-    pub shards: usize,
-    /// Latency mode: send the events at this rate (events/s, open loop) and report
-    /// event-to-result latency
-    #[arg(long, value_name = "EVENTS_PER_SEC", value_parser = clap::value_parser!(u64).range(1..))]
-    pub rate: Option<u64>,
     /// How far the watermark trails the largest event time seen, in milliseconds
     #[arg(long, default_value_t = 10, value_name = "MS")]
     pub out_of_orderness_ms: u64,
@@ -53,6 +52,10 @@ pub struct PipelineArgs {
     #[arg(long, default_value_t = PipelineConfig::DEFAULT_BATCH_RECORDS, value_name = "N",
           value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
     pub batch: usize,
+    /// Leave sluice's shards unpinned (`PipelineConfig::pin = false`): the scheduler may
+    /// move them between CPUs
+    #[arg(long)]
+    pub no_pin: bool,
     /// Rounds in the throughput mode, each running sluice and then the baseline; each
     /// side's best round is its figure
     #[arg(long, default_value_t = 3, value_name = "N",
@@ -61,45 +64,32 @@ pub struct PipelineArgs {
     /// Also run the same job with this baseline, side by side (throughput mode only)
     #[arg(long, value_name = "BASELINE")]
     pub compare: Option<Baseline>,
-    /// Also write the report as JSON to this file
-    /// Without --rate: seconds of a latency phase at half the measured rate (0: none).
+    /// Without --rate: seconds of a latency phase at half the measured rate (0: none);
+    /// with --find-max-rate and no --duration, each step's seconds
     #[arg(long, default_value_t = 3.0, value_name = "SECONDS")]
     pub latency_seconds: f64,
-    #[arg(long, value_name = "PATH")]
-    pub json: Option<PathBuf>,
-    /// Write the result latencies' percentile chart (SVG) to this file
-    #[arg(long, value_name = "PATH")]
-    pub plot: Option<PathBuf>,
-    /// Write the result latencies as an HdrHistogram interval log (1 s intervals)
-    #[arg(long, value_name = "PATH")]
-    pub hlog: Option<PathBuf>,
-    /// Find the highest offered rate whose p99 result latency stays within --slo-p99-ms:
-    /// doubles the rate from --rate (default 100 000) while it holds, then halves the gap
-    /// three times; each step runs --latency-seconds
-    #[arg(long)]
-    pub find_max_rate: bool,
-    /// The p99 latency bound for --find-max-rate, milliseconds
-    #[arg(long, default_value_t = 10.0, value_name = "MS")]
-    pub slo_p99_ms: f64,
+    #[command(flatten)]
+    pub run: RunArgs,
 }
 
-/// One step of `--find-max-rate`.
-#[derive(Debug, Clone, Serialize)]
-pub struct RateStep {
-    /// Offered events per second.
-    pub rate: u64,
-    /// Events per second achieved (the schedule's length over the run's).
-    pub achieved: f64,
-    /// Result latency at this rate.
-    pub latency_us: LatencySummary,
-    /// Whether p99 was within the bound and the rate was kept up with.
-    pub within_slo: bool,
+impl PipelineArgs {
+    /// `--shards`, or one per CPU this process may run on.
+    pub fn shards(&self) -> usize {
+        self.run.shards.unwrap_or_else(default_shards)
+    }
 }
+
+/// One step of `--find-max-rate` (the harness's, shared by every workload).
+pub use crate::harness::RateStep;
 
 /// The CPUs this process may run on: one shard each.
 fn default_shards() -> usize {
     core_affinity::get_core_ids().map_or(1, |ids| ids.len().max(1))
 }
+
+/// Events enough that no `--duration` run reaches them (a million per second of event
+/// time for four months).
+const UNBOUNDED_EVENTS: u64 = 10_000_000_000_000;
 
 /// A baseline to compare against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
@@ -116,10 +106,16 @@ pub struct PipelineReport {
     pub workload: &'static str,
     /// `--shards` (and timely workers).
     pub shards: usize,
-    /// `--events`.
+    /// `--seed`, `--duration` and `--warmup` as used.
+    #[serde(flatten)]
+    pub run: RunInfo,
+    /// Events per run (`--events`, or what `--duration` let through in the last round;
+    /// with `--rate`, the warm-up's included).
     pub events: u64,
     /// `--batch`.
     pub batch_records: usize,
+    /// Whether sluice's shards were pinned to CPUs (not with `--no-pin`).
+    pub pinned: bool,
     /// `--out-of-orderness-ms`.
     pub out_of_orderness_ms: u64,
     /// `--rate`, in the latency mode.
@@ -140,10 +136,10 @@ pub struct PipelineReport {
     pub latency_rate: Option<u64>,
     /// The latency distribution, for `sluice-bench report --plot`.
     pub latency_curve: Option<Curve>,
-    /// `--find-max-rate`: the bound, every step, and the highest rate within it.
-    pub slo_p99_ms: Option<f64>,
-    pub rate_curve: Vec<RateStep>,
-    pub max_rate_within_slo: Option<u64>,
+    /// `--find-max-rate`: the bound (`slo_p99_ms`), every step (`rate_curve`), and the
+    /// highest rate within it (`max_rate_within_slo`).
+    #[serde(flatten)]
+    pub search: RateSearch,
     /// `--compare`.
     pub baseline: Option<Baseline>,
     /// Events per second through the baseline, in its best round.
@@ -162,42 +158,48 @@ pub struct PipelineReport {
 ///
 /// Bad options, a pipeline that failed, or results that do not match the job.
 pub fn run(args: &PipelineArgs) -> anyhow::Result<PipelineReport> {
-    let job = Job::new(args.events, args.rate, args.out_of_orderness_ms, args.batch)?;
+    let shards = args.shards();
+    let opts = &args.run;
     let mut report = PipelineReport {
         workload: "pipeline",
-        shards: args.shards,
+        shards,
+        run: opts.info(opts.duration),
         events: args.events,
         batch_records: args.batch,
+        pinned: !args.no_pin,
         out_of_orderness_ms: args.out_of_orderness_ms,
-        rate: args.rate,
+        rate: opts.rate,
         rounds: 1,
         events_per_sec: 0.0,
         results: 0,
         results_sum: 0,
         latency_us: None,
-        latency_rate: args.rate,
+        latency_rate: opts.rate,
         latency_curve: None,
-        slo_p99_ms: None,
-        rate_curve: Vec::new(),
-        max_rate_within_slo: None,
+        search: RateSearch::default(),
         baseline: args.compare,
         baseline_events_per_sec: None,
         ratio_to_baseline: None,
         round_events_per_sec: Vec::new(),
         round_baseline_events_per_sec: Vec::new(),
     };
-    let rate = |elapsed: std::time::Duration| args.events as f64 / elapsed.as_secs_f64().max(1e-9);
-    if args.find_max_rate {
+    if opts.find_max_rate {
         return find_max_rate(args, report);
     }
-    if args.rate.is_some() {
+    if let Some(rate) = opts.rate {
         ensure!(args.compare.is_none(), "--compare measures throughput: run it without --rate");
-        let sluice = pipeline_sluice::run(&job, args.shards, true)?;
-        report.events_per_sec = rate(sluice.elapsed);
+        let events = match opts.duration {
+            Some(seconds) => ((rate as f64 * seconds) as u64).max(1),
+            None => args.events,
+        };
+        let job = paced_job(args, rate, events)?;
+        let sluice = pipeline_sluice::run(&job, shards, true)?;
+        report.events = job.events;
+        report.events_per_sec = achieved(&job, sluice.elapsed);
         report.round_events_per_sec.push(report.events_per_sec);
         (report.results, report.results_sum) = (sluice.tally.results, sluice.tally.sum);
         if let Some(l) = &sluice.latency {
-            keep_latency(args, &mut report, l, args.rate.unwrap_or_default())?;
+            keep_latency(args, &mut report, l, rate)?;
         }
         return Ok(report);
     }
@@ -207,13 +209,26 @@ pub fn run(args: &PipelineArgs) -> anyhow::Result<PipelineReport> {
         .into_iter()
         .map(|core| core.id)
         .collect();
+    let job = Job::new(args.events, None, args.out_of_orderness_ms, args.batch)?.with_pin(!args.no_pin);
+    let unbounded = Job::new(UNBOUNDED_EVENTS, None, args.out_of_orderness_ms, args.batch)?.with_pin(!args.no_pin);
+    if opts.warmup > 0.0 {
+        // A discarded round of --warmup seconds.
+        pipeline_sluice::run_bounded(&unbounded, shards, opts.warmup()).context("the warm-up round")?;
+    }
     for _ in 0..args.rounds {
-        let sluice = pipeline_sluice::run(&job, args.shards, false)?;
-        report.round_events_per_sec.push(rate(sluice.elapsed));
+        let sluice = match opts.duration() {
+            Some(limit) => pipeline_sluice::run_bounded(&unbounded, shards, limit)?,
+            None => pipeline_sluice::run(&job, shards, false)?,
+        };
+        report.events = sluice.events;
+        report.round_events_per_sec.push(sluice.events as f64 / sluice.elapsed.as_secs_f64().max(1e-9));
         (report.results, report.results_sum) = (sluice.tally.results, sluice.tally.sum);
         if let Some(Baseline::Timely) = args.compare {
-            let timely = pipeline_timely::run(&job, args.shards, &cpus)?;
-            report.round_baseline_events_per_sec.push(rate(timely.elapsed));
+            // The same events sluice just counted (all of --events, or what --duration let
+            // through).
+            let job = Job::new(sluice.events, None, args.out_of_orderness_ms, args.batch)?.with_pin(!args.no_pin);
+            let timely = pipeline_timely::run(&job, shards, &cpus)?;
+            report.round_baseline_events_per_sec.push(sluice.events as f64 / timely.elapsed.as_secs_f64().max(1e-9));
         }
     }
     let best = |rates: &[f64]| rates.iter().copied().fold(0.0, f64::max);
@@ -229,75 +244,64 @@ pub fn run(args: &PipelineArgs) -> anyhow::Result<PipelineReport> {
         // Half of what was just sustained, for the given time.
         let rate = ((report.events_per_sec / 2.0) as u64).max(1);
         let events = ((rate as f64 * args.latency_seconds) as u64).max(1);
-        let job = Job::new(events, Some(rate), args.out_of_orderness_ms, args.batch)?;
-        let run = pipeline_sluice::run(&job, args.shards, true)?;
+        let run = pipeline_sluice::run(&paced_job(args, rate, events)?, shards, true)?;
         if let Some(l) = &run.latency {
             keep_latency(args, &mut report, l, rate)?;
         }
         report.latency_rate = Some(rate);
     } else {
-        ensure!(args.plot.is_none() && args.hlog.is_none(), "--plot and --hlog need a latency phase");
+        opts.refuse_latency_files("--latency-seconds 0 skips the latency phase")?;
     }
     Ok(report)
 }
 
-/// `--find-max-rate`: ramps the offered rate and bisects to the highest whose p99 stays
-/// within the bound (and which the pipeline keeps up with).
+/// The open-loop job at `rate`: `events` measured events after `--warmup`'s.
+fn paced_job(args: &PipelineArgs, rate: u64, events: u64) -> anyhow::Result<Job> {
+    let warmup_events = (rate as f64 * args.run.warmup) as u64;
+    Ok(Job::new(events.saturating_add(warmup_events), Some(rate), args.out_of_orderness_ms, args.batch)?
+        .with_warmup(args.run.warmup())
+        .with_pin(!args.no_pin))
+}
+
+/// The rate a paced run achieved: its measured events over the time after the warm-up.
+fn achieved(job: &Job, elapsed: std::time::Duration) -> f64 {
+    let measured = job.events - job.warmup_events();
+    measured as f64 / elapsed.saturating_sub(job.warmup).as_secs_f64().max(1e-9)
+}
+
+/// `--find-max-rate`: ramps the offered rate ([`harness::find_max_rate`]) and reports the
+/// highest whose p99 stays within the bound (and which the pipeline keeps up with).
 fn find_max_rate(args: &PipelineArgs, mut report: PipelineReport) -> anyhow::Result<PipelineReport> {
     ensure!(args.compare.is_none(), "--compare measures throughput: run it without --find-max-rate");
-    ensure!(args.slo_p99_ms.is_finite() && args.slo_p99_ms > 0.0, "--slo-p99-ms must be positive");
-    ensure!(
-        args.latency_seconds.is_finite() && args.latency_seconds > 0.0,
-        "--find-max-rate needs --latency-seconds > 0"
-    );
-    let slo_us = (args.slo_p99_ms * 1000.0) as u64;
-    let mut curves = Vec::new();
-    let mut step = |rate: u64, report: &mut PipelineReport| -> anyhow::Result<bool> {
-        let events = ((rate as f64 * args.latency_seconds) as u64).max(1);
-        let job = Job::new(events, Some(rate), args.out_of_orderness_ms, args.batch)?;
-        let run = pipeline_sluice::run(&job, args.shards, true)?;
-        let latency = run.latency.context("a latency run records latencies")?;
-        let achieved = events as f64 / run.elapsed.as_secs_f64().max(1e-9);
-        let summary = latency.summary();
-        let within_slo = summary.p99 <= slo_us && achieved >= 0.9 * rate as f64;
-        curves.push(latency.curve(&format!("{rate} events/s")));
-        report.rate_curve.push(RateStep { rate, achieved, latency_us: summary, within_slo });
-        Ok(within_slo)
-    };
-    let mut good: Option<u64> = None;
-    let mut bad: Option<u64> = None;
-    let mut rate = args.rate.unwrap_or(100_000).max(1);
-    for _ in 0..12 {
-        if step(rate, &mut report)? {
-            good = Some(rate);
-            rate = rate.saturating_mul(2);
-        } else {
-            bad = Some(rate);
-            break;
-        }
+    let opts = &args.run;
+    let seconds = opts.duration.unwrap_or(args.latency_seconds);
+    ensure!(seconds.is_finite() && seconds > 0.0, "--find-max-rate needs --duration (or --latency-seconds) > 0");
+    let shards = args.shards();
+    let mut latencies: Vec<(u64, LatencyRecorder)> = Vec::new();
+    let search = harness::find_max_rate(
+        opts.rate.unwrap_or(100_000),
+        opts.slo_p99_ms,
+        opts.ramp_steps,
+        opts.plot.as_deref(),
+        "windowed keyed count: result latency per offered rate",
+        "events/s",
+        |rate| {
+            let job = paced_job(args, rate, ((rate as f64 * seconds) as u64).max(1))?;
+            let run = pipeline_sluice::run(&job, shards, true)?;
+            let latency = run.latency.context("a latency run records latencies")?;
+            latencies.push((rate, latency.clone()));
+            Ok((achieved(&job, run.elapsed), latency))
+        },
+    )?;
+    if let Some(path) = &opts.hlog {
+        // The highest rate within the bound, else the last step.
+        let at = latencies.iter().rposition(|(r, _)| Some(*r) == search.max_rate_within_slo);
+        latencies[at.unwrap_or(latencies.len() - 1)].1.write_hlog(path)?;
     }
-    if let Some(mut hi) = bad {
-        let mut lo = good.unwrap_or(0);
-        for _ in 0..3 {
-            let mid = lo + (hi - lo) / 2;
-            if mid == lo || mid == 0 {
-                break;
-            }
-            if step(mid, &mut report)? {
-                lo = mid;
-                good = Some(mid);
-            } else {
-                hi = mid;
-            }
-        }
-    }
-    report.slo_p99_ms = Some(args.slo_p99_ms);
-    report.max_rate_within_slo = good;
+    report.run.duration = Some(seconds);
     report.rate = None;
-    report.events_per_sec = report.rate_curve.iter().filter(|s| s.within_slo).map(|s| s.achieved).fold(0.0, f64::max);
-    if let Some(path) = &args.plot {
-        write_percentile_plot(path, "windowed keyed count: result latency per offered rate", &curves)?;
-    }
+    report.events_per_sec = search.best_achieved();
+    report.search = search;
     Ok(report)
 }
 
@@ -309,14 +313,8 @@ fn keep_latency(
     rate: u64,
 ) -> anyhow::Result<()> {
     report.latency_us = Some(l.summary());
-    let curve = l.curve(&format!("sluice pipeline, {} shards, {rate} events/s", args.shards));
-    if let Some(path) = &args.plot {
-        write_percentile_plot(path, "windowed keyed count: result latency", std::slice::from_ref(&curve))?;
-    }
-    if let Some(path) = &args.hlog {
-        l.write_hlog(path)?;
-    }
-    report.latency_curve = Some(curve);
+    let label = format!("sluice pipeline, {} shards, {rate} events/s", report.shards);
+    report.latency_curve = Some(args.run.write_latency(l, "windowed keyed count: result latency", &label)?);
     Ok(())
 }
 
@@ -330,7 +328,8 @@ impl PipelineReport {
         };
         let mut table = Table::titled(format!(
             "pipeline: windowed keyed count, {shards} shards, {events} events, 10000 keys, 1 s tumbling windows, \
-             watermark bound {out_of_orderness_ms} ms, batches of {batch_records}, {mode}"
+             watermark bound {out_of_orderness_ms} ms, batches of {batch_records}, {mode}, {}",
+            self.run.describe()
         ));
         let name = if self.rate.is_some() { "sluice (achieved)" } else { "sluice" };
         table.row(name, format!("{:.0}", self.events_per_sec), "events/s");
@@ -346,21 +345,12 @@ impl PipelineReport {
             let rounds: Vec<String> = self.round_events_per_sec.iter().map(|r| format!("{:.1}", r / 1e6)).collect();
             table.row("rounds", rounds.join(" "), "M events/s");
         }
-        let ok = if self.results_sum == self.events { "ok" } else { "MISMATCH" };
-        table.row("results (sum of counts)", format!("{} ({}, {ok})", self.results, self.results_sum), "");
-        if let Some(slo) = self.slo_p99_ms {
-            for s in &self.rate_curve {
-                table.row(
-                    format!("offered {} events/s", s.rate),
-                    format!("p99 {} us, achieved {:.0}", s.latency_us.p99, s.achieved),
-                    if s.within_slo { "within" } else { "over" },
-                );
-            }
-            match self.max_rate_within_slo {
-                Some(r) => table.row(format!("highest rate with p99 <= {slo} ms"), r, "events/s"),
-                None => table.row(format!("highest rate with p99 <= {slo} ms"), "none of those tried", ""),
-            };
+        if self.search.slo_p99_ms.is_none() {
+            // (Each step of --find-max-rate checks its own results.)
+            let ok = if self.results_sum == self.events { "ok" } else { "MISMATCH" };
+            table.row("results (sum of counts)", format!("{} ({}, {ok})", self.results, self.results_sum), "");
         }
+        self.search.rows(&mut table, "events/s");
         if let Some(l) = &self.latency_us {
             if self.rate.is_none()
                 && let Some(rate) = self.latency_rate

@@ -41,6 +41,12 @@ pub struct Job {
     pub batch: usize,
     /// Distinct keys: event `i` has key `i % keys`. [`KEYS`] unless [`Job::with_keys`].
     pub keys: u64,
+    /// The start of the schedule whose latencies are discarded (`--warmup`); zero unless
+    /// [`Job::with_warmup`].
+    pub warmup: Duration,
+    /// Whether sluice's shards are pinned to CPUs (`PipelineConfig::pin`); true unless
+    /// [`Job::with_pin`].
+    pub pin: bool,
 }
 
 impl Job {
@@ -63,7 +69,30 @@ impl Job {
             events.checked_mul(ps_per_event).is_some(),
             "{events} events at {ps_per_event} ps apart overflow the schedule: fewer events or a higher rate"
         );
-        Ok(Job { events, ps_per_event, out_of_orderness_ms, batch, keys: KEYS })
+        Ok(Job { events, ps_per_event, out_of_orderness_ms, batch, keys: KEYS, warmup: Duration::ZERO, pin: true })
+    }
+
+    /// The same job, its shards pinned to CPUs or not.
+    pub fn with_pin(self, pin: bool) -> Self {
+        Job { pin, ..self }
+    }
+
+    /// The same job, its events scheduled before `warmup` not measured (their results
+    /// still checked).
+    pub fn with_warmup(self, warmup: Duration) -> Self {
+        Job { warmup, ..self }
+    }
+
+    /// Whether event `i`'s latency counts: it is scheduled after the warm-up.
+    #[inline]
+    pub fn is_measured(&self, i: u64) -> bool {
+        self.scheduled(i) >= self.warmup
+    }
+
+    /// Events scheduled within the warm-up (not measured).
+    pub fn warmup_events(&self) -> u64 {
+        let ps = self.warmup.as_nanos().saturating_mul(1000);
+        u64::try_from(ps.div_ceil(u128::from(self.ps_per_event))).unwrap_or(u64::MAX).min(self.events)
     }
 
     /// The same job over `keys` distinct keys.
@@ -241,6 +270,15 @@ mod tests {
         // 1 000 000 events in the first window over 7 keys: key 0 gets the extra one.
         assert_eq!((job.expected_count(0, 0), job.expected_count(6, 0)), (142_858, 142_857));
         assert!(job.with_keys(0).is_err());
+    }
+
+    #[test]
+    fn the_warmup_is_the_start_of_the_schedule() {
+        // 1000 events per second: the first 250 are in a 250 ms warm-up.
+        let job = Job::new(2000, Some(1000), 0, 16).unwrap().with_warmup(Duration::from_millis(250));
+        assert_eq!(job.warmup_events(), 250);
+        assert!(!job.is_measured(249) && job.is_measured(250));
+        assert_eq!(Job::new(2000, Some(1000), 0, 16).unwrap().warmup_events(), 0);
     }
 
     #[test]

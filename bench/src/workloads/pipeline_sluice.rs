@@ -14,6 +14,10 @@
 //! the event that waited least; measuring from the schedule, not from the actual send,
 //! charges a stalled source to every event it delayed (coordinated omission corrected).
 //!
+//! [`run_bounded`] runs the throughput mode for a time instead of a count (`--duration`):
+//! each shard's source stops when the time has passed, so the events counted are not a
+//! prefix of the job's and only their sum is checked.
+//!
 //! [`run_checkpointed`] runs the latency mode with checkpoints on or off for
 //! `sluice-bench checkpoint`; it also records each event's arrival latency at its window
 //! (`ArrivalCount`), and the paced source can resume from a checkpoint.
@@ -39,7 +43,7 @@ use sluice_engine::dataflow::{
 use sluice_io::EventTime;
 
 use super::pipeline_job::{Job, KEYS, Tally, WINDOW_MS};
-use crate::harness::LatencyRecorder;
+use crate::harness::{LatencyRecorder, TimeBound};
 
 /// The interval of the latency mode's `--hlog` log.
 const HLOG_INTERVAL: Duration = Duration::from_secs(1);
@@ -56,6 +60,8 @@ pub struct SluiceRun {
     pub elapsed: Duration,
     /// What the sinks saw (already checked against the job).
     pub tally: Tally,
+    /// Events the sources emitted (the job's events, unless [`run_bounded`]).
+    pub events: u64,
     /// Result latencies, in the latency mode.
     pub latency: Option<LatencyRecorder>,
     /// Every checkpoint completed, when the run checkpointed ([`run_checkpointed`]).
@@ -82,7 +88,17 @@ struct SinkEnd {
 ///
 /// A pipeline that failed, or results that do not match the job.
 pub fn run(job: &Job, shards: usize, paced: bool) -> anyhow::Result<SluiceRun> {
-    run_with(job, shards, paced, None, false)
+    run_with(job, shards, paced, None, false, None)
+}
+
+/// The throughput mode of [`run`] for `limit` (from each shard's first poll) rather than
+/// for `job.events` events: the job should have more events than that time lets through.
+///
+/// # Errors
+///
+/// A pipeline that failed, or results whose counts do not add up to the events sent.
+pub fn run_bounded(job: &Job, shards: usize, limit: Duration) -> anyhow::Result<SluiceRun> {
+    run_with(job, shards, false, None, false, Some(limit))
 }
 
 /// The latency mode of [`run`], taking checkpoints as `checkpoints` says (none when
@@ -94,7 +110,7 @@ pub fn run(job: &Job, shards: usize, paced: bool) -> anyhow::Result<SluiceRun> {
 ///
 /// As [`run`].
 pub fn run_checkpointed(job: &Job, shards: usize, checkpoints: Option<CheckpointConfig>) -> anyhow::Result<SluiceRun> {
-    run_with(job, shards, true, checkpoints, true)
+    run_with(job, shards, true, checkpoints, true, None)
 }
 
 fn run_with(
@@ -103,14 +119,17 @@ fn run_with(
     paced: bool,
     checkpoints: Option<CheckpointConfig>,
     arrivals: bool,
+    limit: Option<Duration>,
 ) -> anyhow::Result<SluiceRun> {
     let job = *job;
+    let emitted = Arc::new(AtomicU64::new(0));
+    let source_emitted = emitted.clone();
     let ends: Arc<Mutex<Vec<SinkEnd>>> = Arc::new(Mutex::new(Vec::new()));
     let starts: Arc<Mutex<Vec<Instant>>> = Arc::new(Mutex::new(Vec::new()));
     // Every shard has built its graph before the clock starts.
     let ready = Arc::new(Barrier::new(shards));
     let epoch = Instant::now() + PACED_START_DELAY;
-    let config = PipelineConfig { batch_records: job.batch, ..PipelineConfig::with_shards(shards) };
+    let config = PipelineConfig { batch_records: job.batch, pin: job.pin, ..PipelineConfig::with_shards(shards) };
     let (sink_ends, shard_starts) = (ends.clone(), starts.clone());
     // Held by the build closure, which every shard's thread keeps until it exits: once this
     // is the last reference, every shard has finished (and every checkpoint is counted).
@@ -132,6 +151,9 @@ fn run_with(
             });
             let events = if paced {
                 scope.source(PacedGenerator::new(scope.shard(), scope.shards(), job, epoch), strategy)
+            } else if let Some(limit) = limit {
+                let generator = Generator::new(scope.shard(), scope.shards(), job.events, |i| i);
+                scope.source(TimeBound::new(generator, limit, source_emitted.clone()), strategy)
             } else {
                 scope.source(Generator::new(scope.shard(), scope.shards(), job.events, |i| i), strategy)
             };
@@ -183,7 +205,18 @@ fn run_with(
             all.merge(shard);
         }
     }
-    tally.check(&job, "sluice")?;
+    let events = match limit {
+        Some(_) => {
+            // Each shard stopped at its own point: the counts add up, but not to the job's.
+            let emitted = emitted.load(Ordering::Relaxed);
+            anyhow::ensure!(tally.sum == emitted, "sluice: the results count {} events, {emitted} sent", tally.sum);
+            emitted
+        }
+        None => {
+            tally.check(&job, "sluice")?;
+            job.events
+        }
+    };
     let started = if paced {
         epoch
     } else {
@@ -194,6 +227,7 @@ fn run_with(
     Ok(SluiceRun {
         elapsed: ended.saturating_duration_since(started),
         tally,
+        events,
         latency,
         checkpoints,
         arrivals: all_arrivals,
@@ -249,7 +283,9 @@ impl Operator<WindowResult<u64, u64>> for CountingSink {
         if let Some((epoch, latency)) = &mut self.latency {
             let now = Instant::now();
             for result in batch.iter().map(|e| &e.value) {
-                if let Some(last) = self.job.last_event_of_window(result.window.start.0) {
+                if let Some(last) = self.job.last_event_of_window(result.window.start.0)
+                    && self.job.is_measured(last)
+                {
                     latency.record_at(now, now.saturating_duration_since(*epoch + self.job.scheduled(last)));
                 }
             }
@@ -294,8 +330,10 @@ impl Aggregate<u64> for ArrivalCount {
 
     fn add(&self, acc: &mut u64, i: &u64) {
         *acc += 1;
-        let scheduled = self.epoch + self.job.scheduled(*i);
-        self.recorder.borrow_mut().record(Instant::now().saturating_duration_since(scheduled));
+        if self.job.is_measured(*i) {
+            let scheduled = self.epoch + self.job.scheduled(*i);
+            self.recorder.borrow_mut().record(Instant::now().saturating_duration_since(scheduled));
+        }
     }
 
     fn merge(&self, into: &mut u64, from: u64) {

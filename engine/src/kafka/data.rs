@@ -142,18 +142,21 @@ pub(crate) async fn produce(ctx: &Arc<Context>, req: ProduceRequest, version: i1
                     Err(e) => return fail(r, e.code, e.message),
                 };
                 // Transactional batches come only with the transactional id whose
-                // transaction holds the partition; plain batches only without one.
+                // transaction holds the partition; plain batches only without one. The
+                // guards hold the transaction's markers back until the appends are done.
+                let mut appending = Vec::new();
                 for b in &batches {
                     match (tid, b.meta.attributes.is_transactional()) {
                         (Some(tid), true) => {
-                            if let Err((c, m)) = ctx.txns.check_produce(
+                            match ctx.txns.check_produce(
                                 tid,
                                 b.meta.producer_id.0,
                                 b.meta.producer_epoch,
                                 name,
                                 partition,
                             ) {
-                                return fail(r, c, m);
+                                Ok(guard) => appending.push(guard),
+                                Err((c, m)) => return fail(r, c, m),
                             }
                         }
                         (None, false) => {}
@@ -178,6 +181,7 @@ pub(crate) async fn produce(ctx: &Arc<Context>, req: ProduceRequest, version: i1
                         Err(e) => return fail(r, errors::of(&e), e.to_string()),
                     }
                 }
+                drop(appending);
                 r.base_offset = base.unwrap_or(-1);
                 (ti, r)
             }));

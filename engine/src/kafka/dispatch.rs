@@ -160,9 +160,9 @@ pub(crate) fn handle(ctx: &Arc<Context>, frame: Vec<u8>) -> Handled {
         RequestKind::InitProducerId(req) => Handled::Working(Box::pin(async move {
             done(ResponseKind::InitProducerId(admin::init_producer_id(&ctx, req, version).await))
         })),
-        RequestKind::AddPartitionsToTxn(req) => {
-            Handled::Ready(done(ResponseKind::AddPartitionsToTxn(transactions::add_partitions(&ctx, req))))
-        }
+        RequestKind::AddPartitionsToTxn(req) => Handled::Working(Box::pin(async move {
+            done(ResponseKind::AddPartitionsToTxn(transactions::add_partitions(&ctx, req).await))
+        })),
         RequestKind::AddOffsetsToTxn(req) => {
             Handled::Ready(done(ResponseKind::AddOffsetsToTxn(transactions::add_offsets(&ctx, req))))
         }

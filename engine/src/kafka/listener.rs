@@ -48,7 +48,7 @@ pub(crate) struct Context {
     pub(crate) config: KafkaConfig,
     /// The host and port clients are told to connect to.
     pub(crate) advertised: (String, i32),
-    /// Transactional ids and their transactions (in memory only).
+    /// Transactional ids and their transactions (persisted in `__transaction_state`).
     pub(crate) txns: super::transactions::Coordinator,
     /// Last stable offsets and aborted transactions for read_committed fetches.
     pub(crate) stable: super::stable::StableIndex,
@@ -82,17 +82,37 @@ impl KafkaServer {
             None if addr.ip().is_unspecified() => ("127.0.0.1".to_string(), i32::from(addr.port())),
             None => (addr.ip().to_string(), i32::from(addr.port())),
         };
-        let executors = config.executors;
+        let (executors, on_shards) = (config.executors, config.on_shards);
+        // Finish what the last run's transactions left undone before any client is served.
+        let (txns, note) =
+            futures_lite::future::block_on(super::transactions::recover(&engine)).map_err(KafkaError::Transactions)?;
+        if let Some(note) = note {
+            eprintln!("{note}");
+        }
         let ctx = Arc::new(Context {
-            engine,
+            engine: engine.clone(),
             config,
             advertised,
-            txns: super::transactions::Coordinator::default(),
+            txns,
             stable: super::stable::StableIndex::default(),
         });
         let (stop_tx, stop_rx) = async_channel::bounded::<()>(1);
         let cpus: Vec<usize> = core_affinity::get_core_ids().unwrap_or_default().into_iter().map(|c| c.id).collect();
         let mut server = KafkaServer { addr, stop: Some(stop_tx), threads: Vec::with_capacity(executors) };
+        if on_shards {
+            for i in 0..engine.shard_count() {
+                let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel::<std::io::Result<()>>(1);
+                let (ctx, stop_rx, engine) = (ctx.clone(), stop_rx.clone(), engine.clone());
+                // The loop runs on the shard; this thread only waits for it to end.
+                server.threads.push(std::thread::spawn(move || {
+                    let served = engine.run_on(i, move || accept_loop(i, ctx, addr, stop_rx, ready_tx));
+                    let _ = futures_lite::future::block_on(served);
+                }));
+                let ready = ready_rx.recv().unwrap_or_else(|_| Err(std::io::Error::other("the shard exited")));
+                ready.map_err(|source| KafkaError::Bind { addr, source })?;
+            }
+            return Ok(server);
+        }
         for i in 0..executors {
             let placement = match cpus.get(i % cpus.len().max(1)) {
                 Some(&cpu) => glommio::Placement::Fixed(cpu),
@@ -107,7 +127,7 @@ impl KafkaServer {
                 .io_memory(64 << 10)
                 .ring_depth(128);
             let handle = builder
-                .spawn(move || accept_loop(ctx, addr, stop_rx, ready_tx))
+                .spawn(move || accept_loop(i, ctx, addr, stop_rx, ready_tx))
                 .map_err(|e| KafkaError::Executor { executor: i, reason: e.to_string() })?;
             server.threads.push(std::thread::spawn(move || {
                 let _ = handle.join();
@@ -148,6 +168,7 @@ impl Drop for KafkaServer {
 }
 
 async fn accept_loop(
+    executor: usize,
     ctx: Arc<Context>,
     addr: SocketAddr,
     stop: async_channel::Receiver<()>,
@@ -163,6 +184,27 @@ async fn accept_loop(
             return;
         }
     };
+    if executor == 0 {
+        // Transactions open past their timeout are aborted from here.
+        let (ctx, stop) = (ctx.clone(), stop.clone());
+        glommio::spawn_local(async move {
+            loop {
+                let stopped = async {
+                    glommio::timer::sleep(super::transactions::TIMEOUT_CHECK).await;
+                    false
+                }
+                .or(async {
+                    let _ = stop.recv().await;
+                    true
+                });
+                if stopped.await {
+                    return;
+                }
+                super::transactions::expire(&ctx).await;
+            }
+        })
+        .detach();
+    }
     let open = Rc::new(Cell::new(0usize));
     loop {
         let accepted = async { Some(listener.accept().await) }.or(async {

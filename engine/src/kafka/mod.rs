@@ -38,6 +38,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 pub use listener::KafkaServer;
+pub use transactions::{TRANSACTION_STATE_TOPIC, TRANSACTION_TIMEOUT_MS_MAX};
 
 /// The node id sluice reports for itself: the only broker of its cluster.
 pub const NODE_ID: i32 = 0;
@@ -50,8 +51,15 @@ pub struct KafkaConfig {
     /// The host and port clients are told to connect to (Metadata, FindCoordinator);
     /// `None` means the bound address.
     pub advertise: Option<(String, u16)>,
-    /// Listener executors (one per shard core is the intent); at least 1.
+    /// Listener executors of their own, each pinned to a shard's core; at least 1.
+    /// Ignored when `on_shards` is set.
     pub executors: usize,
+    /// Accept and serve connections on the engine's shard executors themselves (one
+    /// `SO_REUSEPORT` socket per shard, through [`EngineHandle::run_on`]) instead of on
+    /// executors of their own: thread-per-core, no thread beside the shards.
+    ///
+    /// [`EngineHandle::run_on`]: crate::EngineHandle::run_on
+    pub on_shards: bool,
     /// The largest request frame accepted; a larger one closes the connection (Kafka's
     /// `socket.request.max.bytes`).
     pub max_request_bytes: usize,
@@ -82,6 +90,7 @@ impl KafkaConfig {
             listen,
             advertise: None,
             executors: 1,
+            on_shards: false,
             max_request_bytes: 100 << 20,
             max_in_flight_per_connection: 16,
             max_connections_per_executor: 4096,
@@ -118,4 +127,7 @@ pub enum KafkaError {
     /// A setting is out of range.
     #[error("invalid Kafka listener configuration: {0}")]
     Config(String),
+    /// The transaction state of the last run could not be read or finished.
+    #[error("recovering the Kafka listener's transactions: {0}")]
+    Transactions(#[source] crate::EngineError),
 }

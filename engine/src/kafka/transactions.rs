@@ -9,12 +9,28 @@
 //! bumps the epoch, which fences the older producer (its batches and requests are
 //! refused with INVALID_PRODUCER_EPOCH).
 //!
-//! Not persisted: the map lives in the listener's memory and is lost on restart. A
-//! transaction open at that moment is never ended: no marker for its producer id is
-//! written, and it holds back read_committed readers of its partitions from its first
-//! batch on.
-//! Transaction timeouts are validated but not enforced: a producer that dies mid
-//! transaction keeps it open until its transactional id is initialized again.
+//! **Persisted**, as Kafka's `__transaction_state`: every state change a client is told
+//! about is first appended (fsync always) to the internal compacted topic
+//! [`TRANSACTION_STATE_TOPIC`], keyed by transactional id: the producer id and epoch
+//! (InitProducerId), the partitions a transaction added (AddPartitionsToTxn, before it
+//! answers, so a crash cannot leave a partition with an open transaction no one knows
+//! of), `prepare_commit` with the offsets to commit (EndTxn, before the first commit
+//! marker) and `empty` once it ended. When the listener starts it reads that topic and
+//! finishes what a crash interrupted: an ongoing transaction is aborted (markers on every
+//! partition it added) and its epoch bumped, which fences the producer that had it open;
+//! a `prepare_commit` one is committed again (a second marker for a decided transaction
+//! changes nothing, and the offsets are the same).
+//!
+//! **Timeouts** are enforced: a transaction open longer than the timeout its producer
+//! gave InitProducerId is aborted by the listener (checked every
+//! [`TIMEOUT_CHECK`](TIMEOUT_CHECK)) and its epoch bumped, so the producer's later
+//! requests are refused as from a fenced producer.
+//!
+//! While a state change is being persisted or markers written, other requests of that
+//! transactional id get CONCURRENT_TRANSACTIONS, which clients retry. Markers wait for
+//! the transactional produces already checked to finish appending, so no batch of a
+//! transaction can land after its marker and leave a *hanging* transaction that holds
+//! read_committed readers back forever (the race KIP-890 closes in Kafka).
 //!
 //! Markers and offsets are not one atomic step: the commit markers are written first,
 //! then the offsets, so a failure between them makes a consume-transform-produce loop
@@ -22,6 +38,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::add_partitions_to_txn_response::{
     AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
@@ -34,17 +51,27 @@ use kafka_protocol::messages::{
     EndTxnRequest, EndTxnResponse, InitProducerIdRequest, InitProducerIdResponse, ProducerId as WireProducerId,
     TxnOffsetCommitRequest, TxnOffsetCommitResponse,
 };
+use serde::{Deserialize, Serialize};
 use sluice_io::txn::Marker;
-use sluice_io::{Offset, ProducerId};
+use sluice_io::{Offset, ProducerId, Timestamp};
 
 use crate::assignor::MemberId;
+use crate::config::TopicConfig;
 use crate::engine::EngineHandle;
 use crate::error::EngineError;
 use crate::names::validate_name;
+use crate::shard::OwnedRecord;
 
 use super::data::join_all;
 use super::errors::{self, code};
 use super::listener::Context;
+
+/// The internal compacted topic holding every transactional id's state (one partition),
+/// as Kafka's of the same name.
+pub const TRANSACTION_STATE_TOPIC: &str = "__transaction_state";
+
+/// How often the listener looks for transactions open past their timeout.
+pub(crate) const TIMEOUT_CHECK: Duration = Duration::from_secs(1);
 
 /// The longest transaction timeout accepted (Kafka's `transaction.max.timeout.ms`).
 pub const TRANSACTION_TIMEOUT_MS_MAX: i32 = 15 * 60 * 1000;
@@ -82,7 +109,148 @@ struct TxnState {
     groups: BTreeMap<String, PendingOffsets>,
     /// How the last transaction ended (true: committed), so a retried EndTxn succeeds.
     last_ended: Option<bool>,
+    /// The producer's transaction timeout.
+    timeout_ms: i32,
+    /// When the open transaction began, for its timeout.
+    started: Option<Instant>,
+    /// A change of this id's state is being persisted.
+    persisting: bool,
+    /// Transactional produces checked and not yet appended: markers wait for them, so no
+    /// batch of a transaction lands after its marker (a hanging transaction).
+    appending: usize,
 }
+
+impl TxnState {
+    /// A state change is under way: other requests get CONCURRENT_TRANSACTIONS.
+    fn busy(&self) -> bool {
+        self.phase == Phase::Ending || self.persisting
+    }
+
+    fn new(producer_id: i64, epoch: i16, timeout_ms: i32) -> TxnState {
+        TxnState {
+            producer_id,
+            epoch,
+            phase: Phase::Empty,
+            partitions: BTreeSet::new(),
+            groups: BTreeMap::new(),
+            last_ended: None,
+            timeout_ms,
+            started: None,
+            persisting: false,
+            appending: 0,
+        }
+    }
+
+    /// The transaction is open from now on, if it was not already.
+    fn open(&mut self) {
+        if self.phase == Phase::Empty {
+            self.started = Some(Instant::now());
+        }
+        self.phase = Phase::Ongoing;
+        self.last_ended = None;
+    }
+}
+
+/// What [`TRANSACTION_STATE_TOPIC`] holds for a transactional id (JSON).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Stored {
+    producer_id: i64,
+    epoch: i16,
+    timeout_ms: i32,
+    state: StoredState,
+    #[serde(default)]
+    partitions: Vec<(String, u32)>,
+    #[serde(default)]
+    offsets: Vec<StoredGroup>,
+    #[serde(default)]
+    last_ended: Option<bool>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum StoredState {
+    /// No transaction open.
+    Empty,
+    /// A transaction with these partitions is open.
+    Ongoing,
+    /// EndTxn decided to commit: the markers and offsets may be partly written.
+    PrepareCommit,
+}
+
+/// Offsets a committing transaction commits for one group.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct StoredGroup {
+    group: String,
+    member: Option<(String, u32)>,
+    offsets: Vec<(String, u32, u64)>,
+}
+
+impl Stored {
+    fn empty(producer_id: i64, epoch: i16, timeout_ms: i32, last_ended: Option<bool>) -> Stored {
+        Stored {
+            producer_id,
+            epoch,
+            timeout_ms,
+            state: StoredState::Empty,
+            partitions: Vec::new(),
+            offsets: Vec::new(),
+            last_ended,
+        }
+    }
+
+    fn ongoing(s: &TxnState, partitions: &BTreeSet<(String, u32)>) -> Stored {
+        Stored {
+            state: StoredState::Ongoing,
+            partitions: partitions.iter().cloned().collect(),
+            ..Stored::empty(s.producer_id, s.epoch, s.timeout_ms, None)
+        }
+    }
+
+    fn prepare_commit(
+        producer_id: i64,
+        epoch: i16,
+        timeout_ms: i32,
+        partitions: &BTreeSet<(String, u32)>,
+        groups: &BTreeMap<String, PendingOffsets>,
+    ) -> Stored {
+        Stored {
+            state: StoredState::PrepareCommit,
+            partitions: partitions.iter().cloned().collect(),
+            offsets: groups
+                .iter()
+                .map(|(group, pending)| StoredGroup {
+                    group: group.clone(),
+                    member: pending.member.as_ref().map(|(m, g)| (m.as_str().to_string(), *g)),
+                    offsets: pending.offsets.iter().map(|((t, p), o)| (t.clone(), *p, o.0)).collect(),
+                })
+                .collect(),
+            ..Stored::empty(producer_id, epoch, timeout_ms, None)
+        }
+    }
+
+    fn groups(&self) -> BTreeMap<String, PendingOffsets> {
+        self.offsets
+            .iter()
+            .map(|g| {
+                let pending = PendingOffsets {
+                    member: g.member.as_ref().map(|(m, gen_id)| (MemberId::new(m.as_str()), *gen_id)),
+                    offsets: g.offsets.iter().map(|(t, p, o)| ((t.clone(), *p), Offset(*o))).collect(),
+                };
+                (g.group.clone(), pending)
+            })
+            .collect()
+    }
+}
+
+/// Appends `tid`'s new state to [`TRANSACTION_STATE_TOPIC`]; resolves once it is durable.
+async fn persist(engine: &EngineHandle, tid: &str, stored: &Stored) -> Result<(), EngineError> {
+    let value = serde_json::to_vec(stored).map_err(|e| EngineError::InvalidConfig(e.to_string()))?;
+    let record = OwnedRecord { key: Some(tid.as_bytes().to_vec()), value, event_time: Timestamp::now() };
+    engine.send_to(TRANSACTION_STATE_TOPIC, 0, record).await.map(|_| ())
+}
+
+/// Partitions of a transaction, as (topic, partition).
+type Partitions = BTreeSet<(String, u32)>;
 
 /// Every transactional id the listener knows (see the module docs).
 #[derive(Debug, Default)]
@@ -116,7 +284,9 @@ impl Coordinator {
         Ok(s)
     }
 
-    /// Whether a transactional batch of `tid` may be written to `topic`/`partition`.
+    /// Whether a transactional batch of `tid` may be written to `topic`/`partition`. The
+    /// guard marks the append as under way until it is dropped: hold it until the batch is
+    /// appended, since the transaction's markers wait for it.
     pub(crate) fn check_produce(
         &self,
         tid: &str,
@@ -124,7 +294,7 @@ impl Coordinator {
         epoch: i16,
         topic: &str,
         partition: u32,
-    ) -> Result<(), (i16, String)> {
+    ) -> Result<Appending<'_>, (i16, String)> {
         let mut txns = self.lock();
         let s = Self::verify(&mut txns, tid, producer_id, epoch).map_err(|c| {
             (c, format!("producer {producer_id} epoch {epoch} is not the current one of transactional id {tid:?}"))
@@ -135,8 +305,202 @@ impl Coordinator {
                 format!("{topic}-{partition} was not added to transactional id {tid:?}'s transaction"),
             ));
         }
-        Ok(())
+        s.appending += 1;
+        Ok(Appending { coordinator: self, tid: tid.to_string() })
     }
+
+    /// Waits until no checked transactional produce of `tid` is still appending (its phase
+    /// is `Ending` by now, so no new one is let through).
+    async fn drained(&self, tid: &str) {
+        while self.lock().get(tid).is_some_and(|s| s.appending > 0) {
+            glommio::timer::sleep(Duration::from_millis(1)).await;
+        }
+    }
+}
+
+/// A transactional produce between its check and its append ([`Coordinator::check_produce`]).
+#[derive(Debug)]
+pub(crate) struct Appending<'a> {
+    coordinator: &'a Coordinator,
+    tid: String,
+}
+
+impl Drop for Appending<'_> {
+    fn drop(&mut self) {
+        if let Some(s) = self.coordinator.lock().get_mut(&self.tid) {
+            s.appending = s.appending.saturating_sub(1);
+        }
+    }
+}
+
+/// Creates [`TRANSACTION_STATE_TOPIC`] if it is missing, reads it, and finishes what the
+/// last run left undone (see the module docs). Returns the coordinator and a line for the
+/// log when something had to be finished.
+pub(crate) async fn recover(engine: &EngineHandle) -> Result<(Coordinator, Option<String>), EngineError> {
+    if matches!(engine.describe_topic(TRANSACTION_STATE_TOPIC), Err(EngineError::UnknownTopic(_))) {
+        // Durable before a state change is acknowledged, compacted to the latest state.
+        let config = TopicConfig {
+            fsync: "always".into(),
+            cleanup: "compact".into(),
+            segment_bytes: 16 << 20,
+            linger_ms: 0,
+            ..TopicConfig::default()
+        };
+        match engine.create_topic(TRANSACTION_STATE_TOPIC, 1, Some(config)).await {
+            Ok(_) | Err(EngineError::TopicExists(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let mut latest: HashMap<String, Stored> = HashMap::new();
+    let (mut at, end) = engine.offsets(TRANSACTION_STATE_TOPIC, 0).await?;
+    let mut unreadable = 0usize;
+    while at < end {
+        let batches = engine.fetch(TRANSACTION_STATE_TOPIC, 0, at, 4 << 20, Duration::ZERO).await?;
+        if batches.is_empty() {
+            break;
+        }
+        for r in batches.records() {
+            let r = r.map_err(|e| EngineError::log(TRANSACTION_STATE_TOPIC, 0, e))?;
+            let tid = r.key().and_then(|k| std::str::from_utf8(k).ok());
+            match (tid, serde_json::from_slice::<Stored>(r.value())) {
+                (Some(tid), Ok(stored)) => {
+                    latest.insert(tid.to_string(), stored);
+                }
+                _ => unreadable += 1,
+            }
+        }
+        at = batches.next_offset();
+    }
+    let (mut aborted, mut committed) = (0, 0);
+    let mut txns = HashMap::with_capacity(latest.len());
+    for (tid, stored) in latest {
+        let partitions: BTreeSet<(String, u32)> = stored.partitions.iter().cloned().collect();
+        let state = match stored.state {
+            StoredState::Empty => {
+                let mut s = TxnState::new(stored.producer_id, stored.epoch, stored.timeout_ms);
+                s.last_ended = stored.last_ended;
+                s
+            }
+            StoredState::Ongoing => {
+                let (id, epoch) =
+                    abort_and_fence(engine, &tid, stored.producer_id, stored.epoch, stored.timeout_ms, &partitions)
+                        .await?;
+                aborted += 1;
+                let mut s = TxnState::new(id, epoch, stored.timeout_ms);
+                s.last_ended = Some(false);
+                s
+            }
+            StoredState::PrepareCommit => {
+                write_markers(engine, stored.producer_id, &partitions, Marker::Commit).await?;
+                commit_group_offsets(engine, &stored.groups()).await?;
+                persist(engine, &tid, &Stored::empty(stored.producer_id, stored.epoch, stored.timeout_ms, Some(true)))
+                    .await?;
+                committed += 1;
+                let mut s = TxnState::new(stored.producer_id, stored.epoch, stored.timeout_ms);
+                s.last_ended = Some(true);
+                s
+            }
+        };
+        txns.insert(tid, state);
+    }
+    let note = (aborted + committed + unreadable > 0).then(|| {
+        format!(
+            "sluice kafka listener: {} transactional ids restored; {aborted} open transactions aborted, \
+             {committed} decided commits completed, {unreadable} unreadable state records skipped",
+            txns.len()
+        )
+    });
+    Ok((Coordinator { txns: Mutex::new(txns) }, note))
+}
+
+/// Aborts `producer_id`'s transaction in `partitions`, bumps the epoch (a new producer id
+/// once the epoch runs out) and persists the id's state as empty. Returns the new producer
+/// id and epoch.
+async fn abort_and_fence(
+    engine: &EngineHandle,
+    tid: &str,
+    producer_id: i64,
+    epoch: i16,
+    timeout_ms: i32,
+    partitions: &BTreeSet<(String, u32)>,
+) -> Result<(i64, i16), EngineError> {
+    write_markers(engine, producer_id, partitions, Marker::Abort).await?;
+    let (id, epoch) =
+        if epoch >= i16::MAX - 1 { (engine.init_producer_id().await?.0, 0) } else { (producer_id, epoch + 1) };
+    persist(engine, tid, &Stored::empty(id, epoch, timeout_ms, Some(false))).await?;
+    Ok((id, epoch))
+}
+
+/// Aborts every transaction open longer than its timeout, and fences its producer.
+pub(crate) async fn expire(ctx: &Arc<Context>) {
+    let now = Instant::now();
+    let expired: Vec<(String, i64, i16, i32, Partitions)> = {
+        let mut txns = ctx.txns.lock();
+        txns.iter_mut()
+            .filter(|(_, s)| {
+                s.phase == Phase::Ongoing
+                    && !s.persisting
+                    && s.started.is_some_and(|t| {
+                        now.saturating_duration_since(t) > Duration::from_millis(s.timeout_ms.max(0) as u64)
+                    })
+            })
+            .map(|(tid, s)| {
+                s.phase = Phase::Ending;
+                (tid.clone(), s.producer_id, s.epoch, s.timeout_ms, s.partitions.clone())
+            })
+            .collect()
+    };
+    for (tid, producer_id, epoch, timeout_ms, partitions) in expired {
+        ctx.txns.drained(&tid).await;
+        let result = abort_and_fence(&ctx.engine, &tid, producer_id, epoch, timeout_ms, &partitions).await;
+        let mut txns = ctx.txns.lock();
+        let Some(s) = txns.get_mut(&tid) else { continue };
+        match result {
+            Ok((id, epoch)) => {
+                eprintln!(
+                    "sluice kafka listener: transactional id {tid:?}: transaction open longer than its \
+                     {timeout_ms} ms timeout aborted; producer {producer_id} fenced"
+                );
+                *s = TxnState::new(id, epoch, timeout_ms);
+                s.last_ended = Some(false);
+            }
+            Err(e) => {
+                // Tried again at the next check.
+                eprintln!("sluice kafka listener: aborting transactional id {tid:?}'s timed-out transaction: {e}");
+                s.phase = Phase::Ongoing;
+            }
+        }
+    }
+}
+
+/// Commits a committing transaction's group offsets.
+async fn commit_group_offsets(
+    engine: &EngineHandle,
+    groups: &BTreeMap<String, PendingOffsets>,
+) -> Result<(), EngineError> {
+    for (group, pending) in groups {
+        let offsets: Vec<(String, u32, Offset)> =
+            pending.offsets.iter().map(|((t, p), o)| (t.clone(), *p, *o)).collect();
+        if offsets.is_empty() {
+            continue;
+        }
+        let member = pending.member.as_ref().map(|(m, g)| (m, *g));
+        match engine.commit_offsets(group, member, &offsets).await {
+            // As OffsetCommit does: a member committing at the generation before the
+            // current one is let through.
+            Err(EngineError::StaleGeneration { got, current, .. }) if got < current => {
+                let member = pending.member.as_ref().map(|(m, _)| (m, current));
+                engine.commit_offsets(group, member, &offsets).await?;
+            }
+            // A member no longer in the group (the listener restarted): commit as a
+            // simple consumer, as Kafka's coordinator completes a decided commit.
+            Err(EngineError::UnknownMember { .. }) | Err(EngineError::StaleGeneration { .. }) if member.is_some() => {
+                engine.commit_offsets(group, None, &offsets).await?;
+            }
+            other => other?,
+        }
+    }
+    Ok(())
 }
 
 async fn write_markers(
@@ -182,29 +546,34 @@ pub(crate) async fn init_producer_id(
 
 async fn init(ctx: &Arc<Context>, req: &InitProducerIdRequest, tid: &str, version: i16) -> Result<(i64, i16), i16> {
     validate_tid(tid)?;
-    if !(1..=TRANSACTION_TIMEOUT_MS_MAX).contains(&req.transaction_timeout_ms) {
+    let timeout_ms = req.transaction_timeout_ms;
+    if !(1..=TRANSACTION_TIMEOUT_MS_MAX).contains(&timeout_ms) {
         return Err(code::INVALID_TRANSACTION_TIMEOUT);
     }
     let coordinator = &ctx.txns;
     let (given_id, given_epoch) = (req.producer_id.0, req.producer_epoch);
-    // Take what the id has open, and keep others out while it is aborted.
-    let (open, producer_id, new_id) = {
+    // Take what the id has open, and keep others out while it is aborted and the new
+    // epoch persisted (a new id holds a placeholder meanwhile).
+    let (open, producer_id, epoch) = {
         let mut txns = coordinator.lock();
         match txns.get_mut(tid) {
             None => {
                 if txns.len() >= TRANSACTIONAL_IDS_MAX {
                     // Forget an id with nothing open (its producer, if it comes back, is
                     // still fenced: its producer id no longer maps to anything).
-                    let idle = txns.iter().find(|(_, s)| s.phase == Phase::Empty).map(|(k, _)| k.clone());
+                    let idle = txns.iter().find(|(_, s)| s.phase == Phase::Empty && !s.busy()).map(|(k, _)| k.clone());
                     match idle {
                         Some(k) => txns.remove(&k),
                         None => return Err(code::COORDINATOR_NOT_AVAILABLE),
                     };
                 }
-                (None, -1, true)
+                let mut placeholder = TxnState::new(-1, -1, timeout_ms);
+                placeholder.phase = Phase::Ending;
+                txns.insert(tid.to_string(), placeholder);
+                (None, -1, -1)
             }
             Some(s) => {
-                if s.phase == Phase::Ending {
+                if s.busy() {
                     return Err(code::CONCURRENT_TRANSACTIONS);
                 }
                 if given_id != -1 && (given_id != s.producer_id || given_epoch != s.epoch) {
@@ -212,21 +581,30 @@ async fn init(ctx: &Arc<Context>, req: &InitProducerIdRequest, tid: &str, versio
                 }
                 let open = (s.phase == Phase::Ongoing).then(|| std::mem::take(&mut s.partitions));
                 s.phase = Phase::Ending;
-                (open, s.producer_id, s.epoch >= i16::MAX - 1)
+                (open, s.producer_id, s.epoch)
             }
         }
     };
-    let result: Result<Option<i64>, EngineError> = async {
+    coordinator.drained(tid).await;
+    let result: Result<(i64, i16), EngineError> = async {
         if let Some(parts) = &open {
             write_markers(&ctx.engine, producer_id, parts, Marker::Abort).await?;
         }
-        if new_id { Ok(Some(ctx.engine.init_producer_id().await?.0)) } else { Ok(None) }
+        let (id, epoch) = if producer_id == -1 || epoch >= i16::MAX - 1 {
+            (ctx.engine.init_producer_id().await?.0, 0)
+        } else {
+            (producer_id, epoch + 1)
+        };
+        persist(&ctx.engine, tid, &Stored::empty(id, epoch, timeout_ms, None)).await?;
+        Ok((id, epoch))
     }
     .await;
     let mut txns = coordinator.lock();
     match result {
         Err(e) => {
-            if let Some(s) = txns.get_mut(tid) {
+            if producer_id == -1 {
+                txns.remove(tid);
+            } else if let Some(s) = txns.get_mut(tid) {
                 if let Some(parts) = open {
                     s.partitions = parts;
                     s.phase = Phase::Ongoing;
@@ -237,33 +615,16 @@ async fn init(ctx: &Arc<Context>, req: &InitProducerIdRequest, tid: &str, versio
             eprintln!("sluice kafka listener: InitProducerId for transactional id {tid:?}: {e}");
             Err(errors::of(&e))
         }
-        Ok(fresh) => {
-            let s = txns.entry(tid.to_string()).or_insert(TxnState {
-                producer_id: -1,
-                epoch: -1,
-                phase: Phase::Empty,
-                partitions: BTreeSet::new(),
-                groups: BTreeMap::new(),
-                last_ended: None,
-            });
-            match fresh {
-                Some(id) => {
-                    s.producer_id = id;
-                    s.epoch = 0;
-                }
-                None => s.epoch += 1,
-            }
-            s.phase = Phase::Empty;
-            s.partitions.clear();
-            s.groups.clear();
-            s.last_ended = None;
-            Ok((s.producer_id, s.epoch))
+        Ok((id, epoch)) => {
+            txns.insert(tid.to_string(), TxnState::new(id, epoch, timeout_ms));
+            Ok((id, epoch))
         }
     }
 }
 
-/// Handles an AddPartitionsToTxn request (versions 0-3: one transaction).
-pub(crate) fn add_partitions(ctx: &Arc<Context>, req: AddPartitionsToTxnRequest) -> AddPartitionsToTxnResponse {
+/// Handles an AddPartitionsToTxn request (versions 0-3: one transaction). New partitions
+/// are persisted before the answer.
+pub(crate) async fn add_partitions(ctx: &Arc<Context>, req: AddPartitionsToTxnRequest) -> AddPartitionsToTxnResponse {
     let tid = req.v3_and_below_transactional_id.0.as_str();
     // Every partition must exist; otherwise none is added.
     let mut codes: Vec<(usize, i32, i16)> = Vec::new();
@@ -274,29 +635,56 @@ pub(crate) fn add_partitions(ctx: &Arc<Context>, req: AddPartitionsToTxnRequest)
             codes.push((ti, p, if ok { code::NONE } else { code::UNKNOWN_TOPIC_OR_PARTITION }));
         }
     }
-    let shared = {
+    let all_known = codes.iter().all(|c| c.2 == code::NONE);
+    // Err: a code for every partition. Ok(Some): the state to persist first.
+    let decided: Result<Option<(Stored, Partitions)>, i16> = {
         let mut txns = ctx.txns.lock();
         match Coordinator::verify(&mut txns, tid, req.v3_and_below_producer_id.0, req.v3_and_below_producer_epoch) {
-            Err(c) => Some(c),
-            Ok(s) if s.phase == Phase::Ending => Some(code::CONCURRENT_TRANSACTIONS),
-            Ok(s) => {
-                if codes.iter().all(|c| c.2 == code::NONE) {
-                    for (ti, p, _) in &codes {
-                        let name = req.v3_and_below_topics[*ti].name.0.as_str().to_string();
-                        s.partitions.insert((name, *p as u32));
-                    }
-                    if !codes.is_empty() {
-                        s.phase = Phase::Ongoing;
-                        s.last_ended = None;
-                    }
-                } else {
-                    for c in &mut codes {
-                        if c.2 == code::NONE {
-                            c.2 = code::OPERATION_NOT_ATTEMPTED;
-                        }
+            Err(c) => Err(c),
+            Ok(s) if s.busy() => Err(code::CONCURRENT_TRANSACTIONS),
+            Ok(_) if !all_known => {
+                for c in &mut codes {
+                    if c.2 == code::NONE {
+                        c.2 = code::OPERATION_NOT_ATTEMPTED;
                     }
                 }
-                None
+                Ok(None)
+            }
+            Ok(s) => {
+                let mut partitions = s.partitions.clone();
+                for (ti, p, _) in &codes {
+                    partitions.insert((req.v3_and_below_topics[*ti].name.0.as_str().to_string(), *p as u32));
+                }
+                if codes.is_empty() {
+                    Ok(None)
+                } else if partitions == s.partitions {
+                    s.open();
+                    Ok(None)
+                } else {
+                    s.persisting = true;
+                    Ok(Some((Stored::ongoing(s, &partitions), partitions)))
+                }
+            }
+        }
+    };
+    let shared = match decided {
+        Err(c) => Some(c),
+        Ok(None) => None,
+        Ok(Some((stored, partitions))) => {
+            let result = persist(&ctx.engine, tid, &stored).await;
+            let mut txns = ctx.txns.lock();
+            let s = txns.get_mut(tid).expect("a persisting id is never removed");
+            s.persisting = false;
+            match result {
+                Ok(()) => {
+                    s.partitions = partitions;
+                    s.open();
+                    None
+                }
+                Err(e) => {
+                    eprintln!("sluice kafka listener: persisting transactional id {tid:?}'s partitions: {e}");
+                    Some(errors::of(&e))
+                }
             }
         }
     };
@@ -328,11 +716,10 @@ pub(crate) fn add_offsets(ctx: &Arc<Context>, req: AddOffsetsToTxnRequest) -> Ad
     resp.error_code =
         match Coordinator::verify(&mut txns, req.transactional_id.0.as_str(), req.producer_id.0, req.producer_epoch) {
             Err(c) => c,
-            Ok(s) if s.phase == Phase::Ending => code::CONCURRENT_TRANSACTIONS,
+            Ok(s) if s.busy() => code::CONCURRENT_TRANSACTIONS,
             Ok(s) => {
                 s.groups.entry(group.to_string()).or_default();
-                s.phase = Phase::Ongoing;
-                s.last_ended = None;
+                s.open();
                 code::NONE
             }
         };
@@ -365,7 +752,7 @@ pub(crate) fn txn_offset_commit(ctx: &Arc<Context>, req: TxnOffsetCommitRequest)
         let mut txns = ctx.txns.lock();
         match Coordinator::verify(&mut txns, req.transactional_id.0.as_str(), req.producer_id.0, req.producer_epoch) {
             Err(c) => Some(c),
-            Ok(s) if s.phase == Phase::Ending => Some(code::CONCURRENT_TRANSACTIONS),
+            Ok(s) if s.busy() => Some(code::CONCURRENT_TRANSACTIONS),
             Ok(s) => match s.groups.get_mut(group) {
                 None => Some(code::INVALID_TXN_STATE),
                 Some(pending) => {
@@ -406,45 +793,48 @@ pub(crate) async fn end_txn(ctx: &Arc<Context>, req: EndTxnRequest) -> EndTxnRes
 async fn end(ctx: &Arc<Context>, req: &EndTxnRequest) -> Result<(), i16> {
     let tid = req.transactional_id.0.as_str();
     let commit = req.committed;
-    let (producer_id, partitions, groups) = {
+    let (producer_id, epoch, timeout_ms, partitions, groups) = {
         let mut txns = ctx.txns.lock();
         let s = Coordinator::verify(&mut txns, tid, req.producer_id.0, req.producer_epoch)?;
+        if s.busy() {
+            return Err(code::CONCURRENT_TRANSACTIONS);
+        }
         match s.phase {
-            Phase::Ending => return Err(code::CONCURRENT_TRANSACTIONS),
             // A retry of an EndTxn that completed succeeds; anything else has nothing
             // to end.
             Phase::Empty if s.last_ended == Some(commit) => return Ok(()),
             Phase::Empty => return Err(code::INVALID_TXN_STATE),
-            Phase::Ongoing => {}
+            Phase::Ongoing | Phase::Ending => {}
         }
         s.phase = Phase::Ending;
-        (s.producer_id, s.partitions.clone(), std::mem::take(&mut s.groups))
+        (s.producer_id, s.epoch, s.timeout_ms, s.partitions.clone(), std::mem::take(&mut s.groups))
     };
     let marker = if commit { Marker::Commit } else { Marker::Abort };
+    ctx.txns.drained(tid).await;
     let result: Result<(), EngineError> = async {
+        if commit {
+            // Decided: from here on a restart completes the commit.
+            persist(&ctx.engine, tid, &Stored::prepare_commit(producer_id, epoch, timeout_ms, &partitions, &groups))
+                .await?;
+        }
         write_markers(&ctx.engine, producer_id, &partitions, marker).await?;
         if commit {
-            for (group, pending) in &groups {
-                let offsets: Vec<(String, u32, Offset)> =
-                    pending.offsets.iter().map(|((t, p), o)| (t.clone(), *p, *o)).collect();
-                if offsets.is_empty() {
-                    continue;
-                }
-                let member = pending.member.as_ref().map(|(m, g)| (m, *g));
-                match ctx.engine.commit_offsets(group, member, &offsets).await {
-                    // As OffsetCommit does: a member committing at the generation before
-                    // the current one is let through.
-                    Err(EngineError::StaleGeneration { got, current, .. }) if got < current => {
-                        let member = pending.member.as_ref().map(|(m, _)| (m, current));
-                        ctx.engine.commit_offsets(group, member, &offsets).await?;
-                    }
-                    other => other?,
-                }
-            }
+            commit_group_offsets(&ctx.engine, &groups).await?;
         }
         Ok(())
     }
     .await;
+    let result = match result {
+        // Ended: an abort that is not recorded as ended is aborted again after a restart,
+        // and a commit completed again; both change nothing more.
+        Ok(()) => persist(&ctx.engine, tid, &Stored::empty(producer_id, epoch, timeout_ms, Some(commit)))
+            .await
+            .map_err(|e| {
+                eprintln!("sluice kafka listener: recording transactional id {tid:?}'s end: {e}");
+            })
+            .or(Ok(())),
+        Err(e) => Err(e),
+    };
     let mut txns = ctx.txns.lock();
     let s = txns.get_mut(tid);
     match result {
@@ -452,6 +842,7 @@ async fn end(ctx: &Arc<Context>, req: &EndTxnRequest) -> Result<(), i16> {
             if let Some(s) = s {
                 s.phase = Phase::Empty;
                 s.partitions.clear();
+                s.started = None;
                 s.last_ended = Some(commit);
             }
             Ok(())

@@ -15,6 +15,8 @@ use super::{TestDir, data_dir};
 pub struct Served {
     server: Option<KafkaServer>,
     engine: Option<Engine>,
+    shards: usize,
+    kafka: KafkaConfig,
     _dir: TestDir,
 }
 
@@ -22,12 +24,34 @@ impl Served {
     /// Starts one, its directory named after the test file and case.
     pub fn launch(file: &str, name: &str, shards: usize, mut kafka: KafkaConfig) -> Served {
         let dir = data_dir(file, name);
-        let mut config = EngineConfig::new(&*dir);
-        config.shards = Some(shards);
-        let engine = block_on(Engine::open(config)).expect("engine opens");
         kafka.listen = "127.0.0.1:0".parse().expect("address");
-        let server = KafkaServer::start(engine.handle(), kafka).expect("listener starts");
-        Served { server: Some(server), engine: Some(engine), _dir: dir }
+        let mut served = Served { server: None, engine: None, shards, kafka, _dir: dir };
+        served.open();
+        served
+    }
+
+    fn open(&mut self) {
+        let mut config = EngineConfig::new(&*self._dir);
+        config.shards = Some(self.shards);
+        let engine = block_on(Engine::open(config)).expect("engine opens");
+        self.server = Some(KafkaServer::start(engine.handle(), self.kafka.clone()).expect("listener starts"));
+        self.engine = Some(engine);
+    }
+
+    /// Stops the listener and the engine, then starts both again on the same directory
+    /// (the listener on a new port: see [`Served::addr`]).
+    pub fn restart(&mut self) {
+        self.stop();
+        self.open();
+    }
+
+    fn stop(&mut self) {
+        if let Some(s) = self.server.take() {
+            s.shutdown();
+        }
+        if let Some(e) = self.engine.take() {
+            let _ = block_on(e.shutdown());
+        }
     }
 
     /// Where the listener listens.
@@ -43,11 +67,6 @@ impl Served {
 
 impl Drop for Served {
     fn drop(&mut self) {
-        if let Some(s) = self.server.take() {
-            s.shutdown();
-        }
-        if let Some(e) = self.engine.take() {
-            let _ = block_on(e.shutdown());
-        }
+        self.stop();
     }
 }

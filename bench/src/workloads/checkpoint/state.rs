@@ -33,8 +33,8 @@ use std::{
 use anyhow::{Context as _, bail, ensure};
 use serde::Serialize;
 use sluice_engine::dataflow::{
-    CheckpointConfig, CheckpointStats, Event, Operator, Pipeline, PipelineConfig, ResidueSplit, RunningPipeline, Scope,
-    Source, WatermarkStrategy, WindowResult, Windows,
+    CheckpointConfig, CheckpointMode, CheckpointStats, Event, Operator, Pipeline, PipelineConfig, ResidueSplit,
+    RunningPipeline, Scope, Source, WatermarkStrategy, WindowResult, Windows,
 };
 use sluice_io::EventTime;
 
@@ -55,6 +55,8 @@ pub(super) struct StateJob {
     pub(super) keys: u64,
     /// Keys `0..changed` get a second record before the second checkpoint.
     pub(super) changed: u64,
+    /// `--mode`.
+    pub(super) mode: CheckpointMode,
     pub(super) shards: usize,
     pub(super) batch: usize,
     /// The first run's checkpoint interval.
@@ -173,7 +175,9 @@ pub(super) fn run(job: &StateJob) -> anyhow::Result<StateRun> {
     let running = Pipeline::new(config)
         // Long enough that no checkpoint falls in the middle of the ingest, which would
         // split the keys over two snapshots.
-        .checkpointing(CheckpointConfig::new(&job.dir).interval(job.interval.max(ingest_allowance(job.keys))))
+        .checkpointing(
+            CheckpointConfig::new(&job.dir).interval(job.interval.max(ingest_allowance(job.keys))).mode(job.mode),
+        )
         .spawn(build(job.clone(), progress.clone(), ends.clone(), None))
         .context("starting the pipeline that fills the state")?;
     let measured = fill_and_checkpoint(job, &running, &progress, started);
@@ -190,7 +194,7 @@ pub(super) fn run(job: &StateJob) -> anyhow::Result<StateRun> {
     progress.begin.store(true, Ordering::Release);
     let started = Instant::now();
     let running = Pipeline::new(config)
-        .checkpointing(CheckpointConfig::new(&job.dir).interval(WINDOW))
+        .checkpointing(CheckpointConfig::new(&job.dir).interval(WINDOW).mode(job.mode))
         .spawn(build(job.clone(), progress.clone(), ends.clone(), Some(built.clone())))
         .context("starting the restored pipeline")?;
     let read = started.elapsed();

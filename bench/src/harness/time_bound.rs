@@ -1,0 +1,74 @@
+//! [`TimeBound`]: a source that ends its stream once a duration has passed since its first
+//! poll, for closed-loop runs bounded by `--duration` rather than by a count.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    task::{Context, Poll},
+    time::{Duration, Instant},
+};
+
+use sluice_engine::dataflow::Source;
+
+/// Wraps a closed-loop source (one that is never `Pending` for long): emits what it emits
+/// until `limit` has passed since the first poll, then ends. Adds every record it let
+/// through to `emitted`, shared by every shard's instance, so the run knows its count.
+///
+/// The clock is read once per batch, not per record. Checkpoint positions are the inner
+/// source's.
+pub struct TimeBound<S> {
+    inner: S,
+    limit: Duration,
+    until: Option<Instant>,
+    emitted: Arc<AtomicU64>,
+    ended: bool,
+}
+
+impl<S> std::fmt::Debug for TimeBound<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TimeBound").field("limit", &self.limit).field("ended", &self.ended).finish_non_exhaustive()
+    }
+}
+
+impl<S> TimeBound<S> {
+    /// `inner`, ended `limit` after its first poll; counts into `emitted`.
+    pub fn new(inner: S, limit: Duration, emitted: Arc<AtomicU64>) -> Self {
+        TimeBound { inner, limit, until: None, emitted, ended: false }
+    }
+}
+
+impl<T, S: Source<T>> Source<T> for TimeBound<S> {
+    fn splits(&self) -> usize {
+        self.inner.splits()
+    }
+
+    fn poll_next(&mut self, cx: &mut Context<'_>, out: &mut Vec<T>, max: usize) -> Poll<Option<usize>> {
+        let now = Instant::now();
+        let until = *self.until.get_or_insert(now + self.limit);
+        if self.ended || now >= until {
+            self.ended = true;
+            return Poll::Ready(None);
+        }
+        let before = out.len();
+        let polled = self.inner.poll_next(cx, out, max);
+        self.emitted.fetch_add((out.len() - before) as u64, Ordering::Relaxed);
+        if let Poll::Ready(None) = polled {
+            self.ended = true;
+        }
+        polled
+    }
+
+    fn positions(&self) -> Option<Vec<(u64, i64)>> {
+        self.inner.positions()
+    }
+
+    fn restore(&mut self, positions: &std::collections::HashMap<u64, i64>) -> Result<(), String> {
+        self.inner.restore(positions)
+    }
+
+    fn checkpoint_completed(&mut self, positions: &[(u64, i64)]) {
+        self.inner.checkpoint_completed(positions);
+    }
+}
