@@ -48,6 +48,13 @@ impl RateSearch {
         self.rate_curve.iter().filter(|s| s.within_slo).map(|s| s.achieved).fold(0.0, f64::max)
     }
 
+    /// Of `steps`, one per rate run in order (`rate` tells each one's offered rate), the
+    /// index of the step a report details: the highest rate within the bound, else the
+    /// last one run.
+    pub fn kept_step<T>(&self, steps: &[T], rate: impl Fn(&T) -> u64) -> usize {
+        steps.iter().rposition(|s| Some(rate(s)) == self.max_rate_within_slo).unwrap_or(steps.len().saturating_sub(1))
+    }
+
     /// Adds one table row per step and the result, when the search ran.
     pub fn rows(&self, table: &mut super::Table, unit: &str) {
         let Some(slo) = self.slo_p99_ms else { return };

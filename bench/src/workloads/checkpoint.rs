@@ -509,8 +509,7 @@ fn find_max_rate(
             Ok((achieved, latency))
         },
     )?;
-    let at = steps.iter().rposition(|(r, _)| Some(*r) == search.max_rate_within_slo);
-    let (rate, run) = steps.swap_remove(at.unwrap_or(steps.len() - 1));
+    let (rate, run) = steps.swap_remove(search.kept_step(&steps, |s| s.0));
     let latency = run.latency.clone().unwrap_or_default();
     if let Some(path) = &opts.hlog {
         latency.write_hlog(path)?;

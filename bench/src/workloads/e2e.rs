@@ -97,8 +97,7 @@ pub fn run(args: &LogArgs) -> anyhow::Result<E2eReport> {
             },
         )?;
         // The report of the highest rate within the bound, else of the last step.
-        let at = steps.iter().rposition(|(r, _)| Some(r.rate) == search.max_rate_within_slo);
-        let (mut report, latency) = steps.swap_remove(at.unwrap_or(steps.len() - 1));
+        let (mut report, latency) = steps.swap_remove(search.kept_step(&steps, |s| s.0.rate));
         if let Some(path) = &run.hlog {
             latency.write_hlog(path)?;
         }

@@ -314,8 +314,7 @@ fn find_max_rate(args: &NexmarkArgs, params: &QueryParams, mut report: NexmarkRe
         },
     )?;
     if let Some(path) = &opts.hlog {
-        let at = latencies.iter().rposition(|(r, _)| Some(*r) == search.max_rate_within_slo);
-        latencies[at.unwrap_or(latencies.len() - 1)].1.write_hlog(path)?;
+        latencies[search.kept_step(&latencies, |s| s.0)].1.write_hlog(path)?;
     }
     report.run.duration = Some(seconds);
     report.rate = None;

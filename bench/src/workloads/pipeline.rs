@@ -295,8 +295,7 @@ fn find_max_rate(args: &PipelineArgs, mut report: PipelineReport) -> anyhow::Res
     )?;
     if let Some(path) = &opts.hlog {
         // The highest rate within the bound, else the last step.
-        let at = latencies.iter().rposition(|(r, _)| Some(*r) == search.max_rate_within_slo);
-        latencies[at.unwrap_or(latencies.len() - 1)].1.write_hlog(path)?;
+        latencies[search.kept_step(&latencies, |s| s.0)].1.write_hlog(path)?;
     }
     report.run.duration = Some(seconds);
     report.rate = None;

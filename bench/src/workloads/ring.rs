@@ -248,8 +248,7 @@ pub fn run(args: &RingArgs) -> anyhow::Result<RingReport> {
                 Ok((achieved, latency))
             },
         )?;
-        let at = steps.iter().rposition(|(r, _)| Some(*r) == report.search.max_rate_within_slo);
-        let (rate, t) = steps.swap_remove(at.unwrap_or(steps.len() - 1));
+        let (rate, t) = steps.swap_remove(report.search.kept_step(&steps, |s| s.0));
         if let (Some(path), Some(l)) = (&opts.hlog, &t.latency) {
             l.write_hlog(path)?;
         }
