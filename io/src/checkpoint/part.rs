@@ -12,7 +12,11 @@
 //! and it names its checkpoint, so a part copied into the wrong directory is caught. The
 //! file's size must be exactly header plus body: anything else is a torn or stray file.
 
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
+
+use futures_lite::future;
+use rkyv::util::AlignedVec;
 
 use crate::error::{LogError, Result};
 use crate::storage::Storage;
@@ -23,6 +27,15 @@ use super::{MANIFEST_FILE, PartInfo, checkpoint_dir, part_path, validate_part_na
 
 /// Bytes before a part's body.
 pub const PART_HEADER_BYTES: usize = 32;
+
+/// Chunk reads a part's scan keeps in flight.
+const READ_AHEAD_CHUNKS: usize = 4;
+
+/// A chunk read submitted ahead of the one being checked.
+enum Ahead<F, R> {
+    Pending(std::pin::Pin<Box<F>>),
+    Done(R),
+}
 
 const MAGIC: u32 = u32::from_le_bytes(*b"SLCP");
 const VERSION: u16 = 1;
@@ -100,8 +113,11 @@ impl<S: Storage> PartStore<S> {
 
     /// Reads part `info` of checkpoint `id`, checking its header, its length and its CRC
     /// against both the header and `info` (from the manifest).
-    pub async fn read_part(&self, id: CheckpointId, info: &PartInfo) -> Result<Vec<u8>> {
-        let mut out = Vec::new();
+    ///
+    /// The body comes in an [`AlignedVec`], so an rkyv archive in it can be accessed in
+    /// place, without copying it again.
+    pub async fn read_part(&self, id: CheckpointId, info: &PartInfo) -> Result<AlignedVec<16>> {
+        let mut out = AlignedVec::new();
         self.scan(id, info, Some(&mut out)).await?;
         Ok(out)
     }
@@ -124,7 +140,7 @@ impl<S: Storage> PartStore<S> {
         check_header(&path, &head, size, id, info)
     }
 
-    async fn scan(&self, id: CheckpointId, info: &PartInfo, mut keep: Option<&mut Vec<u8>>) -> Result<()> {
+    async fn scan(&self, id: CheckpointId, info: &PartInfo, mut keep: Option<&mut AlignedVec<16>>) -> Result<()> {
         validate_part_name(&info.name)?;
         let path = part_path(&self.root, id, &info.name);
         let (file, size) = open_read(&self.storage, &path).await?;
@@ -135,11 +151,26 @@ impl<S: Storage> PartStore<S> {
             return check_header(&path, &[], size, id, info);
         }
         let mut crc = 0;
-        let mut pos = 0u64;
-        // Aligned chunks from the start; the first holds the header.
-        while pos < size {
-            let n = usize::try_from(size - pos).unwrap_or(usize::MAX).min(CHUNK_BYTES);
-            let chunk = read_exact(&file, pos, n).await?;
+        // Aligned chunks from the start, the first holding the header, read
+        // `READ_AHEAD_CHUNKS` at a time: each read is submitted (polled once) before the
+        // chunk ahead of it is checked and copied, so the disk works while the CPU does.
+        let mut chunks = (0..size.div_ceil(CHUNK_BYTES as u64)).map(|i| {
+            let pos = i * CHUNK_BYTES as u64;
+            (pos, usize::try_from(size - pos).unwrap_or(usize::MAX).min(CHUNK_BYTES))
+        });
+        let mut ahead = VecDeque::new();
+        loop {
+            while ahead.len() < READ_AHEAD_CHUNKS {
+                let Some((pos, n)) = chunks.next() else { break };
+                let mut read = Box::pin(read_exact(&file, pos, n));
+                let done = future::poll_once(&mut read).await;
+                ahead.push_back((pos, done.map_or(Ahead::Pending(read), Ahead::Done)));
+            }
+            let Some((pos, read)) = ahead.pop_front() else { break };
+            let chunk = match read {
+                Ahead::Done(r) => r?,
+                Ahead::Pending(read) => read.await?,
+            };
             let mut data: &[u8] = &chunk;
             if pos == 0 {
                 check_header(&path, data, size, id, info)?;
@@ -149,7 +180,6 @@ impl<S: Storage> PartStore<S> {
             if let Some(out) = keep.as_deref_mut() {
                 out.extend_from_slice(data);
             }
-            pos += n as u64;
         }
         if crc != info.crc32c {
             let reason = format!("body CRC mismatch (expected {:#010x}, computed {crc:#010x})", info.crc32c);

@@ -187,7 +187,7 @@ impl<S: Storage> CheckpointStore<S> {
     }
 
     /// Reads a part of checkpoint `id`: [`PartStore::read_part`] on this store's root.
-    pub async fn read_part(&self, id: CheckpointId, info: &PartInfo) -> Result<Vec<u8>> {
+    pub async fn read_part(&self, id: CheckpointId, info: &PartInfo) -> Result<rkyv::util::AlignedVec<16>> {
         self.parts.read_part(id, info).await
     }
 

@@ -164,7 +164,7 @@ async fn read_checkpoint(
         loop {
             let body = store.read_part(at, &info).await.map_err(|e| e.to_string())?;
             parts += 1;
-            let part = decode_part(&body).map_err(|e| format!("checkpoint {at}, part {}: {e}", info.name))?;
+            let part = decode_part(body).map_err(|e| format!("checkpoint {at}, part {}: {e}", info.name))?;
             chain.push(part);
             let Some(base) = info.base else { break };
             let older = store.manifest(base).await.map_err(|e| e.to_string())?;

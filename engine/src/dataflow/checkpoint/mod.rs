@@ -62,7 +62,9 @@ mod codec;
 mod coordinator;
 mod shard;
 
-use std::{collections::HashMap, path::PathBuf, time::Duration};
+use std::{collections::HashMap, path::PathBuf, sync::Arc, time::Duration};
+
+use rkyv::util::AlignedVec;
 
 pub use codec::{Data, EntryWriter, StateError, read_entries, take};
 pub(crate) use coordinator::{Coordinator, open_store, run_coordinator};
@@ -300,19 +302,67 @@ pub(crate) struct Restored {
     pub(crate) shards: u32,
     pub(crate) key_groups: u32,
     /// Per operator: the least watermark over the shards, and every key group's entries.
-    pub(crate) operators: HashMap<u32, (i64, Vec<GroupPart>)>,
+    pub(crate) operators: HashMap<u32, (i64, Vec<RestoredGroup>)>,
     pub(crate) sources: HashMap<u32, HashMap<u64, i64>>,
     pub(crate) sinks: HashMap<u32, Vec<PendingTxn>>,
     pub(crate) sink_txns: HashMap<u32, Vec<Vec<u8>>>,
     /// Per exchange: the in-flight records of every key group.
-    pub(crate) channels: HashMap<u32, Vec<GroupPart>>,
+    pub(crate) channels: HashMap<u32, Vec<RestoredGroup>>,
+}
+
+/// One key group's restored entries ([`EntryWriter`]): a range of the part body they were
+/// read in, shared by every group of that part rather than copied out of it.
+#[derive(Debug, Clone)]
+pub(crate) struct RestoredGroup {
+    pub(crate) key_group: u32,
+    pub(crate) entries: u64,
+    body: Arc<AlignedVec<16>>,
+    range: std::ops::Range<usize>,
+}
+
+impl RestoredGroup {
+    /// The group's entry list.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.body[self.range.clone()]
+    }
+
+    /// A group holding a copy of `bytes` (parts built in memory, as tests do).
+    #[cfg(test)]
+    pub(crate) fn owned(key_group: u32, entries: u64, bytes: &[u8]) -> RestoredGroup {
+        let mut body = AlignedVec::with_capacity(bytes.len());
+        body.extend_from_slice(bytes);
+        RestoredGroup { key_group, entries, range: 0..bytes.len(), body: Arc::new(body) }
+    }
+}
+
+/// A part as read back: a [`ShardPart`] whose key groups stay in the body they were read
+/// into ([`RestoredGroup`]), so that a restore copies no state before the operators
+/// decode it.
+#[derive(Debug)]
+pub(crate) struct ReadPart {
+    pub(crate) shards: u32,
+    pub(crate) key_groups: u32,
+    pub(crate) operators: Vec<ReadOperator>,
+    pub(crate) sources: Vec<SourcePart>,
+    pub(crate) sinks: Vec<SinkPart>,
+    /// Per exchange (its id): its in-flight records.
+    pub(crate) channels: Vec<(u32, Vec<RestoredGroup>)>,
+}
+
+/// An [`OperatorPart`] as read back.
+#[derive(Debug)]
+pub(crate) struct ReadOperator {
+    pub(crate) id: u32,
+    pub(crate) watermark: i64,
+    pub(crate) delta: bool,
+    pub(crate) groups: Vec<RestoredGroup>,
 }
 
 impl Restored {
     /// Takes in one shard's chain of parts, oldest first: the last whole snapshot of each
     /// operator and the deltas after it, in order.
-    pub(crate) fn merge_chain(&mut self, chain: Vec<ShardPart>) {
-        let mut operators: HashMap<u32, (i64, Vec<GroupPart>)> = HashMap::new();
+    pub(crate) fn merge_chain(&mut self, chain: Vec<ReadPart>) {
+        let mut operators: HashMap<u32, (i64, Vec<RestoredGroup>)> = HashMap::new();
         let mut last = None;
         for part in chain {
             for op in part.operators {
@@ -324,11 +374,11 @@ impl Restored {
                 slot.1.extend(op.groups);
             }
             // In-flight records are whole in every part: only the newest part's count.
-            last = Some((part.shard, part.shards, part.key_groups, part.sources, part.sinks, part.channels));
+            last = Some((part.shards, part.key_groups, part.sources, part.sinks, part.channels));
         }
-        let Some((_, shards, key_groups, sources, sinks, channels)) = last else { return };
-        for channel in channels {
-            self.channels.entry(channel.id).or_default().extend(channel.groups);
+        let Some((shards, key_groups, sources, sinks, channels)) = last else { return };
+        for (id, groups) in channels {
+            self.channels.entry(id).or_default().extend(groups);
         }
         self.shards = shards;
         self.key_groups = key_groups;
@@ -337,11 +387,10 @@ impl Restored {
             slot.0 = slot.0.min(watermark);
             slot.1.extend(groups);
         }
-        let part = ShardPart { sources, sinks, ..ShardPart::default() };
-        for source in part.sources {
+        for source in sources {
             self.sources.entry(source.id).or_default().extend(source.positions);
         }
-        for sink in part.sinks {
+        for sink in sinks {
             self.sinks.entry(sink.id).or_default().extend(sink.pending);
             self.sink_txns.entry(sink.id).or_default().extend(sink.opaque);
         }
@@ -358,11 +407,50 @@ pub(crate) fn encode_part(part: &ShardPart) -> std::result::Result<Vec<u8>, Stat
     rkyv::to_bytes::<rkyv::rancor::Error>(part).map(|b| b.to_vec()).map_err(|e| StateError(e.to_string()))
 }
 
-/// Decodes a part body.
-pub(crate) fn decode_part(bytes: &[u8]) -> std::result::Result<ShardPart, StateError> {
-    let mut aligned = rkyv::util::AlignedVec::<16>::with_capacity(bytes.len());
-    aligned.extend_from_slice(bytes);
-    rkyv::from_bytes::<ShardPart, rkyv::rancor::Error>(&aligned).map_err(|e| StateError(e.to_string()))
+/// Decodes a part body (as [`sluice_io::CheckpointStore::read_part`] returns it): checks
+/// the archive, then takes its small pieces out and leaves every key group's entries in
+/// `body`, which the groups share.
+pub(crate) fn decode_part(body: AlignedVec<16>) -> std::result::Result<ReadPart, StateError> {
+    use rkyv::rancor::Error;
+    let body = Arc::new(body);
+    let archived = rkyv::access::<ArchivedShardPart, Error>(&body).map_err(|e| StateError(e.to_string()))?;
+    let start = body.as_ptr() as usize;
+    let groups = |groups: &rkyv::vec::ArchivedVec<ArchivedGroupPart>| -> Vec<RestoredGroup> {
+        groups
+            .iter()
+            .map(|g| {
+                let bytes = g.bytes.as_slice();
+                // The archive was checked to lie within `body`, so this is an offset in it.
+                let from = bytes.as_ptr() as usize - start;
+                RestoredGroup {
+                    key_group: g.key_group.to_native(),
+                    entries: g.entries.to_native(),
+                    body: body.clone(),
+                    range: from..from + bytes.len(),
+                }
+            })
+            .collect()
+    };
+    let operators = archived
+        .operators
+        .iter()
+        .map(|op| ReadOperator {
+            id: op.id.to_native(),
+            watermark: op.watermark.to_native(),
+            delta: op.delta,
+            groups: groups(&op.groups),
+        })
+        .collect();
+    let channels = archived.channels.iter().map(|c| (c.id.to_native(), groups(&c.groups))).collect();
+    let small = |e: Error| StateError(e.to_string());
+    Ok(ReadPart {
+        shards: archived.shards.to_native(),
+        key_groups: archived.key_groups.to_native(),
+        operators,
+        sources: rkyv::deserialize::<Vec<SourcePart>, Error>(&archived.sources).map_err(small)?,
+        sinks: rkyv::deserialize::<Vec<SinkPart>, Error>(&archived.sinks).map_err(small)?,
+        channels,
+    })
 }
 
 #[cfg(test)]
@@ -388,9 +476,14 @@ mod tests {
         };
         let other =
             ShardPart { shard: 1, shards: 2, key_groups: 8, channels: vec![channel(0, 6, 4)], ..ShardPart::default() };
+        let read = |part: ShardPart| {
+            let mut body = AlignedVec::new();
+            body.extend_from_slice(&encode_part(&part).unwrap());
+            decode_part(body).unwrap()
+        };
         let mut restored = Restored::default();
-        restored.merge_chain(vec![older, newer]);
-        restored.merge_chain(vec![other]);
+        restored.merge_chain(vec![read(older), read(newer)]);
+        restored.merge_chain(vec![read(other)]);
         let groups: Vec<(u32, u64)> = restored.channels[&0].iter().map(|g| (g.key_group, g.entries)).collect();
         assert_eq!(groups, [(2, 3), (6, 4)]);
     }

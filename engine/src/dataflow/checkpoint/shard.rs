@@ -265,7 +265,7 @@ impl StateHandle {
         let Some(restored) = shard.coordinator.restored.as_ref() else { return Ok(None) };
         let Some((watermark, groups)) = restored.operators.get(&self.id) else { return Ok(None) };
         for group in groups.iter().filter(|g| shard.owns(g.key_group)) {
-            super::codec::read_entries_raw(&group.bytes, &mut each)?;
+            super::codec::read_entries_raw(group.bytes(), &mut each)?;
         }
         Ok(Some(EventTime::from_millis(*watermark)))
     }
@@ -279,9 +279,22 @@ impl StateHandle {
         let Some(restored) = shard.coordinator.restored.as_ref() else { return Ok(None) };
         let Some((watermark, groups)) = restored.operators.get(&self.id) else { return Ok(None) };
         for group in groups.iter().filter(|g| shard.owns(g.key_group)) {
-            super::codec::read_entries_raw(&group.bytes, |input| each(group.key_group, input))?;
+            super::codec::read_entries_raw(group.bytes(), |input| each(group.key_group, input))?;
         }
         Ok(Some(EventTime::from_millis(*watermark)))
+    }
+
+    /// How many entries the restore will hand over per key group this shard owns (the
+    /// parts' counts, deltas included): what an operator gathering them can reserve.
+    pub(crate) fn restored_entries(&self) -> Vec<(u32, u64)> {
+        let shard = self.shard.borrow();
+        let Some(restored) = shard.coordinator.restored.as_ref() else { return Vec::new() };
+        let Some((_, groups)) = restored.operators.get(&self.id) else { return Vec::new() };
+        let mut counts: BTreeMap<u32, u64> = BTreeMap::new();
+        for group in groups.iter().filter(|g| shard.owns(g.key_group)) {
+            *counts.entry(group.key_group).or_default() += group.entries;
+        }
+        counts.into_iter().collect()
     }
 
     /// Adds an entry `write` encodes to every key group this shard owns (a change that
@@ -371,7 +384,7 @@ impl ChannelHandle {
         let Some(restored) = shard.coordinator.restored.as_ref() else { return Ok(records) };
         let Some(groups) = restored.channels.get(&self.id) else { return Ok(records) };
         for group in groups.iter().filter(|g| shard.owns(g.key_group)) {
-            super::codec::read_entries_raw(&group.bytes, &mut |input: &mut &[u8]| {
+            super::codec::read_entries_raw(group.bytes(), &mut |input: &mut &[u8]| {
                 records.push(Event::<T>::decode(input)?);
                 Ok(())
             })?;
