@@ -100,6 +100,28 @@ fn the_latency_mode_measures_from_the_schedule_and_waits_for_the_watermark() {
 }
 
 #[test]
+fn a_paused_source_holds_windows_back_unless_idle_and_then_its_late_records_drop() {
+    // 20 000 events/s for 3 s on 2 shards; shard 0 sends nothing from 1.5 s to 2.3 s.
+    let paused =
+        ["--events", "60000", "--rate", "20000", "--shards", "2", "--out-of-orderness-ms", "0", "--pause-ms", "800"];
+    // Without an idle timeout the paused split holds the watermark back: nothing is late,
+    // and the window ending at 2 s cannot fire before the pause ends, 0.3 s after it.
+    let held = pipeline::run(&args(&paused)).expect("paused run");
+    assert_eq!((held.late_events, held.results_sum, held.pause_ms), (0, 60_000, 800));
+    let latency = held.latency_us.expect("latencies");
+    assert!(latency.max >= 300_000, "{latency:?}");
+    // With a 100 ms idle timeout the split turns idle, the watermark passes 2 s without it,
+    // and its records from 1.5 s to 2 s (5 000 at most) come late and are dropped.
+    let idle = pipeline::run(&args(&[&paused[..], &["--idle-timeout-ms", "100"]].concat())).expect("idle run");
+    assert!(idle.late_events > 0 && idle.late_events <= 5000, "{} late", idle.late_events);
+    assert_eq!(idle.late_events + idle.results_sum, 60_000);
+    assert!(idle.table().to_string().contains("late, dropped"));
+    // Both only make sense in the open loop.
+    let err = pipeline::run(&args(&["--events", "10", "--pause-ms", "10"])).expect_err("a pause without --rate");
+    assert!(err.to_string().contains("open loop"), "{err}");
+}
+
+#[test]
 fn the_baseline_is_a_throughput_comparison_only() {
     let err = pipeline::run(&args(&["--events", "10", "--rate", "1000", "--compare", "timely"]))
         .expect_err("--compare with --rate");

@@ -64,6 +64,15 @@ pub struct PipelineArgs {
     /// Also run the same job with this baseline, side by side (throughput mode only)
     #[arg(long, value_name = "BASELINE")]
     pub compare: Option<Baseline>,
+    /// Open loop: shard 0's source sends nothing for this long from 1.5 s into the
+    /// measured schedule, then sends what it held back, late. With --idle-timeout-ms it
+    /// shows what the idle timeout trades: result latency against records dropped as late
+    #[arg(long, default_value_t = 0, value_name = "MS")]
+    pub pause_ms: u64,
+    /// Open loop: the sources' idle timeout (`WatermarkStrategy::with_idle_timeout`): a
+    /// source split with no records for this long stops holding the watermark back
+    #[arg(long, value_name = "MS")]
+    pub idle_timeout_ms: Option<u64>,
     /// Without --rate: seconds of a latency phase at half the measured rate (0: none);
     /// with --find-max-rate and no --duration, each step's seconds
     #[arg(long, default_value_t = 3.0, value_name = "SECONDS")]
@@ -120,6 +129,12 @@ pub struct PipelineReport {
     pub out_of_orderness_ms: u64,
     /// `--rate`, in the latency mode.
     pub rate: Option<u64>,
+    /// `--pause-ms` (0: none).
+    pub pause_ms: u64,
+    /// `--idle-timeout-ms`.
+    pub idle_timeout_ms: Option<u64>,
+    /// Events no result counts: records the pause made late, dropped (0 without a pause).
+    pub late_events: u64,
     /// Rounds run (1 in the latency mode).
     pub rounds: usize,
     /// Events per second through sluice, from every shard being ready to the last result,
@@ -169,6 +184,9 @@ pub fn run(args: &PipelineArgs) -> anyhow::Result<PipelineReport> {
         pinned: !args.no_pin,
         out_of_orderness_ms: args.out_of_orderness_ms,
         rate: opts.rate,
+        pause_ms: args.pause_ms,
+        idle_timeout_ms: args.idle_timeout_ms,
+        late_events: 0,
         rounds: 1,
         events_per_sec: 0.0,
         results: 0,
@@ -183,6 +201,10 @@ pub fn run(args: &PipelineArgs) -> anyhow::Result<PipelineReport> {
         round_events_per_sec: Vec::new(),
         round_baseline_events_per_sec: Vec::new(),
     };
+    ensure!(
+        opts.rate.is_some() || opts.find_max_rate || (args.pause_ms == 0 && args.idle_timeout_ms.is_none()),
+        "--pause-ms and --idle-timeout-ms apply to the open loop: add --rate"
+    );
     if opts.find_max_rate {
         return find_max_rate(args, report);
     }
@@ -198,6 +220,7 @@ pub fn run(args: &PipelineArgs) -> anyhow::Result<PipelineReport> {
         report.events_per_sec = achieved(&job, sluice.elapsed);
         report.round_events_per_sec.push(report.events_per_sec);
         (report.results, report.results_sum) = (sluice.tally.results, sluice.tally.sum);
+        report.late_events = job.events - sluice.tally.sum;
         if let Some(l) = &sluice.latency {
             keep_latency(args, &mut report, l, rate)?;
         }
@@ -260,7 +283,11 @@ fn paced_job(args: &PipelineArgs, rate: u64, events: u64) -> anyhow::Result<Job>
     let warmup_events = (rate as f64 * args.run.warmup) as u64;
     Ok(Job::new(events.saturating_add(warmup_events), Some(rate), args.out_of_orderness_ms, args.batch)?
         .with_warmup(args.run.warmup())
-        .with_pin(!args.no_pin))
+        .with_pin(!args.no_pin)
+        .with_pause(
+            std::time::Duration::from_millis(args.pause_ms),
+            args.idle_timeout_ms.map(std::time::Duration::from_millis),
+        ))
 }
 
 /// The rate a paced run achieved: its measured events over the time after the warm-up.
@@ -321,10 +348,16 @@ impl PipelineReport {
     /// The human-readable form of the report.
     pub fn table(&self) -> Table {
         let Self { shards, events, batch_records, out_of_orderness_ms, rounds, .. } = self;
-        let mode = match self.rate {
+        let mut mode = match self.rate {
             Some(rate) => format!("{rate} events/s offered"),
             None => format!("best of {rounds} rounds"),
         };
+        if self.pause_ms > 0 {
+            mode += &format!(", shard 0 paused {} ms", self.pause_ms);
+        }
+        if let Some(t) = self.idle_timeout_ms {
+            mode += &format!(", idle timeout {t} ms");
+        }
         let mut table = Table::titled(format!(
             "pipeline: windowed keyed count, {shards} shards, {events} events, 10000 keys, 1 s tumbling windows, \
              watermark bound {out_of_orderness_ms} ms, batches of {batch_records}, {mode}, {}",
@@ -346,7 +379,13 @@ impl PipelineReport {
         }
         if self.search.slo_p99_ms.is_none() {
             // (Each step of --find-max-rate checks its own results.)
-            let ok = if self.results_sum == self.events { "ok" } else { "MISMATCH" };
+            let ok = if self.pause_ms > 0 {
+                format!("{} late, dropped", self.late_events)
+            } else if self.results_sum == self.events {
+                "ok".to_string()
+            } else {
+                "MISMATCH".to_string()
+            };
             table.row("results (sum of counts)", format!("{} ({}, {ok})", self.results, self.results_sum), "");
         }
         self.search.rows(&mut table, "events/s");

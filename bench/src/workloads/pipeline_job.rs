@@ -47,7 +47,17 @@ pub struct Job {
     /// Whether sluice's shards are pinned to CPUs (`PipelineConfig::pin`); true unless
     /// [`Job::with_pin`].
     pub pin: bool,
+    /// The open loop's pause ([`Job::with_pause`]): shard 0's source sends nothing from
+    /// [`PAUSE_AFTER`] past the warm-up for this long, then sends what it held back. Zero:
+    /// no pause.
+    pub pause: Duration,
+    /// The sources' idle timeout (`WatermarkStrategy::with_idle_timeout`), if any.
+    pub idle_timeout: Option<Duration>,
 }
+
+/// When, after the warm-up, a paused job's shard 0 stops sending: half a window in, so a
+/// pause of more than half a window holds back the end of a window.
+pub const PAUSE_AFTER: Duration = Duration::from_millis(1500);
 
 impl Job {
     /// A job of `events` events, `rate` per second of event time (`None`: a million).
@@ -69,12 +79,35 @@ impl Job {
             events.checked_mul(ps_per_event).is_some(),
             "{events} events at {ps_per_event} ps apart overflow the schedule: fewer events or a higher rate"
         );
-        Ok(Job { events, ps_per_event, out_of_orderness_ms, batch, keys: KEYS, warmup: Duration::ZERO, pin: true })
+        Ok(Job {
+            events,
+            ps_per_event,
+            out_of_orderness_ms,
+            batch,
+            keys: KEYS,
+            warmup: Duration::ZERO,
+            pin: true,
+            pause: Duration::ZERO,
+            idle_timeout: None,
+        })
     }
 
     /// The same job, its shards pinned to CPUs or not.
     pub fn with_pin(self, pin: bool) -> Self {
         Job { pin, ..self }
+    }
+
+    /// The same job with shard 0's source pausing for `pause` (see [`Job::pause`]) and
+    /// the sources' idle timeout `idle_timeout`: how the idle timeout trades result
+    /// latency against late (dropped) records.
+    pub fn with_pause(self, pause: Duration, idle_timeout: Option<Duration>) -> Self {
+        Job { pause, idle_timeout, ..self }
+    }
+
+    /// The pause of shard 0's source, as (start, end) from the schedule's epoch.
+    pub fn pause_window(&self) -> Option<(Duration, Duration)> {
+        let from = self.warmup + PAUSE_AFTER;
+        (!self.pause.is_zero()).then(|| (from, from + self.pause))
     }
 
     /// The same job, its events scheduled before `warmup` not measured (their results

@@ -146,9 +146,12 @@ fn run_with(
         .spawn(move |scope| {
             let _ = &token;
             let bound = Duration::from_millis(job.out_of_orderness_ms);
-            let strategy = WatermarkStrategy::bounded_out_of_orderness(bound, move |i: &u64| {
+            let mut strategy = WatermarkStrategy::bounded_out_of_orderness(bound, move |i: &u64| {
                 EventTime::from_millis(job.time_ms(*i))
             });
+            if let Some(timeout) = job.idle_timeout {
+                strategy = strategy.with_idle_timeout(timeout);
+            }
             let events = if paced {
                 scope.source(PacedGenerator::new(scope.shard(), scope.shards(), job, epoch), strategy)
             } else if let Some(limit) = limit {
@@ -211,6 +214,16 @@ fn run_with(
             let emitted = emitted.load(Ordering::Relaxed);
             anyhow::ensure!(tally.sum == emitted, "sluice: the results count {} events, {emitted} sent", tally.sum);
             emitted
+        }
+        None if job.pause_window().is_some() => {
+            // Records the pause made late are dropped: the counts may fall short, never over.
+            anyhow::ensure!(
+                tally.sum <= job.events,
+                "sluice: the results count {} events of {}",
+                tally.sum,
+                job.events
+            );
+            job.events
         }
         None => {
             tally.check(&job, "sluice")?;
@@ -351,6 +364,8 @@ impl Aggregate<u64> for ArrivalCount {
 pub struct PacedGenerator {
     job: Job,
     epoch: Instant,
+    /// Shard 0's pause ([`Job::pause_window`]), as instants.
+    pause: Option<(Instant, Instant)>,
     next: u64,
     step: u64,
     timer: Option<glommio::timer::Timer>,
@@ -366,7 +381,8 @@ impl PacedGenerator {
     /// Shard `shard` of `shards`'s share of `job`'s events, on the schedule starting at
     /// `epoch`.
     pub fn new(shard: usize, shards: usize, job: Job, epoch: Instant) -> Self {
-        PacedGenerator { job, epoch, next: shard as u64, step: shards.max(1) as u64, timer: None }
+        let pause = job.pause_window().filter(|_| shard == 0).map(|(from, until)| (epoch + from, epoch + until));
+        PacedGenerator { job, epoch, pause, next: shard as u64, step: shards.max(1) as u64, timer: None }
     }
 }
 
@@ -381,10 +397,13 @@ impl Source<u64> for PacedGenerator {
                 return Poll::Ready(None);
             }
             let now = Instant::now();
+            // While paused, only the events scheduled before the pause go out.
+            let paused = self.pause.filter(|&(_, until)| now < until);
+            let cutoff = paused.map_or(now, |(from, _)| now.min(from));
             let before = out.len();
             while self.next < self.job.events
                 && out.len() - before < max
-                && self.epoch + self.job.scheduled(self.next) <= now
+                && self.epoch + self.job.scheduled(self.next) <= cutoff
             {
                 out.push(self.next);
                 self.next += self.step;
@@ -393,7 +412,10 @@ impl Source<u64> for PacedGenerator {
                 self.timer = None;
                 return Poll::Ready(Some(0));
             }
-            let due = self.epoch + self.job.scheduled(self.next);
+            let due = match paused {
+                Some((from, until)) if self.epoch + self.job.scheduled(self.next) > from => until,
+                _ => self.epoch + self.job.scheduled(self.next),
+            };
             let timer =
                 self.timer.get_or_insert_with(|| glommio::timer::Timer::new(due.saturating_duration_since(now)));
             if Pin::new(timer).poll(cx).is_pending() {
