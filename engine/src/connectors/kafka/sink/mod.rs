@@ -45,36 +45,35 @@
 //! [`DeliveryGuarantee::AtLeastOnce`] writes every record as it comes through an
 //! idempotent producer and flushes at every barrier (a checkpoint completes only once what
 //! came before it is acknowledged). A restore may write records again.
+//!
+//! This file holds the configuration, the factory and the sink itself; the epoch's records
+//! and their checkpoint encoding are in `records`, the committer threads and their Kafka
+//! transactions in `committer`.
+
+mod committer;
+mod records;
 
 use std::{
     collections::HashMap,
     sync::{
-        Arc, Condvar, Mutex,
+        Arc, Mutex,
         atomic::{AtomicU64, Ordering},
-        mpsc::{Receiver, SyncSender},
     },
-    thread::JoinHandle,
     time::Duration,
 };
 
 use rdkafka::{
-    ClientContext, Offset, TopicPartitionList,
-    consumer::{BaseConsumer, Consumer},
+    ClientContext,
     error::KafkaError,
     message::DeliveryResult,
     producer::{BaseProducer, BaseRecord, Producer, ProducerContext},
     types::RDKafkaErrorCode,
 };
-use sluice_io::EventTime;
 
+use self::committer::{Committer, SinkShared};
+pub use self::records::{KafkaTxn, OutRecord};
 use super::{KafkaConnectorError, client_config, validate_common, validate_group};
-use crate::dataflow::{
-    Data, Event, TwoPhaseCommitSink,
-    checkpoint::{StateError, take},
-};
-
-/// The output partition whose offset the marker groups commit.
-const MARKER_PARTITION: i32 = 0;
+use crate::dataflow::{Event, TwoPhaseCommitSink};
 
 /// What a [`KafkaSink`] promises.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -182,91 +181,6 @@ impl KafkaSinkConfig {
     }
 }
 
-/// One output record: what the user's function makes of a stream element.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OutRecord {
-    /// The key; the partition is chosen from it by Kafka's murmur2 partitioner (a record
-    /// without a key goes to a random partition).
-    pub key: Option<Vec<u8>>,
-    /// The value.
-    pub value: Vec<u8>,
-    /// The Kafka timestamp in ms since the epoch; `None` lets the producer stamp it.
-    pub timestamp: Option<i64>,
-}
-
-impl OutRecord {
-    /// A record without a timestamp.
-    #[must_use]
-    pub fn new(key: Option<Vec<u8>>, value: Vec<u8>) -> Self {
-        OutRecord { key, value, timestamp: None }
-    }
-
-    /// With timestamp `time` (typically the element's event time).
-    #[must_use]
-    pub fn at(mut self, time: EventTime) -> Self {
-        self.timestamp = Some(time.millis());
-        self
-    }
-}
-
-fn encode_bytes(b: &[u8], out: &mut Vec<u8>) {
-    (b.len() as u64).encode(out);
-    out.extend_from_slice(b);
-}
-
-fn decode_bytes(input: &mut &[u8], what: &str) -> Result<Vec<u8>, StateError> {
-    let len = u64::decode(input)?;
-    let len = usize::try_from(len).map_err(|_| StateError(format!("{what} of {len} bytes")))?;
-    Ok(take(input, len, what)?.to_vec())
-}
-
-impl Data for OutRecord {
-    fn encode(&self, out: &mut Vec<u8>) {
-        match &self.key {
-            Some(k) => {
-                out.push(1);
-                encode_bytes(k, out);
-            }
-            None => out.push(0),
-        }
-        encode_bytes(&self.value, out);
-        self.timestamp.encode(out);
-    }
-    fn decode(input: &mut &[u8]) -> Result<Self, StateError> {
-        let key = match u8::decode(input)? {
-            0 => None,
-            1 => Some(decode_bytes(input, "a Kafka record key")?),
-            t => return Err(StateError(format!("a Kafka record key tag {t}"))),
-        };
-        let value = decode_bytes(input, "a Kafka record value")?;
-        let timestamp = Option::<i64>::decode(input)?;
-        Ok(OutRecord { key, value, timestamp })
-    }
-}
-
-/// One epoch of one sink instance: the records themselves, so that any process can commit
-/// it from the checkpoint.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KafkaTxn {
-    /// Numbered at pre-commit; increasing per origin shard across runs.
-    pub epoch: u64,
-    /// The shard that made it: names its transactional id and marker group.
-    pub origin_shard: u32,
-    /// The records, in order (empty in at-least-once mode, which sends them at once).
-    pub records: Vec<OutRecord>,
-}
-
-impl Data for KafkaTxn {
-    fn encode(&self, out: &mut Vec<u8>) {
-        self.epoch.encode(out);
-        self.origin_shard.encode(out);
-        self.records.encode(out);
-    }
-    fn decode(input: &mut &[u8]) -> Result<Self, StateError> {
-        Ok(KafkaTxn { epoch: u64::decode(input)?, origin_shard: u32::decode(input)?, records: Vec::decode(input)? })
-    }
-}
-
 /// What the committers did, summed over every origin.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SinkStats {
@@ -295,72 +209,8 @@ pub struct KafkaSinkFactory {
     shared: Arc<SinkShared>,
 }
 
-#[derive(Debug)]
-struct SinkShared {
-    config: KafkaSinkConfig,
-    committers: Mutex<HashMap<u32, Arc<Committer>>>,
-    counters: Arc<Counters>,
-}
-
 fn lock<V>(m: &Mutex<V>) -> std::sync::MutexGuard<'_, V> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// One origin's committer thread and what the shards see of it.
-#[derive(Debug)]
-struct Committer {
-    origin: u32,
-    tx: Mutex<Option<SyncSender<KafkaTxn>>>,
-    thread: Mutex<Option<JoinHandle<()>>>,
-    state: Mutex<CommitterState>,
-    changed: Condvar,
-    /// The highest epoch of this origin known: committed (the marker read at start), the
-    /// floor of this run's reserved range minus one, restored, or numbered by pre-commit.
-    highest_epoch: AtomicU64,
-}
-
-#[derive(Debug, Default)]
-struct CommitterState {
-    /// Set once the thread has started its producer and read the marker.
-    started: Option<Result<(), String>>,
-    queued: u64,
-    done: u64,
-    error: Option<String>,
-}
-
-impl Committer {
-    fn error(&self) -> Option<String> {
-        lock(&self.state).error.clone()
-    }
-
-    fn wait_started(&self, timeout: Duration) -> Result<(), String> {
-        let state = lock(&self.state);
-        let (state, _) = self
-            .changed
-            .wait_timeout_while(state, timeout, |s| s.started.is_none())
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        state.started.clone().unwrap_or_else(|| Err(format!("committer {} did not start in {timeout:?}", self.origin)))
-    }
-
-    /// Waits until every txn queued so far is committed or skipped (or failed).
-    fn wait_idle(&self) {
-        let state = lock(&self.state);
-        drop(self.changed.wait_while(state, |s| s.done < s.queued).unwrap_or_else(std::sync::PoisonError::into_inner));
-    }
-
-    fn enqueue(&self, txn: KafkaTxn) -> Result<(), String> {
-        if let Some(e) = self.error() {
-            return Err(e);
-        }
-        self.highest_epoch.fetch_max(txn.epoch, Ordering::AcqRel);
-        let tx = lock(&self.tx).clone().ok_or_else(|| "the Kafka sink has finished".to_string())?;
-        lock(&self.state).queued += 1;
-        tx.send(txn).map_err(|_| {
-            let mut state = lock(&self.state);
-            state.queued -= 1;
-            state.error.clone().unwrap_or_else(|| format!("committer {} stopped", self.origin))
-        })
-    }
 }
 
 impl KafkaSinkFactory {
@@ -453,210 +303,6 @@ impl KafkaSinkFactory {
             Some(e) => Err(KafkaConnectorError::Commit(e)),
             None => Ok(self.stats()),
         }
-    }
-}
-
-impl SinkShared {
-    /// The committer of `origin`, started if there is none yet.
-    fn committer(&self, origin: u32) -> Arc<Committer> {
-        let mut committers = lock(&self.committers);
-        committers
-            .entry(origin)
-            .or_insert_with(|| {
-                let (tx, rx) = std::sync::mpsc::sync_channel(self.config.commit_queue_txns);
-                let committer = Arc::new(Committer {
-                    origin,
-                    tx: Mutex::new(Some(tx)),
-                    thread: Mutex::new(None),
-                    state: Mutex::new(CommitterState::default()),
-                    changed: Condvar::new(),
-                    highest_epoch: AtomicU64::new(0),
-                });
-                let (c, config, counters) = (committer.clone(), self.config.clone(), self.counters.clone());
-                let thread = std::thread::Builder::new()
-                    .name(format!("sluice-kafka-commit-{origin}"))
-                    .spawn(move || run_committer(&c, &config, &counters, &rx));
-                match thread {
-                    Ok(t) => *lock(&committer.thread) = Some(t),
-                    Err(e) => {
-                        let mut state = lock(&committer.state);
-                        let e = format!("starting committer {origin}: {e}");
-                        state.started = Some(Err(e.clone()));
-                        state.error = Some(e);
-                    }
-                }
-                committer
-            })
-            .clone()
-    }
-
-    fn check(&self) -> Result<(), String> {
-        for c in lock(&self.committers).values() {
-            if let Some(e) = c.error() {
-                return Err(e);
-            }
-        }
-        Ok(())
-    }
-}
-
-/// The body of a committer thread: start, then commit txns in order until the channel
-/// closes. After a failure it only counts what it is given, so nothing waits forever.
-fn run_committer(c: &Committer, config: &KafkaSinkConfig, counters: &Counters, rx: &Receiver<KafkaTxn>) {
-    let mut worker = match Worker::start(config, c.origin) {
-        Ok((worker, floor)) => {
-            c.highest_epoch.fetch_max(floor, Ordering::AcqRel);
-            lock(&c.state).started = Some(Ok(()));
-            Some(worker)
-        }
-        Err(e) => {
-            let mut state = lock(&c.state);
-            state.started = Some(Err(e.clone()));
-            state.error = Some(e);
-            None
-        }
-    };
-    c.changed.notify_all();
-    while let Ok(txn) = rx.recv() {
-        if let Some(w) = &mut worker {
-            match w.commit(&txn) {
-                Ok(true) => {
-                    counters.committed.fetch_add(1, Ordering::AcqRel);
-                    counters.records.fetch_add(txn.records.len() as u64, Ordering::AcqRel);
-                }
-                Ok(false) => {
-                    counters.skipped.fetch_add(1, Ordering::AcqRel);
-                }
-                Err(e) => {
-                    lock(&c.state).error = Some(e);
-                    worker = None;
-                }
-            }
-        }
-        lock(&c.state).done += 1;
-        c.changed.notify_all();
-    }
-}
-
-/// A committer's clients: the transactional producer and a consumer of the marker group
-/// (never subscribed; it only reads the committed marker and provides group metadata).
-struct Worker {
-    producer: BaseProducer,
-    marker: BaseConsumer,
-    topic: String,
-    id: String,
-    timeout: Duration,
-}
-
-impl Worker {
-    /// Starts the producer (`init_transactions` fences a previous run's and aborts its
-    /// open transaction), reads the marker and reserves this run's epoch range; returns
-    /// the highest epoch this run must stay above.
-    fn start(config: &KafkaSinkConfig, origin: u32) -> Result<(Worker, u64), String> {
-        let id = config.id(origin);
-        let mut client = config.producer_config();
-        client.set("transactional.id", &id).set("client.id", format!("sluice-sink-{origin}"));
-        let producer: BaseProducer = client.create().map_err(|e| format!("creating producer {id}: {e}"))?;
-        producer.init_transactions(config.request_timeout).map_err(|e| format!("init_transactions of {id}: {e}"))?;
-        let marker: BaseConsumer = client_config(&config.bootstrap_servers, &[])
-            .set("group.id", &id)
-            .set("enable.auto.commit", "false")
-            .set("isolation.level", "read_committed")
-            .set("client.id", format!("sluice-sink-marker-{origin}"))
-            .create()
-            .map_err(|e| format!("creating the marker consumer of {id}: {e}"))?;
-        let worker = Worker { producer, marker, topic: config.topic.clone(), id, timeout: config.request_timeout };
-        let committed = worker.committed_epoch()?;
-        let run = worker.reserve_run(config, origin)?;
-        Ok((worker, committed.max((run << 32) - 1)))
-    }
-
-    /// Reserves the next run number of this origin: reads the last one from the group
-    /// `{prefix}-{origin}-runs` and commits it plus one (a plain, synchronous commit).
-    fn reserve_run(&self, config: &KafkaSinkConfig, origin: u32) -> Result<u64, String> {
-        let group = config.runs_group(origin);
-        let runs: BaseConsumer = client_config(&config.bootstrap_servers, &[])
-            .set("group.id", &group)
-            .set("enable.auto.commit", "false")
-            .set("client.id", format!("sluice-sink-runs-{origin}"))
-            .create()
-            .map_err(|e| format!("creating the run consumer of {group}: {e}"))?;
-        let mut tpl = TopicPartitionList::new();
-        let _ = tpl.add_partition(&self.topic, MARKER_PARTITION);
-        let last = runs
-            .committed_offsets(tpl, self.timeout)
-            .map_err(|e| format!("reading the run number of {group}: {e}"))?
-            .find_partition(&self.topic, MARKER_PARTITION)
-            .and_then(|e| e.offset().to_raw())
-            .filter(|&n| n >= 0)
-            .unwrap_or(0);
-        let run = u64::try_from(last).unwrap_or(0) + 1;
-        if run >= 1 << 31 {
-            return Err(format!("{group}: run number {run} out of range"));
-        }
-        let mut next = TopicPartitionList::new();
-        next.add_partition_offset(&self.topic, MARKER_PARTITION, Offset::Offset(run as i64))
-            .map_err(|e| format!("run number offset: {e}"))?;
-        runs.commit(&next, rdkafka::consumer::CommitMode::Sync)
-            .map_err(|e| format!("reserving run {run} in {group}: {e}"))?;
-        Ok(run)
-    }
-
-    /// The last epoch committed for this origin: the marker group's committed offset.
-    fn committed_epoch(&self) -> Result<u64, String> {
-        let mut tpl = TopicPartitionList::new();
-        let _ = tpl.add_partition(&self.topic, MARKER_PARTITION);
-        let committed = self
-            .marker
-            .committed_offsets(tpl, self.timeout)
-            .map_err(|e| format!("reading the marker of {}: {e}", self.id))?;
-        let offset =
-            committed.find_partition(&self.topic, MARKER_PARTITION).map(|e| e.offset()).unwrap_or(Offset::Invalid);
-        Ok(match offset {
-            Offset::Offset(n) => u64::try_from(n).unwrap_or(0),
-            _ => 0,
-        })
-    }
-
-    /// Commits `txn` unless its epoch is already committed; returns whether it wrote.
-    fn commit(&mut self, txn: &KafkaTxn) -> Result<bool, String> {
-        if self.committed_epoch()? >= txn.epoch {
-            return Ok(false);
-        }
-        let id = self.id.clone();
-        self.producer.begin_transaction().map_err(|e| format!("begin_transaction of {id}: {e}"))?;
-        match self.write(txn) {
-            Ok(()) => Ok(true),
-            Err(e) => {
-                // Leave nothing open behind; a fatal error makes the producer unusable,
-                // which the error already says.
-                let _ = self.producer.abort_transaction(self.timeout);
-                Err(format!("transaction of {id} for epoch {}: {e}", txn.epoch))
-            }
-        }
-    }
-
-    fn write(&mut self, txn: &KafkaTxn) -> Result<(), String> {
-        for r in &txn.records {
-            let mut record = BaseRecord::<[u8], [u8]>::to(&self.topic).payload(&r.value[..]);
-            if let Some(k) = &r.key {
-                record = record.key(&k[..]);
-            }
-            if let Some(ts) = r.timestamp {
-                record = record.timestamp(ts);
-            }
-            send_with_backpressure(&self.producer, record).map_err(|e| format!("producing: {e}"))?;
-        }
-        let mut offsets = TopicPartitionList::new();
-        let epoch = i64::try_from(txn.epoch).map_err(|_| format!("epoch {} out of range", txn.epoch))?;
-        offsets
-            .add_partition_offset(&self.topic, MARKER_PARTITION, Offset::Offset(epoch))
-            .map_err(|e| format!("marker offset: {e}"))?;
-        let group = self.marker.group_metadata().ok_or_else(|| "no group metadata for the marker".to_string())?;
-        self.producer
-            .send_offsets_to_transaction(&offsets, &group, self.timeout)
-            .map_err(|e| format!("send_offsets_to_transaction: {e}"))?;
-        self.producer.commit_transaction(self.timeout).map_err(|e| format!("commit_transaction: {e}"))
     }
 }
 
