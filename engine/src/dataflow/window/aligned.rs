@@ -496,6 +496,59 @@ mod tests {
     }
 
     #[test]
+    fn a_large_restore_fills_every_window_in_table_order_and_later_entries_win() {
+        // 60 000 keys in two windows (so each map spans several stretches of its table),
+        // from a whole part, then a delta that changes every seventh key of the first
+        // window: restored at one shard, every key gets its latest count, in its window.
+        let groups = PipelineConfig::DEFAULT_KEY_GROUPS;
+        let keys = 60_000u64;
+        let mut whole: std::collections::BTreeMap<u32, EntryWriter> = std::collections::BTreeMap::new();
+        let mut delta: std::collections::BTreeMap<u32, EntryWriter> = std::collections::BTreeMap::new();
+        let push = |w: &mut EntryWriter, start: i64, key: u64, count: u64| {
+            w.push_with(|out| {
+                (KEY_ENTRY, start, start + 100, false).encode(out);
+                key.encode(out);
+                count.encode(out);
+            });
+        };
+        for key in 0..keys {
+            let w = whole.entry(key_group(&key, groups)).or_default();
+            push(w, 0, key, 1);
+            push(w, 100, key, 2);
+            if key % 7 == 0 {
+                push(delta.entry(key_group(&key, groups)).or_default(), 0, key, 9);
+            }
+        }
+        let part = |(g, w): (u32, EntryWriter)| {
+            let n = w.count();
+            RestoredGroup::owned(g, n, &w.finish())
+        };
+        let mut restored = Restored { id: 3, shards: 1, key_groups: groups, ..Restored::default() };
+        let all: Vec<RestoredGroup> = whole.into_iter().map(part).chain(delta.into_iter().map(part)).collect();
+        restored.operators.insert(0, (50, all));
+        let coordinator = Arc::new(Coordinator::new(1, Some(Arc::new(restored))));
+        let config = Arc::new(PipelineConfig::with_shards(1));
+        let checkpoint = ShardCheckpoint::new(0, 1, groups, coordinator, 10, CheckpointMode::Aligned);
+        let scope = Scope::new(0, config, Arc::new(Shared::default()), Some(checkpoint));
+        let input = Output::<u64>::port();
+        let results = Rc::new(RefCell::new(Vec::new()));
+        let sink = results.clone();
+        scope
+            .stream(input.clone())
+            .key_by(|k: &u64| *k)
+            .window(Windows::tumbling(Duration::from_millis(100)))
+            .count()
+            .for_each(move |e| sink.borrow_mut().push((e.value.window.start.0, e.value.key, e.value.value)));
+        input.borrow_mut().watermark_to(EventTime::from_millis(300));
+        let mut got = results.borrow().clone();
+        got.sort_unstable();
+        let want: Vec<(i64, u64, u64)> =
+            (0..keys).map(|k| (0, k, if k % 7 == 0 { 9 } else { 1 })).chain((0..keys).map(|k| (100, k, 2))).collect();
+        assert_eq!(got.len(), want.len());
+        assert!(got == want, "restored counts differ");
+    }
+
+    #[test]
     fn a_window_dropped_by_one_shard_keeps_the_other_shards_keys_when_restored_at_one() {
         // A two-shard checkpoint whose shards snapshotted at different watermarks (as
         // unaligned checkpoints do): shard 1 had fired and dropped window [0, 100) (its
