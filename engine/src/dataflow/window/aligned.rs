@@ -495,6 +495,29 @@ mod tests {
         w.finish()
     }
 
+    /// Restores `restored` into a one-shard `key_by -> 100 ms tumbling count` and moves
+    /// the watermark to `until_ms`: the results, as sorted (window start, key, count).
+    fn fire_restored(restored: Restored, until_ms: i64) -> Vec<(i64, u64, u64)> {
+        let groups = restored.key_groups;
+        let coordinator = Arc::new(Coordinator::new(1, Some(Arc::new(restored))));
+        let config = Arc::new(PipelineConfig::with_shards(1));
+        let checkpoint = ShardCheckpoint::new(0, 1, groups, coordinator, 10, CheckpointMode::Aligned);
+        let scope = Scope::new(0, config, Arc::new(Shared::default()), Some(checkpoint));
+        let input = Output::<u64>::port();
+        let results = Rc::new(RefCell::new(Vec::new()));
+        let sink = results.clone();
+        scope
+            .stream(input.clone())
+            .key_by(|k: &u64| *k)
+            .window(Windows::tumbling(Duration::from_millis(100)))
+            .count()
+            .for_each(move |e| sink.borrow_mut().push((e.value.window.start.0, e.value.key, e.value.value)));
+        input.borrow_mut().watermark_to(EventTime::from_millis(until_ms));
+        let mut got = results.borrow().clone();
+        got.sort_unstable();
+        got
+    }
+
     #[test]
     fn a_large_restore_fills_every_window_in_table_order_and_later_entries_win() {
         // 60 000 keys in two windows (so each map spans several stretches of its table),
@@ -526,22 +549,7 @@ mod tests {
         let mut restored = Restored { id: 3, shards: 1, key_groups: groups, ..Restored::default() };
         let all: Vec<RestoredGroup> = whole.into_iter().map(part).chain(delta.into_iter().map(part)).collect();
         restored.operators.insert(0, (50, all));
-        let coordinator = Arc::new(Coordinator::new(1, Some(Arc::new(restored))));
-        let config = Arc::new(PipelineConfig::with_shards(1));
-        let checkpoint = ShardCheckpoint::new(0, 1, groups, coordinator, 10, CheckpointMode::Aligned);
-        let scope = Scope::new(0, config, Arc::new(Shared::default()), Some(checkpoint));
-        let input = Output::<u64>::port();
-        let results = Rc::new(RefCell::new(Vec::new()));
-        let sink = results.clone();
-        scope
-            .stream(input.clone())
-            .key_by(|k: &u64| *k)
-            .window(Windows::tumbling(Duration::from_millis(100)))
-            .count()
-            .for_each(move |e| sink.borrow_mut().push((e.value.window.start.0, e.value.key, e.value.value)));
-        input.borrow_mut().watermark_to(EventTime::from_millis(300));
-        let mut got = results.borrow().clone();
-        got.sort_unstable();
+        let got = fire_restored(restored, 300);
         let want: Vec<(i64, u64, u64)> =
             (0..keys).map(|k| (0, k, if k % 7 == 0 { 9 } else { 1 })).chain((0..keys).map(|k| (100, k, 2))).collect();
         assert_eq!(got.len(), want.len());
@@ -576,20 +584,6 @@ mod tests {
         restored
             .operators
             .insert(0, (50, vec![part(g0, key_entry(k0, 4)), part(g1, key_entry(k1, 2)), part(g1, dropped)]));
-        let coordinator = Arc::new(Coordinator::new(1, Some(Arc::new(restored))));
-        let config = Arc::new(PipelineConfig::with_shards(1));
-        let checkpoint = ShardCheckpoint::new(0, 1, groups, coordinator, 10, CheckpointMode::Aligned);
-        let scope = Scope::new(0, config, Arc::new(Shared::default()), Some(checkpoint));
-        let input = Output::<u64>::port();
-        let results = Rc::new(RefCell::new(Vec::new()));
-        let sink = results.clone();
-        scope
-            .stream(input.clone())
-            .key_by(|k: &u64| *k)
-            .window(Windows::tumbling(Duration::from_millis(100)))
-            .count()
-            .for_each(move |e| sink.borrow_mut().push((e.value.key, e.value.value)));
-        input.borrow_mut().watermark_to(EventTime::from_millis(200));
-        assert_eq!(*results.borrow(), [(k0, 4)]);
+        assert_eq!(fire_restored(restored, 200), [(0, k0, 4)]);
     }
 }
