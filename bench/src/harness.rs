@@ -36,7 +36,7 @@ pub use json::{serialize_display, write_json};
 pub use latency::{LatencyRecorder, LatencySummary};
 pub use plot::{Curve, axis_percentile, curve_of, percentile_axis, write_percentile_plot};
 pub use progress::{Progress, progress_text};
-pub use rate_search::{KEEP_UP_SHARE, RateSearch, RateStep, find_max_rate};
+pub use rate_search::{KEEP_UP_SHARE, RateSearch, RateStep, SearchOutputs, find_max_rate};
 pub use run_args::{RunArgs, RunInfo, fill_seeded};
 pub use shards::{ShardConfig, run_on_shards, run_on_shards_with};
 pub use table::Table;

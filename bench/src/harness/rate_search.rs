@@ -72,20 +72,34 @@ impl RateSearch {
     }
 }
 
+/// Where `--find-max-rate` writes what it measured: every step's curve as one chart
+/// (`--plot`, titled `title`), and the interval log of the step a report details
+/// (`--hlog`, see [`RateSearch::kept_step`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SearchOutputs<'a> {
+    /// `--plot`.
+    pub plot: Option<&'a std::path::Path>,
+    /// `--hlog`.
+    pub hlog: Option<&'a std::path::Path>,
+    /// The chart's title.
+    pub title: &'a str,
+}
+
 /// Ramps from `start`: doubles the rate while a step is within `slo_p99_ms` (at most
 /// `ramp_steps` steps), then halves the gap between the last good and the first bad rate
 /// three times. `step(rate)` runs the workload at `rate` and returns the rate it achieved
-/// and its latencies. Writes every step's curve to `plot`, if given, titled `title`.
+/// and its latencies. Writes `outputs`, if asked ([`super::RunArgs::find_max_rate`] passes
+/// a workload's shared options).
 ///
 /// # Errors
 ///
-/// A non-positive bound or start, or the first error of a step.
+/// A non-positive bound or start, a file that cannot be written, or the first error of a
+/// step.
 pub fn find_max_rate(
     start: u64,
     slo_p99_ms: f64,
     ramp_steps: usize,
-    plot: Option<&std::path::Path>,
-    title: &str,
+    outputs: SearchOutputs<'_>,
     unit: &str,
     mut step: impl FnMut(u64) -> anyhow::Result<(f64, LatencyRecorder)>,
 ) -> anyhow::Result<RateSearch> {
@@ -94,11 +108,15 @@ pub fn find_max_rate(
     let slo_us = (slo_p99_ms * 1000.0) as u64;
     let mut search = RateSearch { slo_p99_ms: Some(slo_p99_ms), ..RateSearch::default() };
     let mut curves: Vec<Curve> = Vec::new();
+    let mut latencies: Vec<(u64, LatencyRecorder)> = Vec::new();
     let mut run = |rate: u64, search: &mut RateSearch| -> anyhow::Result<bool> {
         let (achieved, latency) = step(rate)?;
         let latency_us = latency.summary();
         let within_slo = latency_us.count > 0 && latency_us.p99 <= slo_us && achieved >= KEEP_UP_SHARE * rate as f64;
         curves.push(latency.curve(&format!("{rate} {unit}")));
+        if outputs.hlog.is_some() {
+            latencies.push((rate, latency));
+        }
         search.rate_curve.push(RateStep { rate, achieved, latency_us, within_slo });
         Ok(within_slo)
     };
@@ -129,8 +147,11 @@ pub fn find_max_rate(
         }
     }
     search.max_rate_within_slo = good;
-    if let Some(path) = plot {
-        write_percentile_plot(path, title, &curves)?;
+    if let Some(path) = outputs.plot {
+        write_percentile_plot(path, outputs.title, &curves)?;
+    }
+    if let Some(path) = outputs.hlog {
+        latencies[search.kept_step(&latencies, |s| s.0)].1.write_hlog(path)?;
     }
     Ok(search)
 }
@@ -151,7 +172,7 @@ mod tests {
     #[test]
     fn the_search_doubles_then_bisects_to_the_highest_good_rate() {
         // Bound 300 us: 100 and 200 pass, 400 fails, then 300 passes, 350 fails, 325 fails.
-        let s = find_max_rate(100, 0.3, 12, None, "", "events/s", fake).unwrap();
+        let s = find_max_rate(100, 0.3, 12, SearchOutputs::default(), "events/s", fake).unwrap();
         let rates: Vec<u64> = s.rate_curve.iter().map(|s| s.rate).collect();
         assert_eq!(rates, [100, 200, 400, 300, 350, 325]);
         assert_eq!(s.max_rate_within_slo, Some(300));
@@ -161,13 +182,13 @@ mod tests {
     #[test]
     fn a_rate_not_kept_up_with_is_over_and_the_ramp_is_bounded() {
         // Generous bound: only keeping up stops the ramp (at 1600 > 1000 achieved).
-        let s = find_max_rate(100, 1e6, 12, None, "", "events/s", fake).unwrap();
+        let s = find_max_rate(100, 1e6, 12, SearchOutputs::default(), "events/s", fake).unwrap();
         assert_eq!(s.rate_curve[4].rate, 1600);
         assert!(!s.rate_curve[4].within_slo);
-        let bounded = find_max_rate(100, 1e6, 2, None, "", "events/s", fake).unwrap();
+        let bounded = find_max_rate(100, 1e6, 2, SearchOutputs::default(), "events/s", fake).unwrap();
         assert_eq!(bounded.rate_curve.len(), 2);
         assert_eq!(bounded.max_rate_within_slo, Some(200));
-        assert!(find_max_rate(100, 0.0, 2, None, "", "events/s", fake).is_err());
-        assert!(find_max_rate(0, 1.0, 2, None, "", "events/s", fake).is_err());
+        assert!(find_max_rate(100, 0.0, 2, SearchOutputs::default(), "events/s", fake).is_err());
+        assert!(find_max_rate(0, 1.0, 2, SearchOutputs::default(), "events/s", fake).is_err());
     }
 }

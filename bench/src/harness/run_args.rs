@@ -13,7 +13,7 @@ use anyhow::ensure;
 use clap::{Args, builder::RangedU64ValueParser};
 use serde::Serialize;
 
-use super::{Curve, LatencyRecorder, write_percentile_plot};
+use super::{Curve, LatencyRecorder, RateSearch, SearchOutputs, find_max_rate, write_percentile_plot};
 
 /// The options every workload shares (flattened into each workload's arguments).
 #[derive(Debug, Clone, Default, Args)]
@@ -124,6 +124,24 @@ impl RunArgs {
             latency.write_hlog(path)?;
         }
         Ok(curve)
+    }
+
+    /// `--find-max-rate` with this run's options: from `--rate` (else `default_start`),
+    /// within `--slo-p99-ms`, at most `--ramp-steps` doublings, writing `--plot` (titled
+    /// `title`) and `--hlog`. See [`find_max_rate`].
+    ///
+    /// # Errors
+    ///
+    /// As [`find_max_rate`].
+    pub fn find_max_rate(
+        &self,
+        default_start: u64,
+        title: &str,
+        unit: &str,
+        step: impl FnMut(u64) -> anyhow::Result<(f64, LatencyRecorder)>,
+    ) -> anyhow::Result<RateSearch> {
+        let outputs = SearchOutputs { plot: self.plot.as_deref(), hlog: self.hlog.as_deref(), title };
+        find_max_rate(self.rate.unwrap_or(default_start), self.slo_p99_ms, self.ramp_steps, outputs, unit, step)
     }
 
     /// How this run used the shared options, for its report.

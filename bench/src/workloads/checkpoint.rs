@@ -41,7 +41,7 @@ use sluice_engine::dataflow::{CheckpointConfig, CheckpointMode, CheckpointStats,
 
 pub use self::state::StateReport;
 use super::{DirArgs, pipeline_job::Job, pipeline_sluice};
-use crate::harness::{self, LatencyRecorder, LatencySummary, RateSearch, RunArgs, RunInfo, Table};
+use crate::harness::{LatencyRecorder, LatencySummary, RateSearch, RunArgs, RunInfo, Table};
 
 /// `--rate` of the latency mode when not given, events per second.
 pub const DEFAULT_RATE: u64 = 200_000;
@@ -474,7 +474,7 @@ fn paced_job(args: &CheckpointArgs, rate: u64, seconds: f64) -> anyhow::Result<J
         .with_warmup(args.run.warmup()))
 }
 
-/// `--find-max-rate`: ramps the offered rate ([`harness::find_max_rate`]) with the
+/// `--find-max-rate`: ramps the offered rate ([`RunArgs::find_max_rate`]) with the
 /// checkpointing run only, and reports the highest rate whose result p99 stays within the
 /// bound, with that step's checkpoints.
 fn find_max_rate(
@@ -486,34 +486,24 @@ fn find_max_rate(
     let opts = &args.run;
     let interval = Duration::from_millis(args.interval_ms);
     let mut steps: Vec<(u64, pipeline_sluice::SluiceRun)> = Vec::new();
-    let search = harness::find_max_rate(
-        opts.rate.unwrap_or(DEFAULT_RATE),
-        opts.slo_p99_ms,
-        opts.ramp_steps,
-        opts.plot.as_deref(),
-        "result latency with checkpoints per offered rate",
-        "events/s",
-        |rate| {
-            let job = paced_job(args, rate, seconds)?;
-            let dir = fresh_subdir(work, &format!("checkpoints-{}", steps.len()))?;
-            let run = pipeline_sluice::run_checkpointed(
-                &job,
-                args.shards(),
-                Some(CheckpointConfig::new(&dir).interval(interval).mode(args.mode.into())),
-            )
-            .with_context(|| format!("the run at {rate} events/s"))?;
-            let latency = run.latency.clone().unwrap_or_default();
-            let measured = job.events - job.warmup_events();
-            let achieved = measured as f64 / run.elapsed.saturating_sub(job.warmup).as_secs_f64().max(1e-9);
-            steps.push((rate, run));
-            Ok((achieved, latency))
-        },
-    )?;
+    let title = "result latency with checkpoints per offered rate";
+    let search = opts.find_max_rate(DEFAULT_RATE, title, "events/s", |rate| {
+        let job = paced_job(args, rate, seconds)?;
+        let dir = fresh_subdir(work, &format!("checkpoints-{}", steps.len()))?;
+        let run = pipeline_sluice::run_checkpointed(
+            &job,
+            args.shards(),
+            Some(CheckpointConfig::new(&dir).interval(interval).mode(args.mode.into())),
+        )
+        .with_context(|| format!("the run at {rate} events/s"))?;
+        let latency = run.latency.clone().unwrap_or_default();
+        let measured = job.events - job.warmup_events();
+        let achieved = measured as f64 / run.elapsed.saturating_sub(job.warmup).as_secs_f64().max(1e-9);
+        steps.push((rate, run));
+        Ok((achieved, latency))
+    })?;
     let (rate, run) = steps.swap_remove(search.kept_step(&steps, |s| s.0));
     let latency = run.latency.clone().unwrap_or_default();
-    if let Some(path) = &opts.hlog {
-        latency.write_hlog(path)?;
-    }
     report.rate = Some(rate);
     report.events = Some(paced_job(args, rate, seconds)?.events);
     report.rounds = 1;

@@ -18,8 +18,9 @@
 //! `--duration S` sends `R x S` records instead of `--records`; `--warmup W` sends `R x W`
 //! more first, whose latencies are discarded and which the achieved rate leaves out;
 //! `--seed` draws the payload bytes after the 8-byte send time. `--find-max-rate` runs
-//! [`find_max_rate`] with steps of `--duration` (default 3 s) from `--rate` (default
-//! 10 000 records/s) and reports the highest step within the bound.
+//! [`RunArgs::find_max_rate`](crate::harness::RunArgs::find_max_rate) with steps of
+//! `--duration` (default 3 s) from `--rate` (default 10 000 records/s) and reports the
+//! highest step within the bound.
 
 use std::time::{Duration, Instant};
 
@@ -29,7 +30,7 @@ use serde::Serialize;
 use sluice_engine::{Engine, EngineConfig, EngineError, EngineHandle, OwnedRecord, TopicConfig};
 use sluice_io::{FsyncPolicy, Offset, Timestamp};
 
-use crate::harness::{LatencyRecorder, LatencySummary, RateSearch, RunInfo, Table, fill_seeded, find_max_rate};
+use crate::harness::{LatencyRecorder, LatencySummary, RateSearch, RunInfo, Table, fill_seeded};
 use crate::workloads::log::{Clients, LogArgs};
 
 /// Seconds of each `--find-max-rate` step without `--duration`.
@@ -80,27 +81,17 @@ pub fn run(args: &LogArgs) -> anyhow::Result<E2eReport> {
     let run = &args.run;
     if run.find_max_rate {
         let seconds = run.duration.unwrap_or(DEFAULT_STEP_SECONDS);
-        let mut steps: Vec<(E2eReport, LatencyRecorder)> = Vec::new();
-        let search = find_max_rate(
-            run.rate.unwrap_or(DEFAULT_START_RATE),
-            run.slo_p99_ms,
-            run.ramp_steps,
-            run.plot.as_deref(),
-            "log end-to-end latency per offered rate",
-            "records/s",
-            |rate| {
-                let step = Some(steps.len());
-                let (report, latency) = run_at(args, rate, ((rate as f64 * seconds) as u64).max(1), step)?;
-                let achieved = report.achieved_rate;
-                steps.push((report, latency.clone()));
-                Ok((achieved, latency))
-            },
-        )?;
+        let mut steps: Vec<E2eReport> = Vec::new();
+        let title = "log end-to-end latency per offered rate";
+        let search = run.find_max_rate(DEFAULT_START_RATE, title, "records/s", |rate| {
+            let step = Some(steps.len());
+            let (report, latency) = run_at(args, rate, ((rate as f64 * seconds) as u64).max(1), step)?;
+            let achieved = report.achieved_rate;
+            steps.push(report);
+            Ok((achieved, latency))
+        })?;
         // The report of the highest rate within the bound, else of the last step.
-        let (mut report, latency) = steps.swap_remove(search.kept_step(&steps, |s| s.0.rate));
-        if let Some(path) = &run.hlog {
-            latency.write_hlog(path)?;
-        }
+        let mut report = steps.swap_remove(search.kept_step(&steps, |s| s.rate));
         report.run.duration = Some(seconds);
         report.search = search;
         return Ok(report);

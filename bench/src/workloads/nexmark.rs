@@ -39,7 +39,7 @@ use sluice_engine::dataflow::{Event as Timed, Operator, Pipeline, PipelineConfig
 use sluice_io::EventTime;
 
 use crate::{
-    harness::{self, Curve, LatencyRecorder, LatencySummary, RateSearch, RunArgs, RunInfo, Table, TimeBound},
+    harness::{Curve, LatencyRecorder, LatencySummary, RateSearch, RunArgs, RunInfo, Table, TimeBound},
     nexmark::{self, NexmarkConfig, NexmarkGenerator, NexmarkSource, Query, QueryParams, ResultSink},
 };
 
@@ -292,30 +292,17 @@ fn keep_latency(args: &NexmarkArgs, report: &mut NexmarkReport, run: &PacedRun, 
     Ok(())
 }
 
-/// `--find-max-rate`: ramps the offered rate ([`harness::find_max_rate`]), each step as
+/// `--find-max-rate`: ramps the offered rate ([`RunArgs::find_max_rate`]), each step as
 /// long as a latency phase.
 fn find_max_rate(args: &NexmarkArgs, params: &QueryParams, mut report: NexmarkReport) -> anyhow::Result<NexmarkReport> {
     let opts = &args.run;
     let seconds = latency_seconds(args, params, opts.duration.unwrap_or(args.latency_seconds));
     ensure!(seconds > 0.0, "--find-max-rate needs --duration (or --latency-seconds) > 0");
-    let mut latencies: Vec<(u64, LatencyRecorder)> = Vec::new();
-    let search = harness::find_max_rate(
-        opts.rate.unwrap_or(100_000),
-        opts.slo_p99_ms,
-        opts.ramp_steps,
-        opts.plot.as_deref(),
-        &format!("nexmark {}: result latency per offered rate", args.query),
-        "events/s",
-        |rate| {
-            let run = paced_run(args, params, rate, ((rate as f64 * seconds) as u64).max(1))?;
-            let latency = run.query.latency.clone().unwrap_or_default();
-            latencies.push((rate, latency.clone()));
-            Ok((run.achieved, latency))
-        },
-    )?;
-    if let Some(path) = &opts.hlog {
-        latencies[search.kept_step(&latencies, |s| s.0)].1.write_hlog(path)?;
-    }
+    let title = format!("nexmark {}: result latency per offered rate", args.query);
+    let search = opts.find_max_rate(100_000, &title, "events/s", |rate| {
+        let run = paced_run(args, params, rate, ((rate as f64 * seconds) as u64).max(1))?;
+        Ok((run.achieved, run.query.latency.unwrap_or_default()))
+    })?;
     report.run.duration = Some(seconds);
     report.rate = None;
     report.events_per_sec = search.best_achieved();

@@ -25,7 +25,7 @@ use serde::Serialize;
 use sluice_engine::dataflow::PipelineConfig;
 
 use super::{pipeline_job::Job, pipeline_sluice, pipeline_timely};
-use crate::harness::{self, Curve, LatencyRecorder, LatencySummary, RateSearch, RunArgs, RunInfo, Table};
+use crate::harness::{Curve, LatencyRecorder, LatencySummary, RateSearch, RunArgs, RunInfo, Table};
 
 /// What `pipeline` makes of the shared options (`--help`).
 const SHARED_HELP: &str = "Shared options here: --shards defaults to one per CPU this process may run on. Without \
@@ -296,7 +296,7 @@ fn achieved(job: &Job, elapsed: std::time::Duration) -> f64 {
     measured as f64 / elapsed.saturating_sub(job.warmup).as_secs_f64().max(1e-9)
 }
 
-/// `--find-max-rate`: ramps the offered rate ([`harness::find_max_rate`]) and reports the
+/// `--find-max-rate`: ramps the offered rate ([`RunArgs::find_max_rate`]) and reports the
 /// highest whose p99 stays within the bound (and which the pipeline keeps up with).
 fn find_max_rate(args: &PipelineArgs, mut report: PipelineReport) -> anyhow::Result<PipelineReport> {
     ensure!(args.compare.is_none(), "--compare measures throughput: run it without --find-max-rate");
@@ -304,26 +304,13 @@ fn find_max_rate(args: &PipelineArgs, mut report: PipelineReport) -> anyhow::Res
     let seconds = opts.duration.unwrap_or(args.latency_seconds);
     ensure!(seconds.is_finite() && seconds > 0.0, "--find-max-rate needs --duration (or --latency-seconds) > 0");
     let shards = args.shards();
-    let mut latencies: Vec<(u64, LatencyRecorder)> = Vec::new();
-    let search = harness::find_max_rate(
-        opts.rate.unwrap_or(100_000),
-        opts.slo_p99_ms,
-        opts.ramp_steps,
-        opts.plot.as_deref(),
-        "windowed keyed count: result latency per offered rate",
-        "events/s",
-        |rate| {
-            let job = paced_job(args, rate, ((rate as f64 * seconds) as u64).max(1))?;
-            let run = pipeline_sluice::run(&job, shards, true)?;
-            let latency = run.latency.context("a latency run records latencies")?;
-            latencies.push((rate, latency.clone()));
-            Ok((achieved(&job, run.elapsed), latency))
-        },
-    )?;
-    if let Some(path) = &opts.hlog {
-        // The highest rate within the bound, else the last step.
-        latencies[search.kept_step(&latencies, |s| s.0)].1.write_hlog(path)?;
-    }
+    let title = "windowed keyed count: result latency per offered rate";
+    let search = opts.find_max_rate(100_000, title, "events/s", |rate| {
+        let job = paced_job(args, rate, ((rate as f64 * seconds) as u64).max(1))?;
+        let run = pipeline_sluice::run(&job, shards, true)?;
+        let latency = run.latency.context("a latency run records latencies")?;
+        Ok((achieved(&job, run.elapsed), latency))
+    })?;
     report.run.duration = Some(seconds);
     report.rate = None;
     report.events_per_sec = search.best_achieved();

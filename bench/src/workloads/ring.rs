@@ -232,26 +232,15 @@ pub fn run(args: &RingArgs) -> anyhow::Result<RingReport> {
     if opts.find_max_rate {
         let seconds = opts.duration.unwrap_or(1.0);
         let mut steps: Vec<(u64, Transfer)> = Vec::new();
-        report.search = harness::find_max_rate(
-            opts.rate.unwrap_or(1_000_000),
-            opts.slo_p99_ms,
-            opts.ramp_steps,
-            opts.plot.as_deref(),
-            "ring: batch latency per offered rate",
-            "records/s",
-            |rate| {
-                let records = ((rate as f64 * seconds) as u64).max(1);
-                let t = paced_transfer(args, rate, records)?;
-                let latency = t.latency.clone().unwrap_or_default();
-                let achieved = (records as f64) / t.elapsed.saturating_sub(opts.warmup()).as_secs_f64().max(1e-9);
-                steps.push((rate, t));
-                Ok((achieved, latency))
-            },
-        )?;
+        report.search = opts.find_max_rate(1_000_000, "ring: batch latency per offered rate", "records/s", |rate| {
+            let records = ((rate as f64 * seconds) as u64).max(1);
+            let t = paced_transfer(args, rate, records)?;
+            let latency = t.latency.clone().unwrap_or_default();
+            let achieved = (records as f64) / t.elapsed.saturating_sub(opts.warmup()).as_secs_f64().max(1e-9);
+            steps.push((rate, t));
+            Ok((achieved, latency))
+        })?;
         let (rate, t) = steps.swap_remove(report.search.kept_step(&steps, |s| s.0));
-        if let (Some(path), Some(l)) = (&opts.hlog, &t.latency) {
-            l.write_hlog(path)?;
-        }
         report.rate = Some(rate);
         report.run.duration = Some(seconds);
         report.rounds = 1;
