@@ -248,7 +248,7 @@ impl StateHandle {
         &self,
         mut each: impl FnMut(K, V),
     ) -> Result<Option<EventTime>, StateError> {
-        self.restore_raw(|input| {
+        self.restore_grouped(|_, input| {
             let key = K::decode(input)?;
             each(key, V::decode(input)?);
             Ok(())
@@ -256,21 +256,8 @@ impl StateHandle {
     }
 
     /// Like [`StateHandle::restore`], for operators whose entries are not one typed pair:
-    /// `each` reads one entry from the front of its input.
-    pub(crate) fn restore_raw(
-        &self,
-        mut each: impl FnMut(&mut &[u8]) -> Result<(), StateError>,
-    ) -> Result<Option<EventTime>, StateError> {
-        let shard = self.shard.borrow();
-        let Some(restored) = shard.coordinator.restored.as_ref() else { return Ok(None) };
-        let Some((watermark, groups)) = restored.operators.get(&self.id) else { return Ok(None) };
-        for group in groups.iter().filter(|g| shard.owns(g.key_group)) {
-            super::codec::read_entries_raw(group.bytes(), &mut each)?;
-        }
-        Ok(Some(EventTime::from_millis(*watermark)))
-    }
-
-    /// Like [`StateHandle::restore_raw`], also telling `each` the key group of the entry.
+    /// `each` reads one entry from the front of its input, and is told the entry's key
+    /// group.
     pub(crate) fn restore_grouped(
         &self,
         mut each: impl FnMut(u32, &mut &[u8]) -> Result<(), StateError>,
