@@ -100,6 +100,23 @@ fn check_latency_files(out: &Outputs) {
     }
 }
 
+/// A `--find-max-rate` line: from `rate`, steps of `duration` seconds, at most two
+/// doublings, within a bound no step misses, then `more` and `out`'s output flags.
+fn search_line<'a>(rate: &'a str, duration: &'a str, more: &[&'a str], out: &'a [String]) -> Vec<&'a str> {
+    let fixed =
+        ["--find-max-rate", "--slo-p99-ms", "10000", "--rate", rate, "--duration", duration, "--ramp-steps", "2"];
+    cmd(&[&fixed[..], more].concat(), out)
+}
+
+/// What a `--find-max-rate` run must show: its search (bound 10 s), its JSON
+/// and the latency files.
+fn check_search_run<T: serde::Serialize>(out: &Outputs, report: &T, search: &RateSearch, workload: &str) -> Value {
+    check_search(search, 10_000.0);
+    let json = check_json(&out.path("r.json"), report, workload, 0, 0.0);
+    check_latency_files(out);
+    json
+}
+
 /// The search ran, tried at least one rate, and its answer is a step within the bound.
 fn check_search(search: &RateSearch, slo_ms: f64) {
     assert_eq!(search.slo_p99_ms, Some(slo_ms));
@@ -244,27 +261,10 @@ fn log_open_loop_discards_the_warmup_and_finds_a_max_rate() {
 
     let out = Outputs::new();
     let extra = out.flags();
-    let line = cmd(
-        &[
-            "--find-max-rate",
-            "--slo-p99-ms",
-            "10000",
-            "--rate",
-            "1000",
-            "--duration",
-            "0.2",
-            "--ramp-steps",
-            "2",
-            "--fsync",
-            "never",
-        ],
-        &extra,
-    );
+    let line = search_line("1000", "0.2", &["--fsync", "never"], &extra);
     let report = e2e::run(&args::<LogArgs>("log", &line)).expect("log --find-max-rate");
-    check_search(&report.search, 10_000.0);
-    let json = check_json(&out.path("r.json"), &report, "log-e2e", 0, 0.0);
+    let json = check_search_run(&out, &report, &report.search, "log-e2e");
     assert!(json["rate_curve"].as_array().is_some_and(|c| !c.is_empty()));
-    check_latency_files(&out);
 }
 
 // ---- ring ----------------------------------------------------------------------------------
@@ -326,26 +326,9 @@ fn ring_open_loop_measures_batch_latency_and_finds_a_max_rate() {
 
     let out = Outputs::new();
     let extra = out.flags();
-    let line = cmd(
-        &[
-            "--find-max-rate",
-            "--slo-p99-ms",
-            "10000",
-            "--rate",
-            "50000",
-            "--duration",
-            "0.05",
-            "--ramp-steps",
-            "2",
-            "--record-bytes",
-            "16",
-        ],
-        &extra,
-    );
+    let line = search_line("50000", "0.05", &["--record-bytes", "16"], &extra);
     let report = ring::run(&args("ring", &line)).expect("ring --find-max-rate");
-    check_search(&report.search, 10_000.0);
-    check_json(&out.path("r.json"), &report, "ring", 0, 0.0);
-    check_latency_files(&out);
+    check_search_run(&out, &report, &report.search, "ring");
 }
 
 // ---- pipeline ------------------------------------------------------------------------------
@@ -392,26 +375,9 @@ fn pipeline_honours_every_shared_option() {
 
     let out = Outputs::new();
     let extra = out.flags();
-    let line = cmd(
-        &[
-            "--find-max-rate",
-            "--slo-p99-ms",
-            "10000",
-            "--rate",
-            "5000",
-            "--duration",
-            "0.2",
-            "--ramp-steps",
-            "2",
-            "--shards",
-            "1",
-        ],
-        &extra,
-    );
+    let line = search_line("5000", "0.2", &["--shards", "1"], &extra);
     let report = pipeline::run(&args("pipeline", &line)).expect("pipeline --find-max-rate");
-    check_search(&report.search, 10_000.0);
-    check_json(&out.path("r.json"), &report, "pipeline", 0, 0.0);
-    check_latency_files(&out);
+    check_search_run(&out, &report, &report.search, "pipeline");
 }
 
 // ---- checkpoint ----------------------------------------------------------------------------
@@ -446,27 +412,9 @@ fn checkpoint_honours_every_shared_option() {
 
     let out = Outputs::new();
     let extra = out.flags();
-    let fixed = [
-        "--find-max-rate",
-        "--slo-p99-ms",
-        "10000",
-        "--rate",
-        "5000",
-        "--duration",
-        "0.3",
-        "--ramp-steps",
-        "2",
-        "--keys",
-        "100",
-        "--interval-ms",
-        "100",
-        "--shards",
-        "1",
-    ];
-    let report = checkpoint::run(&args("checkpoint", &cmd(&fixed, &extra))).expect("checkpoint --find-max-rate");
-    check_search(&report.search, 10_000.0);
-    check_json(&out.path("r.json"), &report, "checkpoint", 0, 0.0);
-    check_latency_files(&out);
+    let line = search_line("5000", "0.3", &["--keys", "100", "--interval-ms", "100", "--shards", "1"], &extra);
+    let report = checkpoint::run(&args("checkpoint", &line)).expect("checkpoint --find-max-rate");
+    check_search_run(&out, &report, &report.search, "checkpoint");
 
     let err = checkpoint::run(&args("checkpoint", &["--max"])).expect_err("an open loop only");
     assert!(format!("{err:#}").contains("--max"), "{err:#}");
@@ -516,21 +464,7 @@ fn nexmark_honours_every_shared_option() {
 
     let out = Outputs::new();
     let extra = out.flags();
-    let fixed = [
-        "--query",
-        "q0",
-        "--find-max-rate",
-        "--slo-p99-ms",
-        "10000",
-        "--rate",
-        "2000",
-        "--duration",
-        "0.2",
-        "--ramp-steps",
-        "2",
-    ];
-    let report = nexmark::run(&args("nexmark", &cmd(&fixed, &extra))).expect("nexmark --find-max-rate");
-    check_search(&report.search, 10_000.0);
-    check_json(&out.path("r.json"), &report, "nexmark", 0, 0.0);
-    check_latency_files(&out);
+    let line = search_line("2000", "0.2", &["--query", "q0"], &extra);
+    let report = nexmark::run(&args("nexmark", &line)).expect("nexmark --find-max-rate");
+    check_search_run(&out, &report, &report.search, "nexmark");
 }
