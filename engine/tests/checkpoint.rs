@@ -273,6 +273,21 @@ fn stop_after_checkpoints(running: &sluice_engine::dataflow::RunningPipeline, k:
     running.stop(false);
 }
 
+/// Ends `running`: stopped once `stop_after` checkpoints completed (when given), else run
+/// to the end of its input; returns its checkpoints and the one it restored from.
+fn finish(
+    running: sluice_engine::dataflow::RunningPipeline,
+    stop_after: Option<usize>,
+) -> (Vec<sluice_engine::dataflow::CheckpointStats>, Option<u64>) {
+    if let Some(k) = stop_after {
+        stop_after_checkpoints(&running, k);
+    }
+    let stats = running.checkpoints();
+    let restored = running.restored_from();
+    running.join().unwrap();
+    (stats, restored)
+}
+
 /// A two-phase-commit sink into a shared "external system": transactions are staged
 /// record lists with an id, only committed ones become visible, and committing an id
 /// twice (as a restore does for what its checkpoint pre-committed) changes nothing.
@@ -345,12 +360,7 @@ fn two_phase_commit_and_upsert_sinks_expose_each_result_once_across_a_stop_and_r
                 );
             })
             .unwrap();
-        if let Some(k) = stop_after {
-            stop_after_checkpoints(&running, k);
-        }
-        let restored = running.restored_from();
-        running.join().unwrap();
-        restored
+        finish(running, stop_after).1
     };
     assert_eq!(run(Some(3)), None);
     let partial = visible.lock().unwrap().1.len();
@@ -488,13 +498,7 @@ fn run_incremental(
             }));
         })
         .unwrap();
-    if let Some(k) = stop_after {
-        stop_after_checkpoints(&running, k);
-    }
-    let stats = running.checkpoints();
-    let restored = running.restored_from();
-    running.join().unwrap();
-    (stats, restored)
+    finish(running, stop_after)
 }
 
 /// Checks that later checkpoints of a stopped run hold only the few changed keys, and
@@ -708,13 +712,7 @@ fn run_backpressured(
                 .to_two_phase_commit(Staged { visible: visible.clone() });
         })
         .unwrap();
-    if let Some(k) = stop_after {
-        stop_after_checkpoints(&running, k);
-    }
-    let stats = running.checkpoints();
-    let restored = running.restored_from();
-    running.join().unwrap();
-    (stats, restored)
+    finish(running, stop_after)
 }
 
 #[test]
