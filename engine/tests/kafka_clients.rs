@@ -223,6 +223,11 @@ fn confluent_kafka_admin_idempotent_produce_group_commit_and_seek_by_time() {
 }
 
 #[test]
+fn confluent_kafka_member_joining_a_group_takes_partitions_over_without_rereading() {
+    run_script("confluent_rebalance.py", "confluent_kafka", "handoff");
+}
+
+#[test]
 fn kafka_python_admin_idempotent_produce_group_commit_and_seek_by_time() {
     run_script("kafka_python_client.py", "kafka", "kp");
 }

@@ -8,8 +8,12 @@
 //! generation at once; a member still at an older one is told REBALANCE_IN_PROGRESS on its
 //! next heartbeat or sync and rejoins; the commit it makes as it gives up its partitions
 //! is accepted (as Kafka accepts it during a rebalance), one from a member no longer in
-//! the group is refused (UNKNOWN_MEMBER_ID). Consumption is at least once: until the old
-//! member hears of the new generation, it and the new owner may both read a partition.
+//! the group is refused (UNKNOWN_MEMBER_ID). As in Kafka, a JoinGroup is answered only
+//! once every member of its generation has joined at it, or after the client's rebalance
+//! timeout ([`await_rejoins`]): the members that were in the group have given their
+//! partitions up and committed before any member learns the new assignment, so no
+//! partition is read by two members at once and the next owner starts at the last
+//! committed position.
 //!
 //! Subscriptions and assignments are parsed and written here, with bounds checks on every
 //! count, rather than with the protocol crate (whose decoder allocates what a count
@@ -143,10 +147,16 @@ pub(crate) async fn join(ctx: &Arc<Context>, req: JoinGroupRequest, version: i16
             session_timeout: Duration::from_millis(req.session_timeout_ms as u64),
             assignor: protocol.name.as_str().to_string(),
         };
-        let state = ctx.engine.join_group(req.group_id.0.as_str(), join).await.map_err(|e| match e {
+        let group = req.group_id.0.as_str();
+        let code_of = |e: EngineError| match e {
             EngineError::InvalidConfig(_) => code::INCONSISTENT_GROUP_PROTOCOL,
             e => errors::of(&e),
-        })?;
+        };
+        let state = ctx.engine.join_group(group, join.clone()).await.map_err(code_of)?;
+        // Before v1 a join has no rebalance timeout of its own: the session timeout.
+        let limit = if version >= 1 { req.rebalance_timeout_ms } else { req.session_timeout_ms };
+        let limit = Duration::from_millis(limit.clamp(0, MAX_REBALANCE_TIMEOUT_MS) as u64);
+        let state = await_rejoins(ctx, group, join, state, limit).await.map_err(code_of)?;
         Ok((protocol.name.as_str().to_string(), state))
     }
     .await;
@@ -164,6 +174,82 @@ pub(crate) async fn join(ctx: &Arc<Context>, req: JoinGroupRequest, version: i16
         Err(c) => resp.error_code = c,
     }
     resp
+}
+
+/// The longest a join waits for the other members to rejoin, whatever the client asks.
+const MAX_REBALANCE_TIMEOUT_MS: i32 = 300_000;
+/// How often a waiting join looks at the group again.
+const REJOIN_POLL: Duration = Duration::from_millis(20);
+
+/// Kafka's join barrier for one group: who has joined at its newest generation, and who
+/// has ever joined through this listener.
+#[derive(Debug, Default)]
+pub(crate) struct JoinBarrier {
+    generation: u32,
+    joined: std::collections::HashSet<MemberId>,
+    /// Members of the listener's clients. A member the engine's own consumers hold
+    /// (`GroupConsumer`) never joins here, so the barrier does not wait for it.
+    clients: std::collections::HashSet<MemberId>,
+}
+
+impl JoinBarrier {
+    /// Notes that `member` has joined at `generation`; false if that generation is
+    /// already older than the barrier's (the member must join again).
+    fn arrive(&mut self, member: &MemberId, generation: u32) -> bool {
+        if generation > self.generation {
+            self.generation = generation;
+            self.joined.clear();
+        }
+        self.clients.insert(member.clone());
+        if generation == self.generation {
+            self.joined.insert(member.clone());
+        }
+        generation == self.generation
+    }
+
+    /// Whether every listener member among `members` (the group's, at the barrier's
+    /// generation) has joined at that generation. Forgets members no longer in it.
+    fn complete(&mut self, members: &[MemberId]) -> bool {
+        self.clients.retain(|m| members.contains(m));
+        members.iter().all(|m| !self.clients.contains(m) || self.joined.contains(m))
+    }
+}
+
+/// Holds a join until every member of its generation has joined at that generation, as
+/// Kafka's coordinator does before it completes a rebalance: a member that was in the
+/// group rejoins only after its heartbeat told it of the rebalance and it gave its
+/// partitions up (committing its positions), so a member answered here never starts on
+/// a partition another still reads. If the group moves to a newer generation meanwhile
+/// (a member left, was evicted or joined), the join is renewed at that one. After
+/// `limit` (the client's rebalance timeout) the join completes anyway; members that did
+/// not rejoin keep their session until it times out. The waiting member's session is
+/// kept alive, as its client does not heartbeat while its join is pending.
+async fn await_rejoins(
+    ctx: &Context,
+    group: &str,
+    join: JoinRequest,
+    mut state: crate::coordinator::MemberState,
+    limit: Duration,
+) -> Result<crate::coordinator::MemberState, EngineError> {
+    let deadline = std::time::Instant::now() + limit;
+    let lock = || ctx.joins.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut current = lock().entry(group.to_string()).or_default().arrive(&state.member, state.generation);
+    loop {
+        let Some(d) = ctx.engine.describe_group(group).await? else { return Ok(state) };
+        if d.generation != state.generation || !current {
+            let again = JoinRequest { member: Some(state.member.clone()), ..join.clone() };
+            state = ctx.engine.join_group(group, again).await?;
+            current = lock().entry(group.to_string()).or_default().arrive(&state.member, state.generation);
+            continue;
+        }
+        let members: Vec<MemberId> = d.members.into_iter().map(|(m, _, _)| m).collect();
+        let complete = lock().get_mut(group).is_none_or(|b| b.complete(&members));
+        if complete || std::time::Instant::now() >= deadline {
+            return Ok(state);
+        }
+        glommio::timer::sleep(REJOIN_POLL).await;
+        ctx.engine.heartbeat(group, &state.member, &join.topics).await?;
+    }
 }
 
 /// A stale generation in a sync or heartbeat means "rejoin".
@@ -409,6 +495,25 @@ mod tests {
         assert!(parse_subscription(&[0, 0, 0x7f, 0xff, 0xff, 0xff]).is_err());
         assert!(parse_subscription(&[0, 1, 0, 0, 0, 1, 0, 9, b'x']).is_err());
         assert!(parse_subscription(&[0]).is_err());
+    }
+
+    #[test]
+    fn the_join_barrier_waits_for_every_listener_member_of_the_newest_generation() {
+        let (a, b, embedded) = (MemberId::new("a"), MemberId::new("b"), MemberId::new("embedded"));
+        let mut barrier = JoinBarrier::default();
+        assert!(barrier.arrive(&a, 1));
+        assert!(barrier.complete(&[a.clone(), embedded.clone()]), "the engine's own members are not waited for");
+        // b joins: generation 2; a, still at 1, has not rejoined yet.
+        assert!(barrier.arrive(&b, 2));
+        assert!(!barrier.complete(&[a.clone(), b.clone(), embedded.clone()]));
+        assert!(!barrier.arrive(&a, 1), "a join at an older generation must be renewed");
+        assert!(barrier.arrive(&a, 2));
+        assert!(barrier.complete(&[a.clone(), b.clone(), embedded]));
+        // b leaves: generation 3 holds a alone (await_rejoins renews a's join on seeing it).
+        assert!(barrier.arrive(&a, 3));
+        assert_eq!(barrier.joined.len(), 1, "a new generation starts with no one joined");
+        assert!(barrier.complete(&[a]));
+        assert!(!barrier.clients.contains(&b), "members gone from the group are forgotten");
     }
 
     #[test]

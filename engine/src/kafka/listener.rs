@@ -52,6 +52,8 @@ pub(crate) struct Context {
     pub(crate) txns: super::transactions::Coordinator,
     /// Last stable offsets and aborted transactions for read_committed fetches.
     pub(crate) stable: super::stable::StableIndex,
+    /// Each group's join barrier (`groups::JoinBarrier`).
+    pub(crate) joins: std::sync::Mutex<std::collections::HashMap<String, super::groups::JoinBarrier>>,
 }
 
 impl KafkaServer {
@@ -95,6 +97,7 @@ impl KafkaServer {
             advertised,
             txns,
             stable: super::stable::StableIndex::default(),
+            joins: std::sync::Mutex::default(),
         });
         let (stop_tx, stop_rx) = async_channel::bounded::<()>(1);
         let cpus: Vec<usize> = core_affinity::get_core_ids().unwrap_or_default().into_iter().map(|c| c.id).collect();

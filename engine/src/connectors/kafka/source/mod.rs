@@ -21,10 +21,10 @@
 //!   always reported to sources before a pipeline ends).
 //! - The shards of one process hand partitions over in-process: a partition assigned
 //!   while another local shard still holds it stays paused until that shard gives it up
-//!   and passes on its position (a coordinator may, as `sluice serve`'s does, complete a
-//!   rebalance before the old owner has heard of it). Across processes the coordinator's
-//!   protocol decides: with one that does so, records may be read twice during a
-//!   rebalance.
+//!   and passes on its position (a coordinator may complete a rebalance before the old
+//!   owner has heard of it; Kafka's and `sluice serve`'s wait for every member to rejoin
+//!   unless the rebalance timeout passes). Across processes the coordinator's protocol
+//!   decides: with one that does not wait, records may be read twice during a rebalance.
 //!
 //! The shard never blocks on the consumer while running: `poll_next` polls with a zero
 //! timeout, and librdkafka's "queue became non-empty" callback wakes the shard when
