@@ -228,6 +228,11 @@ fn confluent_kafka_member_joining_a_group_takes_partitions_over_without_rereadin
 }
 
 #[test]
+fn kafka_python_member_joining_a_group_takes_partitions_over_without_rereading() {
+    run_script("kafka_python_rebalance.py", "kafka", "kphandoff");
+}
+
+#[test]
 fn kafka_python_admin_idempotent_produce_group_commit_and_seek_by_time() {
     run_script("kafka_python_client.py", "kafka", "kp");
 }
