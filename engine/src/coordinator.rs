@@ -5,7 +5,10 @@
 //! learn it from their join and heartbeats. Each change of membership (a join, a leave,
 //! an eviction after a missed session timeout, a member changing its subscription) starts
 //! a new generation; within one generation every partition of the subscribed topics is
-//! owned by exactly one member.
+//! owned by exactly one member. As in KIP-848, a partition moving to another member is
+//! handed to it only once the member that held it has heard of the new generation (its
+//! heartbeat, sync or rejoin) and so let it go, or has left the group: no partition is
+//! held by two members at once, across generations too.
 //!
 //! This is a pure state machine: time comes in as `now`, partition counts as a map. It
 //! lives on the shard that owns the group's partition of the offsets topic.
@@ -55,6 +58,8 @@ struct Group {
     assignment: Assignment,
     partitions: BTreeMap<String, u32>,
     next_member: u64,
+    /// What each member was last handed: the partitions it may be reading now.
+    held: BTreeMap<MemberId, Vec<TopicPartition>>,
 }
 
 /// Every group this shard coordinates.
@@ -101,6 +106,7 @@ impl Coordinator {
             assignment: Assignment::new(),
             partitions: BTreeMap::new(),
             next_member: 0,
+            held: BTreeMap::new(),
         });
         if g.members.is_empty() {
             g.assignor = req.assignor.clone();
@@ -172,6 +178,7 @@ impl Coordinator {
         if g.members.remove(member).is_none() {
             return Err(unknown_member(group, member));
         }
+        g.held.remove(member);
         g.rebalance();
         Ok(())
     }
@@ -191,6 +198,7 @@ impl Coordinator {
             }
             for id in gone {
                 g.members.remove(&id);
+                g.held.remove(&id);
                 evicted.push((name.clone(), id));
             }
             g.rebalance();
@@ -277,12 +285,18 @@ impl Group {
         self.assignment = assignor.assign(&known, &subscriptions);
     }
 
-    fn state_of(&self, member: &MemberId) -> MemberState {
-        MemberState {
-            member: member.clone(),
-            generation: self.generation,
-            assignment: self.assignment.get(member).cloned().unwrap_or_default(),
-        }
+    /// The member's state: of its assignment in the current generation, the partitions
+    /// no other member still holds (it has not heard of the generation yet, or not given
+    /// them up); the rest come with a later heartbeat, once their holder has let go. What
+    /// the member is handed becomes what it holds, so what it no longer owns is freed.
+    fn state_of(&mut self, member: &MemberId) -> MemberState {
+        let target = self.assignment.get(member).cloned().unwrap_or_default();
+        let granted: Vec<TopicPartition> = target
+            .into_iter()
+            .filter(|tp| !self.held.iter().any(|(other, held)| other != member && held.contains(tp)))
+            .collect();
+        self.held.insert(member.clone(), granted.clone());
+        MemberState { member: member.clone(), generation: self.generation, assignment: granted }
     }
 }
 
@@ -316,6 +330,12 @@ mod tests {
         } else {
             assert_eq!(owned, all, "generation {}: none owned twice, none orphaned", d.generation);
         }
+        // What members were handed, across generations, never overlaps.
+        let mut held: Vec<&TopicPartition> = c.groups["g"].held.values().flatten().collect();
+        let n = held.len();
+        held.sort();
+        held.dedup();
+        assert_eq!(held.len(), n, "a partition held by two members: {:?}", c.groups["g"].held);
     }
 
     #[test]
@@ -326,13 +346,19 @@ mod tests {
         assert_eq!((a.generation, a.assignment.len()), (1, 6));
         let b = join(&mut c, None, t0);
         assert_eq!(b.generation, 2);
+        // a still holds every partition: b is handed none of its share yet.
+        assert!(b.assignment.is_empty(), "{b:?}");
         check_exclusive(&c);
         // Syncing at the old generation is stale; at the new one it gives the assignment.
         assert!(matches!(c.sync("g", &a.member, 1, t0), Err(EngineError::StaleGeneration { got: 1, current: 2, .. })));
         assert_eq!(c.sync("g", &b.member, 2, t0).unwrap(), b);
+        // a hears of generation 2 and lets b's share go; b's next sync or heartbeat has it.
         let a2 = c.heartbeat("g", &a.member, parts(), t0).unwrap();
         assert_eq!(a2.generation, 2);
-        assert_eq!(a2.assignment.len() + b.assignment.len(), 6);
+        let b2 = c.sync("g", &b.member, 2, t0).unwrap();
+        assert_eq!(a2.assignment.len() + b2.assignment.len(), 6);
+        assert!(!a2.assignment.is_empty() && !b2.assignment.is_empty());
+        assert!(a2.assignment.iter().all(|tp| !b2.assignment.contains(tp)));
         // A rejoin with the same subscription is not a rebalance.
         assert_eq!(join(&mut c, Some(a.member.clone()), t0).generation, 2);
         // Stale commits are refused, current ones accepted.

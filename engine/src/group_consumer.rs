@@ -5,6 +5,10 @@
 //! Heartbeats ride on `poll`: call it at least every `heartbeat_interval`, and never let
 //! `session_timeout` pass between calls, or the coordinator evicts the member and it must
 //! rejoin (as with Kafka's `max.poll.interval.ms`).
+//!
+//! A partition moving here from another member arrives only once that member has let it
+//! go (its own heartbeat after the rebalance, or its leaving), so a new member may start
+//! with part of its share and get the rest from later heartbeats.
 
 use std::time::{Duration, Instant};
 
@@ -149,8 +153,9 @@ impl GroupConsumer {
         self.consumer.positions().iter().map(|((t, p), o)| (t.clone(), *p, *o)).collect()
     }
 
-    /// Sends a heartbeat now and adopts a new assignment if the group rebalanced. If the
-    /// member was evicted, it rejoins as a new member.
+    /// Sends a heartbeat now and adopts a new assignment if the group rebalanced or other
+    /// members let go of partitions this one is to own. If the member was evicted, it
+    /// rejoins as a new member.
     pub async fn heartbeat(&mut self) -> Result<()> {
         self.last_heartbeat = Instant::now();
         let state = match self.engine.heartbeat(&self.group, &self.member, &self.topics).await {
@@ -168,7 +173,8 @@ impl GroupConsumer {
             }
             Err(e) => return Err(e),
         };
-        if state.generation != self.generation {
+        // A new generation, or within one the partitions another member has since let go.
+        if state.generation != self.generation || state.assignment != self.assignment {
             self.adopt(state.generation, state.assignment).await?;
         }
         Ok(())

@@ -88,10 +88,14 @@ fn rebalances_on_join_leave_and_timeout() {
                 .unwrap();
         assert_eq!(a.assignment().len(), 6);
         assert_eq!(check_exclusive(&h, "g", "t", 6), 1);
-        let b = block_on(GroupConsumer::join(h.clone(), "g", &["t"], options(assignor), None)).unwrap();
+        let mut b = block_on(GroupConsumer::join(h.clone(), "g", &["t"], options(assignor), None)).unwrap();
         assert_eq!(check_exclusive(&h, "g", "t", 6), 2);
+        // a still holds every partition until it hears of generation 2: b starts with none.
+        assert!(b.assignment().is_empty(), "{assignor}: b handed {:?} while a holds them", b.assignment());
         block_on(a.heartbeat()).unwrap();
         assert_eq!(a.generation(), 2);
+        // a let b's share go; b's next heartbeat hands it over.
+        block_on(b.heartbeat()).unwrap();
         assert_eq!(a.assignment().len() + b.assignment().len(), 6);
         assert_eq!(a.assignment().len(), 3, "{assignor}: balanced");
         let a_set: BTreeSet<_> = a.assignment().iter().cloned().collect();

@@ -190,6 +190,10 @@ pub(crate) struct JoinBarrier {
     /// Members of the listener's clients. A member the engine's own consumers hold
     /// (`GroupConsumer`) never joins here, so the barrier does not wait for it.
     clients: std::collections::HashSet<MemberId>,
+    /// The assignment each member got from its last SyncGroup. A member handed only part
+    /// of its share (another still held the rest: one that did not rejoin in time) is
+    /// told to rejoin once the coordinator would hand it more.
+    synced: std::collections::HashMap<MemberId, Vec<TopicPartition>>,
 }
 
 impl JoinBarrier {
@@ -211,6 +215,7 @@ impl JoinBarrier {
     /// generation) has joined at that generation. Forgets members no longer in it.
     fn complete(&mut self, members: &[MemberId]) -> bool {
         self.clients.retain(|m| members.contains(m));
+        self.synced.retain(|m, _| members.contains(m));
         members.iter().all(|m| !self.clients.contains(m) || self.joined.contains(m))
     }
 }
@@ -268,9 +273,12 @@ pub(crate) async fn sync(ctx: &Arc<Context>, req: SyncGroupRequest, version: i16
         return resp;
     };
     let generation = u32::try_from(req.generation_id).unwrap_or(u32::MAX);
-    match ctx.engine.sync_group(req.group_id.0.as_str(), &member, generation).await {
+    let group = req.group_id.0.as_str();
+    match ctx.engine.sync_group(group, &member, generation).await {
         Ok(state) => {
             resp.assignment = encode_assignment(&state.assignment);
+            let mut joins = ctx.joins.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            joins.entry(group.to_string()).or_default().synced.insert(member, state.assignment);
             if version >= 5 {
                 resp.protocol_type = req.protocol_type.clone().or_else(|| Some(str_bytes(CONSUMER)));
                 resp.protocol_name = req.protocol_name.clone();
@@ -304,11 +312,13 @@ async fn heartbeat_code(ctx: &Context, req: &HeartbeatRequest) -> Result<i16, En
         None => return Ok(code::UNKNOWN_MEMBER_ID),
     };
     let state = ctx.engine.heartbeat(group, &member, &topics).await?;
-    Ok(if i64::from(state.generation) == i64::from(req.generation_id) {
-        code::NONE
-    } else {
-        code::REBALANCE_IN_PROGRESS
-    })
+    let same_generation = i64::from(state.generation) == i64::from(req.generation_id);
+    let handed_more = {
+        let joins = ctx.joins.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let synced = joins.get(group).and_then(|b| b.synced.get(&member));
+        synced.is_some_and(|had| state.assignment.iter().any(|tp| !had.contains(tp)))
+    };
+    Ok(if same_generation && !handed_more { code::NONE } else { code::REBALANCE_IN_PROGRESS })
 }
 
 /// Handles a LeaveGroup request (one member before v3, a list from v3).
