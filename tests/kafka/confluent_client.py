@@ -11,21 +11,13 @@ import time
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from checks import check, step
+
 BOOTSTRAP, TOPIC = sys.argv[1], sys.argv[2]
 PARTITIONS = 3
 RECORDS = 30
 BASE_TS = 1_700_000_000_000
 COMMON = {"bootstrap.servers": BOOTSTRAP, "broker.address.family": "v4"}
-
-
-def check(cond, what):
-    if not cond:
-        print(f"FAILED: {what}", flush=True)
-        sys.exit(1)
-
-
-def step(msg):
-    print(msg, flush=True)
 
 
 # Admin: create the topic, then see it in the metadata.

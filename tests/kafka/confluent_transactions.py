@@ -16,20 +16,12 @@ import time
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from checks import check, step
+
 BOOTSTRAP, TOPIC = sys.argv[1], sys.argv[2]
 PARTITIONS = 2
 COMMON = {"bootstrap.servers": BOOTSTRAP, "broker.address.family": "v4"}
 GROUP = "txn-group"
-
-
-def check(cond, what):
-    if not cond:
-        print(f"FAILED: {what}", flush=True)
-        sys.exit(1)
-
-
-def step(msg):
-    print(msg, flush=True)
 
 
 admin = AdminClient(COMMON)

@@ -13,20 +13,12 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.errors import TopicAlreadyExistsError
 
+from checks import check, step
+
 BOOTSTRAP, TOPIC = sys.argv[1], sys.argv[2]
 PARTITIONS = 2
 RECORDS = 20
 BASE_TS = 1_710_000_000_000
-
-
-def check(cond, what):
-    if not cond:
-        print(f"FAILED: {what}", flush=True)
-        sys.exit(1)
-
-
-def step(msg):
-    print(msg, flush=True)
 
 
 check(kafka.__version__.startswith("3."), f"kafka-python 3.x needed, found {kafka.__version__}")

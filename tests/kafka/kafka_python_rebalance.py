@@ -16,19 +16,11 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
 
+from checks import check, check_hand_over, step
+
 BOOTSTRAP, TOPIC = sys.argv[1], sys.argv[2]
 PARTITIONS = 4
 RECORDS = 2000
-
-
-def check(cond, what):
-    if not cond:
-        print(f"FAILED: {what}", flush=True)
-        sys.exit(1)
-
-
-def step(msg):
-    print(msg, flush=True)
 
 
 admin = KafkaAdminClient(bootstrap_servers=BOOTSTRAP)
@@ -92,10 +84,4 @@ a2 = {tp.partition for tp in second.assignment()}
 first.close()
 second.close()
 
-twice = sorted(k for k, n in reads.items() if n > 1)
-check(len(reads) == RECORDS, f"the two members read {len(reads)} distinct records of {RECORDS}")
-check(not twice, f"{len(twice)} records read twice, the first {twice[:5]} (revocations {revocations})")
-check(a1 and a2 and not (a1 & a2) and (a1 | a2) == set(range(PARTITIONS)), f"assignments {a1} and {a2}")
-check(any(name == "first" and parts for name, parts in revocations), f"the first member gave partitions up: {revocations}")
-step(f"a second member joined: assignments {sorted(a1)} and {sorted(a2)}, every record read once")
-print("OK", flush=True)
+check_hand_over(reads, RECORDS, PARTITIONS, a1, a2, revocations)
