@@ -23,7 +23,7 @@ use crate::meta::{Layout, Metadata, TopicMeta, assign_shards};
 use crate::names::validate_name;
 use crate::offsets::{self, Committed};
 use crate::partitioner::partition_for_key;
-use crate::shard::{self, Batching, OwnedRecord, Request};
+use crate::shard::{self, AppendRecords, Batching, OwnedRecord, PackedRecords, Request};
 
 /// Requests queued per shard before senders wait.
 const REQUEST_QUEUE: usize = 4096;
@@ -338,9 +338,9 @@ impl EngineHandle {
     }
 
     /// Refuses records larger than the topic's limit.
-    fn check_sizes<'a>(topic: &str, limit: usize, records: impl IntoIterator<Item = &'a OwnedRecord>) -> Result<()> {
-        match records.into_iter().find(|r| r.size() > limit) {
-            Some(r) => Err(EngineError::RecordTooLarge { topic: topic.to_string(), bytes: r.size(), limit }),
+    fn check_sizes(topic: &str, limit: usize, mut sizes: impl Iterator<Item = usize>) -> Result<()> {
+        match sizes.find(|&size| size > limit) {
+            Some(bytes) => Err(EngineError::RecordTooLarge { topic: topic.to_string(), bytes, limit }),
             None => Ok(()),
         }
     }
@@ -467,7 +467,7 @@ impl EngineHandle {
     /// Sends one record to a chosen partition.
     pub async fn send_to(&self, topic: &str, partition: u32, record: OwnedRecord) -> Result<Offset> {
         let (shard, limit) = self.owner(topic, partition)?;
-        Self::check_sizes(topic, limit, [&record])?;
+        Self::check_sizes(topic, limit, std::iter::once(record.size()))?;
         let topic = topic.to_string();
         self.call(shard, |reply| Request::Send { topic, partition, record, reply }).await
     }
@@ -481,11 +481,31 @@ impl EngineHandle {
         meta: BatchMeta,
     ) -> Result<AppendInfo> {
         let (shard, limit) = self.owner(topic, partition)?;
-        Self::check_sizes(topic, limit, &records)?;
+        Self::check_sizes(topic, limit, records.iter().map(OwnedRecord::size))?;
         if records.is_empty() {
             return Err(EngineError::InvalidConfig("an append needs at least one record".into()));
         }
         let topic = topic.to_string();
+        let records = AppendRecords::Owned(records);
+        self.call(shard, |reply| Request::Append { topic, partition, records, meta, reply }).await
+    }
+
+    /// [`append`](Self::append) of records packed in one shared buffer (as a Kafka record
+    /// batch arrives): no allocation or copy per record on the way to the log.
+    pub async fn append_packed(
+        &self,
+        topic: &str,
+        partition: u32,
+        records: PackedRecords,
+        meta: BatchMeta,
+    ) -> Result<AppendInfo> {
+        let (shard, limit) = self.owner(topic, partition)?;
+        Self::check_sizes(topic, limit, records.iter().map(|r| r.key.map_or(0, <[u8]>::len) + r.value.len()))?;
+        if records.is_empty() {
+            return Err(EngineError::InvalidConfig("an append needs at least one record".into()));
+        }
+        let topic = topic.to_string();
+        let records = AppendRecords::Packed(records);
         self.call(shard, |reply| Request::Append { topic, partition, records, meta, reply }).await
     }
 

@@ -32,4 +32,4 @@ pub use error::{EngineError, Result};
 pub use group_consumer::{GroupConsumer, GroupOptions, OffsetReset, RebalanceListener};
 pub use names::{NameError, validate_name};
 pub use producer::IdempotentProducer;
-pub use shard::OwnedRecord;
+pub use shard::{OwnedRecord, PackedRecords};

@@ -47,6 +47,99 @@ impl OwnedRecord {
     }
 }
 
+/// Records whose keys and values are ranges of one shared buffer, such as a Kafka record
+/// batch as it arrived: appended with no allocation or copy per record before the log
+/// encodes them. Cheap to clone and to send to another shard (the buffer is shared).
+#[derive(Clone, Debug, Default)]
+pub struct PackedRecords {
+    data: bytes::Bytes,
+    records: Vec<PackedRecord>,
+}
+
+/// 24 bytes: offsets into the buffer (at most 4 GiB), a key start of `NO_KEY` for none.
+#[derive(Clone, Copy, Debug)]
+struct PackedRecord {
+    key: (u32, u32),
+    value: (u32, u32),
+    event_time: Timestamp,
+}
+
+const NO_KEY: u32 = u32::MAX;
+
+impl PackedRecords {
+    /// No records yet, over `data`, with room for `capacity` of them.
+    #[must_use]
+    pub fn with_capacity(data: bytes::Bytes, capacity: usize) -> Self {
+        PackedRecords { data, records: Vec::with_capacity(capacity) }
+    }
+
+    /// Adds a record whose key (if any) and value are ranges of the buffer; refused if a
+    /// range does not lie within it.
+    pub fn push(
+        &mut self,
+        key: Option<std::ops::Range<usize>>,
+        value: std::ops::Range<usize>,
+        event_time: Timestamp,
+    ) -> Result<()> {
+        let len = self.data.len();
+        let check = |r: &std::ops::Range<usize>| match (u32::try_from(r.start), u32::try_from(r.end)) {
+            (Ok(start), Ok(end)) if start <= end && r.end <= len && start != NO_KEY => Ok((start, end)),
+            _ => Err(EngineError::InvalidConfig(format!("record bytes {r:?} lie outside a buffer of {len} bytes"))),
+        };
+        let key = key.as_ref().map_or(Ok((NO_KEY, NO_KEY)), check)?;
+        let value = check(&value)?;
+        self.records.push(PackedRecord { key, value, event_time });
+        Ok(())
+    }
+
+    /// How many records.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    /// Whether there are none.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    /// The records, borrowing the buffer.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = Record<'_>> {
+        let at = |(a, b): (u32, u32)| &self.data[a as usize..b as usize];
+        self.records.iter().map(move |r| Record {
+            key: (r.key.0 != NO_KEY).then(|| at(r.key)),
+            value: at(r.value),
+            event_time: r.event_time,
+            headers: &[],
+        })
+    }
+
+    /// The records as owned ones (for tests and for callers that want to keep them).
+    #[must_use]
+    pub fn to_owned_records(&self) -> Vec<OwnedRecord> {
+        self.iter()
+            .map(|r| OwnedRecord { key: r.key.map(<[u8]>::to_vec), value: r.value.to_vec(), event_time: r.event_time })
+            .collect()
+    }
+}
+
+/// The records of an append: owned one by one, or packed in one buffer.
+#[derive(Debug)]
+pub(crate) enum AppendRecords {
+    Owned(Vec<OwnedRecord>),
+    Packed(PackedRecords),
+}
+
+impl AppendRecords {
+    fn as_records(&self) -> Vec<Record<'_>> {
+        match self {
+            AppendRecords::Owned(v) => v.iter().map(OwnedRecord::as_record).collect(),
+            AppendRecords::Packed(p) => p.iter().collect(),
+        }
+    }
+}
+
 /// A reply channel for one request.
 pub(crate) type Reply<T> = async_channel::Sender<Result<T>>;
 
@@ -67,7 +160,7 @@ pub(crate) enum Request {
     /// Append one record, batched with others per the partition's linger.
     Send { topic: String, partition: u32, record: OwnedRecord, reply: Reply<Offset> },
     /// Append records as one batch, now.
-    Append { topic: String, partition: u32, records: Vec<OwnedRecord>, meta: BatchMeta, reply: Reply<AppendInfo> },
+    Append { topic: String, partition: u32, records: AppendRecords, meta: BatchMeta, reply: Reply<AppendInfo> },
     /// Read batches from an offset, waiting up to `wait` for data at the end of the log.
     Fetch {
         topic: String,
@@ -269,7 +362,7 @@ async fn handle(state: &Rc<RefCell<ShardState>>, request: Request) {
         Request::Append { topic, partition: p, records, meta, reply } => {
             let result = match partition(state, &topic, p) {
                 Err(e) => Err(e),
-                Ok(part) => append(&part, &topic, p, &records, &meta).await,
+                Ok(part) => append(&part, &topic, p, &records.as_records(), &meta).await,
             };
             let _ = reply.send(result).await;
         }
@@ -351,7 +444,8 @@ async fn commit(
     state.borrow().coordinator.check_commit(group, member.as_ref().map(|(m, g)| (m, *g)))?;
     let part = partition(state, offsets::TOPIC, offsets_partition)?;
     let records = offsets::records(group, &offsets);
-    append(&part, offsets::TOPIC, offsets_partition, &records, &BatchMeta::default()).await?;
+    let recs: Vec<Record<'_>> = records.iter().map(OwnedRecord::as_record).collect();
+    append(&part, offsets::TOPIC, offsets_partition, &recs, &BatchMeta::default()).await?;
     let mut st = state.borrow_mut();
     let committed = st.committed.entry(group.to_string()).or_default();
     for (topic, p, offset) in offsets {
@@ -364,16 +458,15 @@ async fn append(
     part: &Rc<RefCell<Partition>>,
     topic: &str,
     p: u32,
-    records: &[OwnedRecord],
+    recs: &[Record<'_>],
     meta: &BatchMeta,
 ) -> Result<AppendInfo> {
     let log = part.borrow().log.clone();
-    let recs: Vec<Record<'_>> = records.iter().map(OwnedRecord::as_record).collect();
     let err = |e| EngineError::log(topic, p, e);
     // Plain batches, and transaction markers (which carry their transaction's producer
     // id but no sequence), skip the idempotence check.
     if meta.producer_id == sluice_io::ProducerId::NONE || meta.attributes.is_control() {
-        let info = log.append_with(&recs, meta).await.map_err(err)?;
+        let info = log.append_with(recs, meta).await.map_err(err)?;
         wake_all(part);
         return Ok(info);
     }
@@ -392,7 +485,7 @@ async fn append(
             return Ok(info);
         }
         Ok(SequenceCheck::Append) => {
-            let info = log.append_unsynced(&recs, meta).await.map_err(err)?;
+            let info = log.append_unsynced(recs, meta).await.map_err(err)?;
             part.borrow_mut().producers.record(
                 meta.producer_id,
                 meta.producer_epoch,
@@ -445,7 +538,8 @@ async fn flush_pending(part: &Rc<RefCell<Partition>>, topic: &str, p: u32) {
         return;
     }
     let (records, replies): (Vec<OwnedRecord>, Vec<Reply<Offset>>) = batch.into_iter().unzip();
-    match append(part, topic, p, &records, &BatchMeta::default()).await {
+    let recs: Vec<Record<'_>> = records.iter().map(OwnedRecord::as_record).collect();
+    match append(part, topic, p, &recs, &BatchMeta::default()).await {
         Ok(info) => {
             for (i, reply) in replies.into_iter().enumerate() {
                 let _ = reply.send(Ok(info.base_offset.plus(i as u64))).await;

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use futures_lite::future::block_on;
-use sluice_engine::{Engine, EngineConfig, EngineError, OwnedRecord, TopicConfig};
+use sluice_engine::{Engine, EngineConfig, EngineError, OwnedRecord, PackedRecords, TopicConfig};
 use sluice_io::{BatchMeta, Offset, Timestamp};
 
 fn data_dir(name: &str) -> common::TestDir {
@@ -156,6 +156,33 @@ fn admin_and_bad_input_get_typed_errors() {
     assert!(block_on(h.add_partitions("t", 3)).is_err());
     block_on(h.append("t", 3, vec![rec.clone(), rec.clone()], BatchMeta::default())).unwrap();
     assert_eq!(block_on(h.offsets("t", 3)).unwrap(), (Offset(0), Offset(2)));
+    // Packed records: ranges of one buffer, checked against it and against the limit.
+    let buf = bytes::Bytes::from(vec![b'k'; 300]);
+    let mut packed = PackedRecords::with_capacity(buf.clone(), 2);
+    packed.push(Some(0..1), 1..4, Timestamp(5)).unwrap();
+    packed.push(None, 4..4, Timestamp(6)).unwrap();
+    assert!(matches!(packed.push(None, 299..301, Timestamp(7)), Err(EngineError::InvalidConfig(_))));
+    assert_eq!(packed.len(), 2);
+    let info = block_on(h.append_packed("t", 3, packed, BatchMeta::default())).unwrap();
+    assert_eq!((info.base_offset, info.last_offset), (Offset(2), Offset(3)));
+    let got = block_on(h.fetch("t", 3, Offset(2), 1 << 20, Duration::ZERO)).unwrap();
+    let got: Vec<(Option<Vec<u8>>, Vec<u8>, i64)> = got
+        .records()
+        .map(|r| r.unwrap())
+        .map(|r| (r.key().map(<[u8]>::to_vec), r.value().to_vec(), r.event_time().0))
+        .collect();
+    assert_eq!(got, vec![(Some(b"k".to_vec()), b"kkk".to_vec(), 5), (None, Vec::new(), 6)]);
+    let mut big = PackedRecords::with_capacity(buf, 1);
+    big.push(None, 0..101, Timestamp(0)).unwrap();
+    assert!(matches!(
+        block_on(h.append_packed("t", 3, big, BatchMeta::default())),
+        Err(EngineError::RecordTooLarge { bytes: 101, limit: 100, .. })
+    ));
+    let none = PackedRecords::with_capacity(bytes::Bytes::new(), 0);
+    assert!(matches!(
+        block_on(h.append_packed("t", 3, none, BatchMeta::default())),
+        Err(EngineError::InvalidConfig(_))
+    ));
     block_on(h.delete_topic("t")).unwrap();
     assert!(matches!(h.describe_topic("t"), Err(EngineError::UnknownTopic(_))));
     assert!(!dir.join("topics").join("t-0").exists());

@@ -137,7 +137,7 @@ pub(crate) async fn produce(ctx: &Arc<Context>, req: ProduceRequest, version: i1
                 let Ok(partition) = u32::try_from(index) else {
                     return fail(r, code::UNKNOWN_TOPIC_OR_PARTITION, format!("partition {index}"));
                 };
-                let batches = match records::decode_produced(part.records.as_deref().unwrap_or_default()) {
+                let batches = match records::decode_produced(&part.records.clone().unwrap_or_default()) {
                     Ok(b) => b,
                     Err(e) => return fail(r, e.code, e.message),
                 };
@@ -174,7 +174,7 @@ pub(crate) async fn produce(ctx: &Arc<Context>, req: ProduceRequest, version: i1
                 }
                 let mut base = None;
                 for b in batches {
-                    match engine.append(name, partition, b.records, b.meta).await {
+                    match engine.append_packed(name, partition, b.records, b.meta).await {
                         Ok(info) => {
                             base.get_or_insert(info.base_offset.0 as i64);
                         }

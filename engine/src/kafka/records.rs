@@ -15,11 +15,11 @@
 //! Produce takes transactional batches (the transactional bit is stored); control batches
 //! from clients are refused.
 
-use bytes::{BufMut, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use sluice_io::record::Attributes;
 use sluice_io::{BatchMeta, BatchView, ProducerId, Timestamp};
 
-use crate::shard::OwnedRecord;
+use crate::shard::PackedRecords;
 
 use super::errors::code;
 
@@ -39,8 +39,8 @@ const ATTR_CONTROL: i16 = 1 << 5;
 pub struct ProducedBatch {
     /// Producer id, epoch and base sequence.
     pub meta: BatchMeta,
-    /// The records, in order.
-    pub records: Vec<OwnedRecord>,
+    /// The records, in order: ranges of the request's own bytes, not copies.
+    pub records: PackedRecords,
 }
 
 /// Why a produced batch was refused: a Kafka error code and a message.
@@ -126,35 +126,44 @@ fn be_i64(b: &[u8], at: usize) -> i64 {
     i64::from_be_bytes(x)
 }
 
-/// Splits a Produce request's records into checked batches.
-pub fn decode_produced(mut bytes: &[u8]) -> Result<Vec<ProducedBatch>, BatchRejected> {
+/// Splits a Produce request's records into checked batches, whose records are ranges of
+/// `bytes` (shared, not copied).
+pub fn decode_produced(bytes: &Bytes) -> Result<Vec<ProducedBatch>, BatchRejected> {
+    let mut rest: &[u8] = bytes;
     let mut out = Vec::new();
-    if bytes.is_empty() {
+    if rest.is_empty() {
         return Err(reject(code::INVALID_REQUEST, "a produce request with no records"));
     }
-    while !bytes.is_empty() {
-        if bytes.len() < BATCH_HEADER_BYTES {
-            return Err(corrupt(format!("a record batch of {} bytes is shorter than its header", bytes.len())));
+    while !rest.is_empty() {
+        if rest.len() < BATCH_HEADER_BYTES {
+            return Err(corrupt(format!("a record batch of {} bytes is shorter than its header", rest.len())));
         }
-        let batch_len = be_i32(bytes, 8);
+        let batch_len = be_i32(rest, 8);
         let total = usize::try_from(batch_len).ok().and_then(|l| l.checked_add(12));
         let total = match total {
-            Some(t) if t >= BATCH_HEADER_BYTES && t <= bytes.len() => t,
+            Some(t) if t >= BATCH_HEADER_BYTES && t <= rest.len() => t,
             _ => {
                 return Err(corrupt(format!(
                     "record batch length {batch_len} does not fit the {} bytes sent",
-                    bytes.len()
+                    rest.len()
                 )));
             }
         };
-        let (batch, rest) = bytes.split_at(total);
-        bytes = rest;
-        out.push(decode_batch(batch)?);
+        let start = bytes.len() - rest.len();
+        rest = &rest[total..];
+        out.push(decode_batch(bytes.slice(start..start + total))?);
     }
     Ok(out)
 }
 
-fn decode_batch(b: &[u8]) -> Result<ProducedBatch, BatchRejected> {
+/// Where `inner`, a slice of `outer`, lies in it.
+fn range_in(outer: &[u8], inner: &[u8]) -> std::ops::Range<usize> {
+    let start = inner.as_ptr() as usize - outer.as_ptr() as usize;
+    start..start + inner.len()
+}
+
+fn decode_batch(batch: Bytes) -> Result<ProducedBatch, BatchRejected> {
+    let b: &[u8] = &batch;
     let magic = b[16] as i8;
     if magic != 2 {
         return Err(reject(code::INVALID_REQUEST, format!("record batch magic {magic}: only v2 batches are accepted")));
@@ -188,9 +197,11 @@ fn decode_batch(b: &[u8]) -> Result<ProducedBatch, BatchRejected> {
     if count <= 0 || count as usize > body.len() / MIN_RECORD_BYTES {
         return Err(corrupt(format!("record count {count} does not fit a batch body of {} bytes", body.len())));
     }
-    let now = Timestamp::now();
+    // The append time, for batches that ask for it (or carry no time): read once.
+    let now = (log_append_time || first_timestamp < 0).then(Timestamp::now);
     let mut cur = Cursor { bytes: body, at: 0 };
-    let mut records = Vec::with_capacity(count as usize);
+    let mut records = PackedRecords::with_capacity(batch.clone(), count as usize);
+    let empty = b.len()..b.len();
     for i in 0..count {
         let len = cur.varint()?;
         if len < 0 {
@@ -204,8 +215,8 @@ fn decode_batch(b: &[u8]) -> Result<ProducedBatch, BatchRejected> {
         if offset_delta != i {
             return Err(corrupt(format!("record {i} has offset delta {offset_delta}")));
         }
-        let key = r.nullable_bytes()?.map(<[u8]>::to_vec);
-        let value = r.nullable_bytes()?.map(<[u8]>::to_vec).unwrap_or_default();
+        let key = r.nullable_bytes()?.map(|k| range_in(b, k));
+        let value = r.nullable_bytes()?.map_or(empty.clone(), |v| range_in(b, v));
         let headers = r.varint()?;
         if headers < 0 {
             return Err(corrupt(format!("record {i} has {headers} headers")));
@@ -219,12 +230,8 @@ fn decode_batch(b: &[u8]) -> Result<ProducedBatch, BatchRejected> {
         if r.at != rec.len() {
             return Err(corrupt(format!("record {i} has {} bytes past its last field", rec.len() - r.at)));
         }
-        let event_time = if log_append_time || first_timestamp < 0 {
-            now
-        } else {
-            Timestamp(first_timestamp.saturating_add(ts_delta))
-        };
-        records.push(OwnedRecord { key, value, event_time });
+        let event_time = now.unwrap_or(Timestamp(first_timestamp.saturating_add(ts_delta)));
+        records.push(key, value, event_time).map_err(|e| corrupt(e.to_string()))?;
     }
     if cur.at != body.len() {
         return Err(corrupt(format!("{} bytes after the batch's last record", body.len() - cur.at)));
@@ -331,6 +338,11 @@ pub fn encode_batch(view: BatchView<'_>, out: &mut BytesMut) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::shard::OwnedRecord;
+
+    fn decode(bytes: &[u8]) -> Result<Vec<ProducedBatch>, BatchRejected> {
+        decode_produced(&Bytes::copy_from_slice(bytes))
+    }
     use kafka_protocol::records::{
         Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
     };
@@ -365,15 +377,18 @@ mod tests {
     #[test]
     fn a_batch_from_the_kafka_protocol_crate_decodes() {
         let bytes = encode_kafka(&[kafka_record(0, Some("k"), "v0", 1000), kafka_record(1, None, "v1", 1005)]);
-        let batches = decode_produced(&bytes).expect("decodes");
+        let batches = decode(&bytes).expect("decodes");
         assert_eq!(batches.len(), 1);
         let b = &batches[0];
         assert_eq!((b.meta.producer_id, b.meta.producer_epoch, b.meta.base_sequence), (ProducerId(7), 1, 10));
         assert_eq!(
-            b.records[0],
+            b.records.to_owned_records()[0],
             OwnedRecord { key: Some(b"k".to_vec()), value: b"v0".to_vec(), event_time: Timestamp(1000) }
         );
-        assert_eq!(b.records[1], OwnedRecord { key: None, value: b"v1".to_vec(), event_time: Timestamp(1005) });
+        assert_eq!(
+            b.records.to_owned_records()[1],
+            OwnedRecord { key: None, value: b"v1".to_vec(), event_time: Timestamp(1005) }
+        );
     }
 
     #[test]
@@ -381,7 +396,7 @@ mod tests {
         let mut bytes = encode_kafka(&[kafka_record(0, Some("k"), "value", 1000)]);
         let last = bytes.len() - 3;
         bytes[last] ^= 0x40;
-        let e = decode_produced(&bytes).expect_err("corrupt");
+        let e = decode(&bytes).expect_err("corrupt");
         assert_eq!(e.code, code::CORRUPT_MESSAGE, "{e:?}");
         assert!(e.message.contains("CRC"), "{e:?}");
     }
@@ -394,31 +409,31 @@ mod tests {
         b[57..61].copy_from_slice(&i32::MAX.to_be_bytes());
         let crc = crc32c::crc32c(&b[21..]);
         b[17..21].copy_from_slice(&crc.to_be_bytes());
-        assert_eq!(decode_produced(&b).expect_err("count").code, code::CORRUPT_MESSAGE);
+        assert_eq!(decode(&b).expect_err("count").code, code::CORRUPT_MESSAGE);
         // A batch length longer than what was sent.
         let mut b = good.clone();
         b[8..12].copy_from_slice(&(1i32 << 30).to_be_bytes());
-        assert_eq!(decode_produced(&b).expect_err("length").code, code::CORRUPT_MESSAGE);
+        assert_eq!(decode(&b).expect_err("length").code, code::CORRUPT_MESSAGE);
         // Truncated.
-        assert_eq!(decode_produced(&good[..good.len() - 1]).expect_err("short").code, code::CORRUPT_MESSAGE);
-        assert_eq!(decode_produced(&good[..20]).expect_err("header").code, code::CORRUPT_MESSAGE);
+        assert_eq!(decode(&good[..good.len() - 1]).expect_err("short").code, code::CORRUPT_MESSAGE);
+        assert_eq!(decode(&good[..20]).expect_err("header").code, code::CORRUPT_MESSAGE);
         // Compressed.
         let mut b = good;
         b[22] |= 1;
         let crc = crc32c::crc32c(&b[21..]);
         b[17..21].copy_from_slice(&crc.to_be_bytes());
-        assert_eq!(decode_produced(&b).expect_err("gzip").code, code::UNSUPPORTED_COMPRESSION_TYPE);
+        assert_eq!(decode(&b).expect_err("gzip").code, code::UNSUPPORTED_COMPRESSION_TYPE);
     }
 
     #[test]
     fn transactional_batches_keep_their_bit_and_control_batches_are_refused() {
         let mut r = kafka_record(0, Some("k"), "v", 1000);
         r.transactional = true;
-        let b = decode_produced(&encode_kafka(&[r.clone()])).expect("a transactional batch is accepted");
+        let b = decode(&encode_kafka(&[r.clone()])).expect("a transactional batch is accepted");
         assert!(b[0].meta.attributes.is_transactional());
         assert!(!b[0].meta.attributes.is_control());
         r.control = true;
-        let e = decode_produced(&encode_kafka(&[r])).expect_err("a control batch from a client");
+        let e = decode(&encode_kafka(&[r])).expect_err("a control batch from a client");
         assert_eq!(e.code, code::INVALID_REQUEST, "{e:?}");
     }
 
