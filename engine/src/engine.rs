@@ -480,14 +480,7 @@ impl EngineHandle {
         records: Vec<OwnedRecord>,
         meta: BatchMeta,
     ) -> Result<AppendInfo> {
-        let (shard, limit) = self.owner(topic, partition)?;
-        Self::check_sizes(topic, limit, records.iter().map(OwnedRecord::size))?;
-        if records.is_empty() {
-            return Err(EngineError::InvalidConfig("an append needs at least one record".into()));
-        }
-        let topic = topic.to_string();
-        let records = AppendRecords::Owned(records);
-        self.call(shard, |reply| Request::Append { topic, partition, records, meta, reply }).await
+        self.append_records(topic, partition, AppendRecords::Owned(records), meta).await
     }
 
     /// [`append`](Self::append) of records packed in one shared buffer (as a Kafka record
@@ -499,13 +492,22 @@ impl EngineHandle {
         records: PackedRecords,
         meta: BatchMeta,
     ) -> Result<AppendInfo> {
+        self.append_records(topic, partition, AppendRecords::Packed(records), meta).await
+    }
+
+    async fn append_records(
+        &self,
+        topic: &str,
+        partition: u32,
+        records: AppendRecords,
+        meta: BatchMeta,
+    ) -> Result<AppendInfo> {
         let (shard, limit) = self.owner(topic, partition)?;
-        Self::check_sizes(topic, limit, records.iter().map(|r| r.key.map_or(0, <[u8]>::len) + r.value.len()))?;
+        Self::check_sizes(topic, limit, records.sizes())?;
         if records.is_empty() {
             return Err(EngineError::InvalidConfig("an append needs at least one record".into()));
         }
         let topic = topic.to_string();
-        let records = AppendRecords::Packed(records);
         self.call(shard, |reply| Request::Append { topic, partition, records, meta, reply }).await
     }
 

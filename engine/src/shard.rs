@@ -132,6 +132,21 @@ pub(crate) enum AppendRecords {
 }
 
 impl AppendRecords {
+    /// Each record's key plus value bytes, which the size limit applies to.
+    pub(crate) fn sizes(&self) -> Box<dyn Iterator<Item = usize> + '_> {
+        match self {
+            AppendRecords::Owned(v) => Box::new(v.iter().map(OwnedRecord::size)),
+            AppendRecords::Packed(p) => Box::new(p.iter().map(|r| r.key.map_or(0, <[u8]>::len) + r.value.len())),
+        }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        match self {
+            AppendRecords::Owned(v) => v.is_empty(),
+            AppendRecords::Packed(p) => p.is_empty(),
+        }
+    }
+
     fn as_records(&self) -> Vec<Record<'_>> {
         match self {
             AppendRecords::Owned(v) => v.iter().map(OwnedRecord::as_record).collect(),
