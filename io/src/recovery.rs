@@ -91,6 +91,15 @@ pub(crate) async fn recover_closed<S: Storage>(
                         damage = Some((pos, reason));
                     }
                     (None, RecoveryMode::Tail) => {
+                        if i + 1 == last
+                            && let Some(cut) =
+                                lost_before_roll(storage, dir, &paths, &outcome.index, bases[last], interval).await?
+                        {
+                            // Segment i becomes the active one again, cut after its
+                            // last batch; the empty segment after it goes.
+                            report.truncated = Some(cut);
+                            return Ok((closed, Some((i, file))));
+                        }
                         write_index(storage, &paths, &outcome.index).await?;
                         report.rebuilt_indexes.push(paths.log.clone());
                     }
@@ -102,6 +111,43 @@ pub(crate) async fn recover_closed<S: Storage>(
         closed.push(Segment { base, file, paths, index, opened: Instant::now(), damage });
     }
     Ok((closed, None))
+}
+
+/// A crash just after a roll can leave the segment before the active one without the
+/// batches it held last (they were still being written) while the new, empty active
+/// segment already starts past them: offsets `scanned end..next base` that hold nothing.
+/// They were never acknowledged (an append is acknowledged once durable), so, as Kafka
+/// truncates to the last valid batch, the log is cut there rather than keep a gap no
+/// record will ever fill: returns the cut if the active segment holds no batch.
+async fn lost_before_roll<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    paths: &SegmentPaths,
+    index: &SegmentIndex,
+    next_base: Offset,
+    interval: u32,
+) -> Result<Option<Truncation>> {
+    let facts = index.facts();
+    if facts.next_offset >= next_base {
+        return Ok(None);
+    }
+    let next = SegmentPaths::new(dir, next_base);
+    let file = storage.open(&next.log, false).await.map_err(|e| LogError::io("open", &next.log, e))?;
+    let size = file.size().await.map_err(|e| LogError::io("stat", &next.log, e))?;
+    if scan(&file, next_base, interval, size).await?.index.facts().size > 0 {
+        // Records after the gap: keep them, and the gap (readers skip it).
+        return Ok(None);
+    }
+    Ok(Some(Truncation {
+        path: paths.log.clone(),
+        pos: FilePos(facts.size),
+        reason: format!(
+            "offsets {}..{} were lost in a crash before they were written; the empty segment after them is removed",
+            facts.next_offset.0, next_base.0
+        ),
+        log_end: facts.next_offset,
+        segments_removed: 1,
+    }))
 }
 
 /// Scans the active segment, cuts it after its last valid batch (reporting damage),
