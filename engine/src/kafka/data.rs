@@ -376,7 +376,12 @@ pub(crate) async fn fetch(ctx: &Arc<Context>, req: FetchRequest, version: i16) -
             if let Some(e) = c.error {
                 pd.error_code = e;
             }
-            pd.last_stable_offset = c.stable.offset.0 as i64;
+            // The index may have read past this fetch's read (the log grew meanwhile):
+            // never a stable offset above the high watermark reported with it.
+            pd.last_stable_offset = match read.bounds {
+                Some((_, end)) => c.stable.offset.min(end).0 as i64,
+                None => c.stable.offset.0 as i64,
+            };
             pd.aborted_transactions = Some(
                 c.stable
                     .aborted
