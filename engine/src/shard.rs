@@ -104,6 +104,12 @@ impl PackedRecords {
         self.records.is_empty()
     }
 
+    /// Each record's key plus value bytes (what the size limit applies to), from its ranges.
+    pub(crate) fn sizes(&self) -> impl Iterator<Item = usize> + '_ {
+        let len = |(a, b): (u32, u32)| (b - a) as usize;
+        self.records.iter().map(move |r| if r.key.0 == NO_KEY { 0 } else { len(r.key) } + len(r.value))
+    }
+
     /// The records, borrowing the buffer.
     pub fn iter(&self) -> impl ExactSizeIterator<Item = Record<'_>> {
         let at = |(a, b): (u32, u32)| &self.data[a as usize..b as usize];
@@ -133,11 +139,12 @@ pub(crate) enum AppendRecords {
 
 impl AppendRecords {
     /// Each record's key plus value bytes, which the size limit applies to.
-    pub(crate) fn sizes(&self) -> Box<dyn Iterator<Item = usize> + '_> {
-        match self {
-            AppendRecords::Owned(v) => Box::new(v.iter().map(OwnedRecord::size)),
-            AppendRecords::Packed(p) => Box::new(p.iter().map(|r| r.key.map_or(0, <[u8]>::len) + r.value.len())),
-        }
+    pub(crate) fn sizes(&self) -> impl Iterator<Item = usize> + '_ {
+        let (owned, packed) = match self {
+            AppendRecords::Owned(v) => (Some(v.iter().map(OwnedRecord::size)), None),
+            AppendRecords::Packed(p) => (None, Some(p.sizes())),
+        };
+        owned.into_iter().flatten().chain(packed.into_iter().flatten())
     }
 
     pub(crate) fn is_empty(&self) -> bool {

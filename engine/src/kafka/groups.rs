@@ -237,18 +237,20 @@ async fn await_rejoins(
     limit: Duration,
 ) -> Result<crate::coordinator::MemberState, EngineError> {
     let deadline = std::time::Instant::now() + limit;
-    let lock = || ctx.joins.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let mut current = lock().entry(group.to_string()).or_default().arrive(&state.member, state.generation);
+    let arrive = |s: &crate::coordinator::MemberState| {
+        ctx.joins().entry(group.to_string()).or_default().arrive(&s.member, s.generation)
+    };
+    let mut current = arrive(&state);
     loop {
         let Some(d) = ctx.engine.describe_group(group).await? else { return Ok(state) };
         if d.generation != state.generation || !current {
             let again = JoinRequest { member: Some(state.member.clone()), ..join.clone() };
             state = ctx.engine.join_group(group, again).await?;
-            current = lock().entry(group.to_string()).or_default().arrive(&state.member, state.generation);
+            current = arrive(&state);
             continue;
         }
         let members: Vec<MemberId> = d.members.into_iter().map(|(m, _, _)| m).collect();
-        let complete = lock().get_mut(group).is_none_or(|b| b.complete(&members));
+        let complete = ctx.joins().get_mut(group).is_none_or(|b| b.complete(&members));
         if complete || std::time::Instant::now() >= deadline {
             return Ok(state);
         }
@@ -277,8 +279,7 @@ pub(crate) async fn sync(ctx: &Arc<Context>, req: SyncGroupRequest, version: i16
     match ctx.engine.sync_group(group, &member, generation).await {
         Ok(state) => {
             resp.assignment = encode_assignment(&state.assignment);
-            let mut joins = ctx.joins.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            joins.entry(group.to_string()).or_default().synced.insert(member, state.assignment);
+            ctx.joins().entry(group.to_string()).or_default().synced.insert(member, state.assignment);
             if version >= 5 {
                 resp.protocol_type = req.protocol_type.clone().or_else(|| Some(str_bytes(CONSUMER)));
                 resp.protocol_name = req.protocol_name.clone();
@@ -314,7 +315,7 @@ async fn heartbeat_code(ctx: &Context, req: &HeartbeatRequest) -> Result<i16, En
     let state = ctx.engine.heartbeat(group, &member, &topics).await?;
     let same_generation = i64::from(state.generation) == i64::from(req.generation_id);
     let handed_more = {
-        let joins = ctx.joins.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let joins = ctx.joins();
         let synced = joins.get(group).and_then(|b| b.synced.get(&member));
         synced.is_some_and(|had| state.assignment.iter().any(|tp| !had.contains(tp)))
     };

@@ -56,6 +56,15 @@ pub(crate) struct Context {
     pub(crate) joins: std::sync::Mutex<std::collections::HashMap<String, super::groups::JoinBarrier>>,
 }
 
+impl Context {
+    /// The groups' join barriers, locked (a panic elsewhere leaves them usable).
+    pub(crate) fn joins(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, super::groups::JoinBarrier>> {
+        self.joins.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
 impl KafkaServer {
     /// Binds the address and starts `config.executors` listener executors serving
     /// `engine`. Returns once every executor is accepting.
