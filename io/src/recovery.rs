@@ -50,7 +50,8 @@ pub struct Truncation {
 
 /// Opens every segment but the last, trusting a valid index and scanning the segment
 /// otherwise. In [`RecoveryMode::Full`] every segment is scanned and the first damage cuts
-/// the log: the cut segment's number and file are returned, to become the active one.
+/// the log; in either mode so does a tail lost in a roll ([`lost_before_roll`]). The cut
+/// segment's number and file are returned, to become the active one.
 pub(crate) async fn recover_closed<S: Storage>(
     storage: &S,
     dir: &Path,
@@ -90,7 +91,7 @@ pub(crate) async fn recover_closed<S: Storage>(
                         report.damaged_segments.push((paths.log.clone(), FilePos(pos), reason.clone()));
                         damage = Some((pos, reason));
                     }
-                    (None, RecoveryMode::Tail) => {
+                    (None, mode) => {
                         if i + 1 == last
                             && let Some(cut) =
                                 lost_before_roll(storage, dir, &paths, &outcome.index, bases[last], interval).await?
@@ -100,10 +101,11 @@ pub(crate) async fn recover_closed<S: Storage>(
                             report.truncated = Some(cut);
                             return Ok((closed, Some((i, file))));
                         }
-                        write_index(storage, &paths, &outcome.index).await?;
-                        report.rebuilt_indexes.push(paths.log.clone());
+                        if mode == RecoveryMode::Tail {
+                            write_index(storage, &paths, &outcome.index).await?;
+                            report.rebuilt_indexes.push(paths.log.clone());
+                        }
                     }
-                    (None, RecoveryMode::Full) => {}
                 }
                 outcome.index
             }
