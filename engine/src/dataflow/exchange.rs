@@ -27,6 +27,7 @@ use super::{
     Event, Operator, Output, Port, Progress,
     checkpoint::{Barrier, ChannelHandle, Data, GroupWriter, READ_AHEAD_BATCHES_PER_RING},
     operator::{Align, Shared},
+    scatter::scatter,
     scope::{Input, Pending, Scope},
 };
 use crate::ring::{Inbox, Message, Sender, TryRecvError, TrySendError};
@@ -331,6 +332,8 @@ struct Sending<T, KF> {
     key: Rc<KF>,
     batch_records: usize,
     building: Vec<Vec<Event<T>>>,
+    /// Each input record's destination, reused from batch to batch.
+    dest: Vec<u16>,
     senders: Vec<Option<Sender<Event<T>>>>,
     pending: Vec<VecDeque<Message<Event<T>>>>,
     local: Rc<RefCell<Receiving<T>>>,
@@ -380,24 +383,26 @@ impl<T: 'static, K: Hash, KF: Fn(&T) -> K> Operator<T> for Sending<T, KF> {
             self.local.borrow_mut().push_local(batch);
             return;
         }
+        // Destinations first (the key selector is user code), then the records move
+        // without a branch on where each goes (`scatter`: that branch is a coin toss per
+        // record at two shards).
+        let (key, groups, owners) = (&*self.key, self.groups, &self.owners);
+        self.dest.clear();
+        self.dest.extend(batch.iter().map(|event| owners[key_group(&key(&event.value), groups) as usize]));
+        scatter(batch, &self.dest, &mut self.building);
         let mut local = std::mem::take(&mut self.building[self.shard]);
-        for event in batch.drain(..) {
-            let to = usize::from(self.owners[key_group(&(self.key)(&event.value), self.groups) as usize]);
-            if to == self.shard {
-                local.push(event);
-            } else {
-                self.building[to].push(event);
-                if self.building[to].len() >= self.batch_records {
-                    self.ship(to);
-                }
-            }
-        }
         self.local.borrow_mut().push_local(&mut local);
         self.building[self.shard] = local;
         // What did not fill a batch goes now rather than waiting for more: a record must
-        // not sit here while its input is quiet. Batching still follows the input's.
+        // not sit here while its input is quiet. Batching still follows the input's, cut
+        // at `batch_records` when the input's batches are larger.
         for to in 0..self.shards {
             if to != self.shard {
+                while self.building[to].len() > self.batch_records {
+                    let rest = self.building[to].split_off(self.batch_records);
+                    self.ship(to);
+                    self.building[to].extend(rest);
+                }
                 self.ship(to);
             }
         }
@@ -581,6 +586,7 @@ where
         key,
         batch_records,
         building: (0..shards).map(|_| Vec::with_capacity(batch_records)).collect(),
+        dest: Vec::with_capacity(batch_records),
         senders,
         pending: (0..shards).map(|_| VecDeque::new()).collect(),
         local: receiving.clone(),

@@ -45,6 +45,7 @@ mod metrics;
 mod operator;
 mod pipeline;
 mod process;
+mod scatter;
 mod scope;
 mod sink;
 mod source;
