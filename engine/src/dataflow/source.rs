@@ -94,21 +94,13 @@ impl<T: 'static, F: FnMut(u64) -> T + 'static> Source<T> for Generator<T, F> {
         if self.next >= self.count {
             return Poll::Ready(None);
         }
-        let mut i = self.next;
-        let end = self.count;
-        let step = self.step;
+        let (start, step) = (self.next, self.step);
+        // How many are left, so that the vector is filled from an iterator of known length
+        // (no capacity check per record).
+        let n = usize::try_from((self.count - start).div_ceil(step)).unwrap_or(usize::MAX).min(max);
         let make = &mut self.make;
-        out.extend(
-            std::iter::from_fn(|| {
-                (i < end).then(|| {
-                    let v = make(i);
-                    i += step;
-                    v
-                })
-            })
-            .take(max),
-        );
-        self.next = i;
+        out.extend((0..n as u64).map(|j| make(start + j * step)));
+        self.next = start + n as u64 * step;
         Poll::Ready(Some(0))
     }
 

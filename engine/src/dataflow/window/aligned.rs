@@ -262,31 +262,48 @@ impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>, KS: Fn
         i
     }
 
+    /// Tumbling windows: runs of records that fall in the open window of the record before
+    /// them (the common case, in-order input) go straight into its map, with no division
+    /// or search, and with what does not change along a run (which bucket, whether its keys
+    /// are tracked for an incremental snapshot) settled once per run rather than per record
+    /// (the compiler cannot hoist those loads out of a loop that mutates `self`). A record
+    /// outside the run takes the general path.
     #[inline(always)]
-    fn add(&mut self, event: Event<T>) {
-        let key = (self.key)(&event.value);
-        // The common case, in-order input to tumbling windows: the record falls in the
-        // window of the one before it, still open, with no division or search.
-        if let Windows::Tumbling { .. } = self.windows
-            && let Some(bucket) = self.buckets.get_mut(self.hint)
-            && !bucket.fired
-            && bucket.window.contains(event.time)
-        {
-            if let Some(c) = &mut self.changes
-                && !bucket.fresh
-            {
-                c.keys.insert((bucket.window, key.clone()));
-            }
-            match bucket.keys.get_mut(&key) {
-                Some(acc) => self.function.add(acc, &event),
-                None => {
-                    let acc = bucket.keys.entry(key).or_insert_with(|| self.function.create());
-                    self.function.add(acc, &event);
+    fn add_tumbling(&mut self, batch: &mut Vec<Event<T>>) {
+        let mut events = batch.drain(..);
+        let mut next = events.next();
+        while let Some(first) = next.take() {
+            let Some(bucket) = self.buckets.get_mut(self.hint).filter(|b| !b.fired && b.window.contains(first.time))
+            else {
+                let key = (self.key)(&first.value);
+                self.add_slow(key, first);
+                next = events.next();
+                continue;
+            };
+            let window = bucket.window;
+            let mut tracked = self.changes.as_mut().filter(|_| !bucket.fresh);
+            let mut event = first;
+            loop {
+                let key = (self.key)(&event.value);
+                if let Some(c) = &mut tracked {
+                    c.keys.insert((window, key.clone()));
+                }
+                match bucket.keys.get_mut(&key) {
+                    Some(acc) => self.function.add(acc, &event),
+                    None => {
+                        let acc = bucket.keys.entry(key).or_insert_with(|| self.function.create());
+                        self.function.add(acc, &event);
+                    }
+                }
+                match events.next() {
+                    Some(e) if window.contains(e.time) => event = e,
+                    other => {
+                        next = other;
+                        break;
+                    }
                 }
             }
-            return;
         }
-        self.add_slow(key, event);
     }
 
     fn add_slow(&mut self, key: K, event: Event<T>) {
@@ -377,8 +394,13 @@ where
 {
     #[inline]
     fn on_batch(&mut self, batch: &mut Vec<Event<T>>) {
-        for event in batch.drain(..) {
-            self.add(event);
+        if let Windows::Tumbling { .. } = self.windows {
+            self.add_tumbling(batch);
+        } else {
+            for event in batch.drain(..) {
+                let key = (self.key)(&event.value);
+                self.add_slow(key, event);
+            }
         }
         self.emit.flush();
     }
