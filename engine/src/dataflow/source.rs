@@ -35,6 +35,28 @@ pub trait Source<T>: 'static {
     /// now, after arranging for `cx` to be woken when one may.
     fn poll_next(&mut self, cx: &mut Context<'_>, out: &mut Vec<T>, max: usize) -> Poll<Option<usize>>;
 
+    /// [`Source::poll_next`] with each record stamped as it comes: appends up to `max`
+    /// records of one split to `out` as events at `time(&record)`. The default reads into
+    /// `scratch` (left empty) and stamps from there; a source that makes its records, as
+    /// the [`Generator`] does, can write them straight in and save a pass and a copy per
+    /// record.
+    fn poll_events<E: Fn(&T) -> EventTime>(
+        &mut self,
+        cx: &mut Context<'_>,
+        scratch: &mut Vec<T>,
+        out: &mut Vec<Event<T>>,
+        max: usize,
+        time: &E,
+    ) -> Poll<Option<usize>>
+    where
+        Self: Sized,
+    {
+        scratch.clear();
+        let split = self.poll_next(cx, scratch, max);
+        out.extend(scratch.drain(..).map(|value| Event { time: time(&value), value }));
+        split
+    }
+
     /// For a checkpoint: every split's position, as (split key, position of the next
     /// record to emit), where the split key names the split independently of the shard
     /// that reads it (a topic partition's number). `None`, the default, for a source that
@@ -91,16 +113,26 @@ impl<T: 'static, F: FnMut(u64) -> T + 'static> Source<T> for Generator<T, F> {
     }
 
     fn poll_next(&mut self, _cx: &mut Context<'_>, out: &mut Vec<T>, max: usize) -> Poll<Option<usize>> {
-        if self.next >= self.count {
-            return Poll::Ready(None);
-        }
-        let (start, step) = (self.next, self.step);
-        // How many are left, so that the vector is filled from an iterator of known length
-        // (no capacity check per record).
-        let n = usize::try_from((self.count - start).div_ceil(step)).unwrap_or(usize::MAX).min(max);
+        let Some((start, step, n)) = self.take(max) else { return Poll::Ready(None) };
         let make = &mut self.make;
         out.extend((0..n as u64).map(|j| make(start + j * step)));
-        self.next = start + n as u64 * step;
+        Poll::Ready(Some(0))
+    }
+
+    fn poll_events<E: Fn(&T) -> EventTime>(
+        &mut self,
+        _cx: &mut Context<'_>,
+        _scratch: &mut Vec<T>,
+        out: &mut Vec<Event<T>>,
+        max: usize,
+        time: &E,
+    ) -> Poll<Option<usize>> {
+        let Some((start, step, n)) = self.take(max) else { return Poll::Ready(None) };
+        let make = &mut self.make;
+        out.extend((0..n as u64).map(|j| {
+            let value = make(start + j * step);
+            Event { time: time(&value), value }
+        }));
         Poll::Ready(Some(0))
     }
 
@@ -117,6 +149,19 @@ impl<T: 'static, F: FnMut(u64) -> T + 'static> Source<T> for Generator<T, F> {
 }
 
 impl<T, F> Generator<T, F> {
+    /// Takes the next (at most `max`) numbers: the first, the step between them and how
+    /// many, counted up front so that the batch is filled from an iterator of known length
+    /// (no capacity check per record). `None` once every number was taken.
+    fn take(&mut self, max: usize) -> Option<(u64, u64, usize)> {
+        if self.next >= self.count {
+            return None;
+        }
+        let (start, step) = (self.next, self.step);
+        let n = usize::try_from((self.count - start).div_ceil(step)).unwrap_or(usize::MAX).min(max);
+        self.next = start + n as u64 * step;
+        Some((start, step, n))
+    }
+
     fn split(&self) -> ResidueSplit {
         ResidueSplit { shard: self.next % self.step, shards: self.step }
     }
@@ -326,8 +371,22 @@ impl<T: 'static, S: Source<T>, E: Fn(&T) -> EventTime + 'static> Input for Sourc
         if let Some(drain) = self.stopped {
             return self.finish(drain);
         }
-        self.raw.clear();
-        let split = match self.source.poll_next(cx, &mut self.raw, self.batch_records) {
+        // Where the time is extracted and no record is looked at for punctuation, records
+        // are stamped as they come (`Source::poll_events`); otherwise read raw and stamped
+        // below.
+        let before = self.batch.len();
+        let stamped = matches!(self.strategy.time, TimeSource::Extract(_))
+            && !matches!(self.strategy.kind, WatermarkKind::Punctuated(_));
+        let polled = match &self.strategy.time {
+            TimeSource::Extract(extract) if stamped => {
+                self.source.poll_events(cx, &mut self.raw, &mut self.batch, self.batch_records, extract)
+            }
+            _ => {
+                self.raw.clear();
+                self.source.poll_next(cx, &mut self.raw, self.batch_records)
+            }
+        };
+        let split = match polled {
             Poll::Pending => return Poll::Pending,
             Poll::Ready(None) => {
                 if let Some((c, _)) = &self.checkpoint {
@@ -350,7 +409,8 @@ impl<T: 'static, S: Source<T>, E: Fn(&T) -> EventTime + 'static> Input for Sourc
             }
             Poll::Ready(Some(split)) => split,
         };
-        if self.raw.is_empty() {
+        let nothing = if stamped { self.batch.len() == before } else { self.raw.is_empty() };
+        if nothing {
             return Poll::Ready(true);
         }
         let now = Instant::now();
@@ -371,13 +431,7 @@ impl<T: 'static, S: Source<T>, E: Fn(&T) -> EventTime + 'static> Input for Sourc
                         self.batch.push(Event { time, value });
                     }
                 }
-                _ => {
-                    self.batch.extend(self.raw.drain(..).map(|value| {
-                        let time = extract(&value);
-                        max_time = max_time.max(time);
-                        Event { time, value }
-                    }));
-                }
+                _ => max_time = self.batch[before..].iter().fold(max_time, |m, e| m.max(e.time)),
             },
             TimeSource::Processing => {
                 let time = EventTime::now();
@@ -444,6 +498,58 @@ impl<T: 'static, S: Source<T>, E: Fn(&T) -> EventTime + 'static> Input for Sourc
         }
         if let Some((_, positions)) = latest {
             self.source.checkpoint_completed(&positions);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::task::{Context, Poll, Waker};
+
+    use sluice_io::EventTime;
+
+    use super::{Event, Generator, Source};
+
+    /// One batch: its (value, time) pairs, and the source's positions after it.
+    type Batch = (Vec<(u64, i64)>, Vec<(u64, i64)>);
+
+    /// Everything a source gives through `poll_next` (`stamped`: `poll_events` with the
+    /// time `10 * i`), batch by batch, with its position after each.
+    fn drain(mut source: impl Source<u64>, max: usize, stamped: bool) -> Vec<Batch> {
+        let mut cx = Context::from_waker(Waker::noop());
+        let time = |v: &u64| EventTime::from_millis(10 * *v as i64);
+        let mut batches = Vec::new();
+        loop {
+            let (mut raw, mut events) = (Vec::new(), Vec::<Event<u64>>::new());
+            let polled = if stamped {
+                source.poll_events(&mut cx, &mut raw, &mut events, max, &time)
+            } else {
+                let polled = source.poll_next(&mut cx, &mut raw, max);
+                events.extend(raw.drain(..).map(|value| Event { time: time(&value), value }));
+                polled
+            };
+            match polled {
+                Poll::Ready(Some(0)) => {}
+                Poll::Ready(None) => return batches,
+                other => panic!("a generator is always ready with its one split: {other:?}"),
+            }
+            assert!(raw.is_empty(), "the scratch vector is left empty");
+            let got = events.iter().map(|e| (e.value, e.time.millis())).collect();
+            batches.push((got, source.positions().expect("a generator has positions")));
+        }
+    }
+
+    #[test]
+    fn a_generator_stamps_the_same_records_in_the_same_batches_as_it_polls_them() {
+        for (shard, shards, count, max) in [(0, 1, 10, 4), (1, 3, 10, 2), (2, 3, 10, 1), (0, 2, 0, 5), (1, 2, 7, 100)] {
+            let make = |i: u64| i * 3;
+            let polled = drain(Generator::new(shard, shards, count, make), max, false);
+            let stamped = drain(Generator::new(shard, shards, count, make), max, true);
+            assert_eq!(stamped, polled, "shard {shard} of {shards}, {count} records, batches of {max}");
+            let values: Vec<u64> = stamped.iter().flat_map(|(b, _)| b.iter().map(|&(v, _)| v)).collect();
+            let expected: Vec<u64> = (0..count).filter(|i| i % shards as u64 == shard as u64).map(make).collect();
+            assert_eq!(values, expected);
+            assert!(stamped.iter().all(|(b, _)| b.len() <= max && !b.is_empty()));
         }
     }
 }

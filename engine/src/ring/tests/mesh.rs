@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use sluice_io::Timestamp;
 
-use super::{config, on_executors, one, record};
+use super::{Progress, config, on_executors, one, record};
 use crate::ring::{Mesh, Message, RingConfig, ShardRings, TryRecvError};
 
 #[test]
@@ -90,39 +90,41 @@ const PER_PAIR: u64 = 5_000;
 fn all_to_all(shards: usize, ring: RingConfig) {
     let what = format!("all-to-all of {shards} shards, {ring:?}");
     let rings = Mesh::new(shards).config(ring).build::<u64>();
-    let received = on_executors(&what, rings, move |shard, ShardRings { mut outbox, mut inbox }| async move {
-        let sending = glommio::spawn_local(async move {
-            let destinations: Vec<usize> = outbox.destinations().collect();
-            for n in 0..PER_PAIR {
-                for &to in &destinations {
-                    outbox.send(to, one(n)).await.expect("receiver alive");
-                    if n % 100 == 99 {
-                        outbox.send(to, Message::Watermark(Timestamp(n as i64))).await.expect("receiver alive");
+    let received =
+        on_executors(&what, rings, move |shard, ShardRings { mut outbox, mut inbox }, progress: Progress| async move {
+            let sending = glommio::spawn_local(async move {
+                let destinations: Vec<usize> = outbox.destinations().collect();
+                for n in 0..PER_PAIR {
+                    for &to in &destinations {
+                        outbox.send(to, one(n)).await.expect("receiver alive");
+                        if n % 100 == 99 {
+                            outbox.send(to, Message::Watermark(Timestamp(n as i64))).await.expect("receiver alive");
+                        }
                     }
                 }
-            }
-            for &to in &destinations {
-                outbox.send(to, Message::EndOfStream).await.expect("receiver alive");
-            }
-        });
-        // Per source: the next record expected, and whether its end of stream came.
-        let mut next = vec![0u64; shards];
-        let mut ended = vec![false; shards];
-        while let Some((from, message)) = inbox.recv_any().await {
-            assert!(!ended[from], "shard {shard}: a message from {from} after its end of stream");
-            match message {
-                Message::Data(batch) => {
-                    assert_eq!(batch[0], next[from], "shard {shard}: out of order from {from}");
-                    next[from] += 1;
+                for &to in &destinations {
+                    outbox.send(to, Message::EndOfStream).await.expect("receiver alive");
                 }
-                Message::Watermark(t) => assert_eq!(t.0 as u64 + 1, next[from], "watermark out of place"),
-                Message::EndOfStream => ended[from] = true,
-                other => panic!("unexpected {}", other.kind()),
+            });
+            // Per source: the next record expected, and whether its end of stream came.
+            let mut next = vec![0u64; shards];
+            let mut ended = vec![false; shards];
+            while let Some((from, message)) = inbox.recv_any().await {
+                progress.tick();
+                assert!(!ended[from], "shard {shard}: a message from {from} after its end of stream");
+                match message {
+                    Message::Data(batch) => {
+                        assert_eq!(batch[0], next[from], "shard {shard}: out of order from {from}");
+                        next[from] += 1;
+                    }
+                    Message::Watermark(t) => assert_eq!(t.0 as u64 + 1, next[from], "watermark out of place"),
+                    Message::EndOfStream => ended[from] = true,
+                    other => panic!("unexpected {}", other.kind()),
+                }
             }
-        }
-        sending.await;
-        (next, ended)
-    });
+            sending.await;
+            (next, ended)
+        });
     for (shard, (next, ended)) in received.into_iter().enumerate() {
         for from in (0..shards).filter(|&from| from != shard) {
             assert_eq!(next[from], PER_PAIR, "shard {shard} from {from}");
