@@ -285,7 +285,8 @@ pub(crate) struct SourceInput<T, S, E> {
     source: S,
     strategy: WatermarkStrategy<T, E>,
     clock: SourceClock,
-    raw: Vec<T>,
+    /// `Source::poll_events`'s scratch batch, reused.
+    scratch: Vec<T>,
     batch: Vec<Event<T>>,
     batch_records: usize,
     out: Port<T>,
@@ -312,7 +313,7 @@ impl<T: 'static, S: Source<T>, E: Fn(&T) -> EventTime + 'static> SourceInput<T, 
             source,
             strategy,
             clock,
-            raw: Vec::with_capacity(batch_records),
+            scratch: Vec::with_capacity(batch_records),
             batch: Vec::with_capacity(batch_records),
             batch_records: batch_records.max(1),
             out,
@@ -371,19 +372,15 @@ impl<T: 'static, S: Source<T>, E: Fn(&T) -> EventTime + 'static> Input for Sourc
         if let Some(drain) = self.stopped {
             return self.finish(drain);
         }
-        // Where the time is extracted and no record is looked at for punctuation, records
-        // are stamped as they come (`Source::poll_events`); otherwise read raw and stamped
-        // below.
+        // Records are stamped as they come (`Source::poll_events`); processing time is
+        // read once, when the first record is stamped.
         let before = self.batch.len();
-        let stamped = matches!(self.strategy.time, TimeSource::Extract(_))
-            && !matches!(self.strategy.kind, WatermarkKind::Punctuated(_));
+        let (scratch, batch, max) = (&mut self.scratch, &mut self.batch, self.batch_records);
         let polled = match &self.strategy.time {
-            TimeSource::Extract(extract) if stamped => {
-                self.source.poll_events(cx, &mut self.raw, &mut self.batch, self.batch_records, extract)
-            }
-            _ => {
-                self.raw.clear();
-                self.source.poll_next(cx, &mut self.raw, self.batch_records)
+            TimeSource::Extract(extract) => self.source.poll_events(cx, scratch, batch, max, extract),
+            TimeSource::Processing => {
+                let now = std::cell::OnceCell::new();
+                self.source.poll_events(cx, scratch, batch, max, &|_: &T| *now.get_or_init(EventTime::now))
             }
         };
         let split = match polled {
@@ -409,36 +406,21 @@ impl<T: 'static, S: Source<T>, E: Fn(&T) -> EventTime + 'static> Input for Sourc
             }
             Poll::Ready(Some(split)) => split,
         };
-        let nothing = if stamped { self.batch.len() == before } else { self.raw.is_empty() };
-        if nothing {
+        if self.batch.len() == before {
             return Poll::Ready(true);
         }
         let now = Instant::now();
         let clock = &mut self.clock.splits[split];
         let was_idle = std::mem::replace(&mut clock.idle, false);
         clock.last_record = now;
-        let mut max_time = clock.max_time;
-        let mut punctuation = clock.watermark;
-        match &self.strategy.time {
-            TimeSource::Extract(extract) => match &self.strategy.kind {
-                WatermarkKind::Punctuated(punctuate) => {
-                    for value in self.raw.drain(..) {
-                        let time = extract(&value);
-                        max_time = max_time.max(time);
-                        if let Some(w) = punctuate(&value, time) {
-                            punctuation = punctuation.max(w);
-                        }
-                        self.batch.push(Event { time, value });
-                    }
-                }
-                _ => max_time = self.batch[before..].iter().fold(max_time, |m, e| m.max(e.time)),
-            },
-            TimeSource::Processing => {
-                let time = EventTime::now();
-                max_time = max_time.max(time);
-                self.batch.extend(self.raw.drain(..).map(|value| Event { time, value }));
+        let stamped = &self.batch[before..];
+        let max_time = stamped.iter().fold(clock.max_time, |m, e| m.max(e.time));
+        let punctuation = match &self.strategy.kind {
+            WatermarkKind::Punctuated(punctuate) => {
+                stamped.iter().filter_map(|e| punctuate(&e.value, e.time)).fold(clock.watermark, EventTime::max)
             }
-        }
+            _ => clock.watermark,
+        };
         clock.max_time = max_time;
         clock.watermark = clock.watermark.max(match &self.strategy.kind {
             WatermarkKind::Bounded(bound) => EventTime::from_millis(max_time.0.saturating_sub(bound.saturating_add(1))),

@@ -34,6 +34,38 @@ struct Bucket<K, A> {
     fresh: bool,
 }
 
+impl<K, A> Bucket<K, A> {
+    /// Whether records from `first` to `last` go straight into this bucket: it has not
+    /// fired and its window holds both.
+    #[inline(always)]
+    fn open_for(&self, first: EventTime, last: EventTime) -> bool {
+        !self.fired && self.window.contains(first) && self.window.contains(last)
+    }
+}
+
+/// Adds `event`, whose key is `key`, to `bucket` (of `window`, passed so that it stays in
+/// a register along a run), noting the key as changed when its keys are `tracked`.
+#[inline(always)]
+fn add_to<K: Hash + Eq + Clone, T, F: WindowFunction<K, T>>(
+    bucket: &mut Bucket<K, F::Acc>,
+    window: Window,
+    tracked: &mut Option<&mut Changes<K>>,
+    function: &mut F,
+    key: K,
+    event: &Event<T>,
+) {
+    if let Some(c) = tracked {
+        c.keys.insert((window, key.clone()));
+    }
+    match bucket.keys.get_mut(&key) {
+        Some(acc) => function.add(acc, event),
+        None => {
+            let acc = bucket.keys.entry(key).or_insert_with(|| function.create());
+            function.add(acc, event);
+        }
+    }
+}
+
 /// The `(window, key)` pairs changed, and the windows created, fired or dropped.
 type Changed<K> = (FxHashSet<(Window, K)>, FxHashSet<Window>);
 
@@ -276,25 +308,12 @@ impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>, KS: Fn
     fn add_tumbling(&mut self, batch: &mut Vec<Event<T>>) {
         let (first, last) =
             batch.iter().fold((EventTime::MAX, EventTime::MIN), |(lo, hi), e| (lo.min(e.time), hi.max(e.time)));
-        if let Some(bucket) = self.buckets.get_mut(self.hint)
-            && !bucket.fired
-            && bucket.window.contains(first)
-            && bucket.window.contains(last)
-        {
+        if let Some(bucket) = self.buckets.get_mut(self.hint).filter(|b| b.open_for(first, last)) {
             let window = bucket.window;
             let mut tracked = self.changes.as_mut().filter(|_| !bucket.fresh);
             for event in batch.iter() {
                 let key = (self.key)(&event.value);
-                if let Some(c) = &mut tracked {
-                    c.keys.insert((window, key.clone()));
-                }
-                match bucket.keys.get_mut(&key) {
-                    Some(acc) => self.function.add(acc, event),
-                    None => {
-                        let acc = bucket.keys.entry(key).or_insert_with(|| self.function.create());
-                        self.function.add(acc, event);
-                    }
-                }
+                add_to(bucket, window, &mut tracked, &mut self.function, key, event);
             }
             batch.clear();
             return;
@@ -302,8 +321,7 @@ impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>, KS: Fn
         let mut events = batch.drain(..);
         let mut next = events.next();
         while let Some(first) = next.take() {
-            let Some(bucket) = self.buckets.get_mut(self.hint).filter(|b| !b.fired && b.window.contains(first.time))
-            else {
+            let Some(bucket) = self.buckets.get_mut(self.hint).filter(|b| b.open_for(first.time, first.time)) else {
                 let key = (self.key)(&first.value);
                 self.add_slow(key, first);
                 next = events.next();
@@ -314,16 +332,7 @@ impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>, KS: Fn
             let mut event = first;
             loop {
                 let key = (self.key)(&event.value);
-                if let Some(c) = &mut tracked {
-                    c.keys.insert((window, key.clone()));
-                }
-                match bucket.keys.get_mut(&key) {
-                    Some(acc) => self.function.add(acc, &event),
-                    None => {
-                        let acc = bucket.keys.entry(key).or_insert_with(|| self.function.create());
-                        self.function.add(acc, &event);
-                    }
-                }
+                add_to(bucket, window, &mut tracked, &mut self.function, key, &event);
                 match events.next() {
                     Some(e) if window.contains(e.time) => event = e,
                     other => {

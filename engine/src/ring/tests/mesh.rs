@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use sluice_io::Timestamp;
 
-use super::{Progress, config, on_executors, one, record};
+use super::{config, on_executors, one, record};
 use crate::ring::{Mesh, Message, RingConfig, ShardRings, TryRecvError};
 
 #[test]
@@ -91,7 +91,7 @@ fn all_to_all(shards: usize, ring: RingConfig) {
     let what = format!("all-to-all of {shards} shards, {ring:?}");
     let rings = Mesh::new(shards).config(ring).build::<u64>();
     let received =
-        on_executors(&what, rings, move |shard, ShardRings { mut outbox, mut inbox }, progress: Progress| async move {
+        on_executors(&what, rings, move |shard, ShardRings { mut outbox, mut inbox }, progress| async move {
             let sending = glommio::spawn_local(async move {
                 let destinations: Vec<usize> = outbox.destinations().collect();
                 for n in 0..PER_PAIR {

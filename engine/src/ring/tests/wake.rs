@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::{Progress, config, on_executors, one, record};
+use super::{config, on_executors, one, record};
 use crate::ring::{Receiver, RingConfig, Sender, channel};
 
 /// Messages of the main ping-pong: with no spin, each costs a park and a foreign wake-up
@@ -32,7 +32,7 @@ fn ping_pong(messages: u64, capacity: usize, spin: Duration) {
     let burst = 2 * capacity as u64 + 1;
     let ends = vec![End::Pinger(ping_tx, pong_rx), End::Ponger(pong_tx, ping_rx)];
     let what = format!("ping-pong of {messages} messages, capacity {capacity}, spin {spin:?}");
-    let counts = on_executors(&what, ends, move |_, end, progress: Progress| async move {
+    let counts = on_executors(&what, ends, move |_, end, progress| async move {
         match end {
             End::Pinger(mut tx, mut rx) => {
                 let mut sent = 0;
@@ -91,7 +91,7 @@ fn a_stream_through_one_slot_loses_no_wake_up() {
         let counts = on_executors(
             &what,
             vec![StreamEnd::Producer(tx), StreamEnd::Consumer(rx)],
-            |_, end, progress: Progress| async move {
+            |_, end, progress| async move {
                 match end {
                     StreamEnd::Producer(mut tx) => {
                         for n in 0..VARIANT_MESSAGES {
