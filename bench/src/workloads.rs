@@ -14,10 +14,11 @@ pub mod log;
 pub mod log_shard;
 pub mod nexmark;
 pub mod pipeline;
-pub mod pipeline_job;
 pub mod pipeline_sluice;
-pub mod pipeline_timely;
 pub mod ring;
+
+// The job, and its timely baseline, live in their own crate (see its documentation).
+pub use sluice_bench_timely::{job as pipeline_job, timely_job as pipeline_timely};
 
 use std::{io, path::PathBuf};
 

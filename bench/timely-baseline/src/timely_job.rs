@@ -34,7 +34,7 @@ use timely::{
     },
 };
 
-use super::pipeline_job::{Job, KEYS, Tally, WINDOW_MS};
+use crate::job::{Job, KEYS, Tally, WINDOW_MS};
 
 /// How far (in event-time milliseconds) a worker's input may run ahead of its window
 /// operator's frontier before the worker only steps the dataflow.
