@@ -5,8 +5,11 @@
 //! topic `read_committed`: it must equal the reference output exactly, no duplicate and no
 //! loss. Run in aligned and unaligned checkpoint mode, at 1 and 2 shards, and with the
 //! shard count changing at every restart (rescaling: 2 -> 1 -> 2 ...), for several seeds.
-//! In unaligned mode at 2 shards, the run that finishes must have stored in-flight
-//! records (its checkpoints' total is reported), or the mode was not exercised.
+//! In unaligned mode at 2 shards, the scenario's checkpoints must have stored in-flight
+//! records (every run reports its running total as checkpoints complete, killed runs
+//! included), or the mode was not exercised. Whether one checkpoint catches records in
+//! flight depends on timing; `checkpoint.rs` has the deterministic test of that path (a
+//! backpressured ring).
 //!
 //! This test has its own `main` (`harness = false`): the child is this same binary, started
 //! with `SLUICE_CRASH_CHILD` set. `SEED=<n>` replays one seed.
@@ -25,8 +28,8 @@ use futures_lite::future::block_on;
 use sluice_engine::dataflow::CheckpointMode;
 
 const CHILD: &str = "SLUICE_CRASH_CHILD";
-/// The line a child that finished writes to stderr: the in-flight records its
-/// checkpoints stored.
+/// The line a child writes to stderr whenever a checkpoint completes that stored records
+/// in flight: the total its checkpoints stored so far.
 const INFLIGHT: &str = "in-flight records stored: ";
 
 fn main() {
@@ -74,7 +77,7 @@ fn scenario(seed: u64, mode: CheckpointMode, shards: Shards) -> String {
     let mut rng = common::Rng::seeded(seed * 31 + 7);
     let mut kills = 0;
     let mut restores = 0;
-    let mut inflight = None;
+    let mut inflight = 0;
     for run in 0.. {
         assert!(run < 50, "SEED={seed} {mode} {shards:?}: the job never finished");
         let n = match shards {
@@ -110,24 +113,28 @@ fn scenario(seed: u64, mode: CheckpointMode, shards: Shards) -> String {
         restores += log.matches("restoring checkpoint").count();
         if let Some(status) = finished {
             assert!(status.success(), "SEED={seed} {mode} {shards:?}: the child failed ({status}):\n{log}");
-            inflight = log.lines().find_map(|l| l.strip_prefix(INFLIGHT)).map(|n| n.parse::<u64>().unwrap());
-            if mode == CheckpointMode::Unaligned && n == 2 {
-                assert!(
-                    inflight.is_some_and(|n| n > 0),
-                    "SEED={seed} {mode} {shards:?}: the finishing run stored no in-flight records:\n{log}"
-                );
-            }
+        }
+        let stored = log.lines().filter_map(|l| l.strip_prefix(INFLIGHT)).map(|n| n.parse::<u64>().unwrap()).max();
+        if n == 2 {
+            inflight += stored.unwrap_or(0);
+        }
+        if finished.is_some() {
             break;
         }
+    }
+    if mode == CheckpointMode::Unaligned && !matches!(shards, Shards::Fixed(1)) {
+        assert!(
+            inflight > 0,
+            "SEED={seed} {mode} {shards:?}: no checkpoint of a two-shard run stored in-flight records"
+        );
     }
     assert!(restores > 0, "SEED={seed} {mode} {shards:?}: no run restored a checkpoint, so nothing was tested");
     let e = engine(&data);
     let got = committed_output(&e.handle());
     block_on(e.shutdown()).unwrap();
     assert!(got == want, "SEED={seed} {mode} {shards:?}: {}", diff(&got, &want));
-    let inflight = inflight.unwrap_or(0);
     format!(
-        "{kills} kills, {restores} restores, {inflight} in-flight records stored by the last run, {} results equal",
+        "{kills} kills, {restores} restores, {inflight} in-flight records stored by two-shard runs, {} results equal",
         got.len()
     )
 }
@@ -143,11 +150,19 @@ fn child(spec: &str) {
     let config =
         JobConfig { checkpoints, shards, interval: Duration::from_millis(100), work: Duration::from_micros(300), mode };
     let running = spawn(&e.handle(), &config);
+    let mut reported = 0;
+    let mut report = |running: &sluice_engine::dataflow::RunningPipeline| {
+        let inflight: u64 = running.checkpoints().iter().map(|c| c.inflight_records).sum();
+        if inflight > reported {
+            reported = inflight;
+            eprintln!("{INFLIGHT}{inflight}");
+        }
+    };
     while !running.is_finished() {
+        report(&running);
         std::thread::sleep(Duration::from_millis(5));
     }
-    let inflight: u64 = running.checkpoints().iter().map(|c| c.inflight_records).sum();
+    report(&running);
     running.join().unwrap();
-    eprintln!("{INFLIGHT}{inflight}");
     block_on(e.shutdown()).unwrap();
 }
