@@ -58,3 +58,23 @@ fn either_client_and_either_listener_placement_produce_every_record() {
         assert!(format!("{err:#}").contains("kafka-client"), "{err:#}");
     }
 }
+
+#[test]
+fn rounds_alternate_into_fresh_topics_and_report_medians() {
+    let line = ["kafka", "--records", "1500", "--record-bytes", "16", "--latency-records", "0", "--rounds", "3"];
+    let args = Cli::try_parse_from(line).expect("valid arguments").args;
+    // Each round checks that its own topics hold exactly its records.
+    let report = kafka::run(&args).expect("three rounds");
+    assert_eq!(report.rounds, 3);
+    assert_eq!(report.round_embedded_records_per_s.len(), 3);
+    assert_eq!(report.round_kafka_records_per_s.len(), 3);
+    let mut ratios: Vec<f64> =
+        report.round_kafka_records_per_s.iter().zip(&report.round_embedded_records_per_s).map(|(k, e)| k / e).collect();
+    ratios.sort_by(f64::total_cmp);
+    assert_eq!(report.kafka_over_embedded, ratios[1], "the median round's ratio");
+    let mut embedded = report.round_embedded_records_per_s.clone();
+    embedded.sort_by(f64::total_cmp);
+    assert_eq!(report.embedded_records_per_s, embedded[1]);
+    assert!(report.table().to_string().contains("rounds (listener/embedded)"));
+    assert_eq!(serde_json::to_value(&report).expect("serializes")["rounds"], 3);
+}

@@ -14,7 +14,10 @@
 //!    record's latency runs from its scheduled send time to its consumption.
 //!
 //! Both throughput runs use the same engine, topic settings and fsync policy; the
-//! listener runs one executor per shard. `.ci/deps` installs kcat and confluent-kafka.
+//! listener runs one executor per shard. With `--rounds N` the two throughput runs
+//! alternate N times (each round into fresh topics), so both see the same spells of a noisy
+//! machine; the report gives each side's median round and the median of the rounds'
+//! ratios. `.ci/deps` installs kcat and confluent-kafka.
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -48,6 +51,10 @@ pub struct KafkaArgs {
     /// Records produced in each throughput run.
     #[arg(long, default_value_t = 1_000_000)]
     pub records: u64,
+    /// Rounds of the two throughput runs, alternating (embedded, then the listener), each
+    /// into fresh topics; the figures are the medians over the rounds.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100))]
+    pub rounds: u64,
     /// Value bytes per record.
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(8..=65_536))]
     pub record_bytes: u64,
@@ -124,6 +131,8 @@ pub struct KafkaReport {
     pub partitions: u32,
     /// Records per throughput run.
     pub records: u64,
+    /// Rounds of the two throughput runs.
+    pub rounds: u64,
     /// Producers in the Kafka run (kcat processes or librdkafka producers).
     pub producers: u64,
     /// The Kafka run's client: `kcat` or `rdkafka`.
@@ -133,12 +142,19 @@ pub struct KafkaReport {
     /// The topics' fsync policy.
     #[serde(serialize_with = "crate::harness::serialize_display")]
     pub fsync: FsyncPolicy,
-    /// Embedded log: records per second appended through the engine handle.
+    /// Embedded log: records per second appended through the engine handle (the median
+    /// round).
     pub embedded_records_per_s: f64,
-    /// Through the listener with the client: records per second, acknowledged.
+    /// Through the listener with the client: records per second, acknowledged (the median
+    /// round).
     pub kafka_records_per_s: f64,
-    /// `kafka_records_per_s / embedded_records_per_s`.
+    /// The median of the rounds' listener / embedded ratios (with one round,
+    /// `kafka_records_per_s / embedded_records_per_s`).
     pub kafka_over_embedded: f64,
+    /// Every round's embedded rate, in order.
+    pub round_embedded_records_per_s: Vec<f64>,
+    /// Every round's listener rate, in order.
+    pub round_kafka_records_per_s: Vec<f64>,
     /// Where the listener ran: `shards` or `executors`.
     pub listener: Listener,
     /// CPU of this process (engine, and the embedded producer) per record, embedded run,
@@ -208,9 +224,10 @@ fn value(i: u64, bytes: usize) -> Vec<u8> {
 }
 
 /// Appends `records` records through the handle; returns records per second.
-fn embedded(handle: &EngineHandle, args: &KafkaArgs, partitions: u32) -> anyhow::Result<f64> {
+fn embedded(handle: &EngineHandle, topic: &str, args: &KafkaArgs, partitions: u32) -> anyhow::Result<f64> {
     let (records, bytes, batch) = (args.records, args.record_bytes as usize, args.batch_records.max(1) as u64);
     let handle = handle.clone();
+    let topic: std::sync::Arc<str> = topic.into();
     let started = Instant::now();
     glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
         .io_memory(256 << 10)
@@ -218,7 +235,7 @@ fn embedded(handle: &EngineHandle, args: &KafkaArgs, partitions: u32) -> anyhow:
             // Up to four appends in flight per partition, batches dealt round robin.
             let mut tasks = Vec::new();
             for p in 0..partitions {
-                let handle = handle.clone();
+                let (handle, topic) = (handle.clone(), topic.clone());
                 tasks.push(glommio::spawn_local(async move {
                     let permits = std::rc::Rc::new(glommio::sync::Semaphore::new(4));
                     let mut inflight = Vec::new();
@@ -228,9 +245,9 @@ fn embedded(handle: &EngineHandle, args: &KafkaArgs, partitions: u32) -> anyhow:
                             .map(|i| OwnedRecord { key: None, value: value(i, bytes), event_time: Timestamp::now() })
                             .collect();
                         let permit = permits.clone().acquire_static_permit(1).await.expect("semaphore open");
-                        let handle = handle.clone();
+                        let (handle, topic) = (handle.clone(), topic.clone());
                         inflight.push(glommio::spawn_local(async move {
-                            let r = handle.append("embedded", p, recs, BatchMeta::default()).await.map(|_| ());
+                            let r = handle.append(&topic, p, recs, BatchMeta::default()).await.map(|_| ());
                             drop(permit);
                             r
                         }));
@@ -255,7 +272,7 @@ fn embedded(handle: &EngineHandle, args: &KafkaArgs, partitions: u32) -> anyhow:
 
 /// Produces the records through the listener with `--producers` kcat processes at once;
 /// returns records per second, from the first start to the last exit.
-fn through_kcat(addr: &str, args: &KafkaArgs, dir: &std::path::Path) -> anyhow::Result<f64> {
+fn through_kcat(addr: &str, topic: &str, args: &KafkaArgs, dir: &std::path::Path) -> anyhow::Result<f64> {
     let producers = args.producers.max(1);
     let mut inputs = Vec::new();
     for k in 0..producers {
@@ -272,7 +289,7 @@ fn through_kcat(addr: &str, args: &KafkaArgs, dir: &std::path::Path) -> anyhow::
     let mut children = Vec::new();
     for path in &inputs {
         let child = Command::new("kcat")
-            .args(["-b", addr, "-P", "-t", "kafka", "-X", "acks=all", "-X", "queue.buffering.max.messages=1000000"])
+            .args(["-b", addr, "-P", "-t", topic, "-X", "acks=all", "-X", "queue.buffering.max.messages=1000000"])
             .stdin(Stdio::from(std::fs::File::open(path)?))
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -354,6 +371,17 @@ fn latency(addr: &str, args: &KafkaArgs, partitions: u32) -> anyhow::Result<(f64
     Ok((parsed.achieved_rate, rec))
 }
 
+/// The median of `values` (the mean of the middle two for an even count); 0 for none.
+fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
 /// Runs the workload.
 pub fn run(args: &KafkaArgs) -> anyhow::Result<KafkaReport> {
     ensure!(args.records > 0, "--records must be positive");
@@ -370,35 +398,49 @@ pub fn run(args: &KafkaArgs) -> anyhow::Result<KafkaReport> {
         .context("starting the engine")?;
     let handle = engine.handle();
     let topic = TopicConfig { fsync: args.fsync.to_string(), ..TopicConfig::default() };
-    for name in ["embedded", "kafka", "latency"] {
-        block_on(handle.create_topic(name, partitions, Some(topic.clone())))?;
-    }
+    block_on(handle.create_topic("latency", partitions, Some(topic.clone())))?;
     let mut config = KafkaConfig::new("127.0.0.1:0".parse()?);
     config.executors = shards;
     config.on_shards = args.listener == Listener::Shards;
     let server = KafkaServer::start(handle.clone(), config)?;
     let addr = server.local_addr().to_string();
 
-    let per_record = |d: Duration| d.as_secs_f64() * 1e6 / args.records as f64;
-    let self_before = cpu(libc::RUSAGE_SELF);
-    let embedded_rate = embedded(&handle, args, partitions)?;
-    let embedded_cpu = per_record(cpu(libc::RUSAGE_SELF).saturating_sub(self_before));
-    ensure!(stored(&handle, "embedded", partitions)? == args.records, "the embedded run lost records");
-    let (self_before, children_before) = (cpu(libc::RUSAGE_SELF), cpu(libc::RUSAGE_CHILDREN));
-    let kafka_rate = match args.client {
-        Client::Kcat => through_kcat(&addr, args, work_dir.path())?,
-        #[cfg(feature = "kafka-client")]
-        Client::Rdkafka => {
-            let bytes = args.record_bytes as usize;
-            super::kafka_rdkafka::produce(&addr, "kafka", args.records, args.producers, |i| value(i, bytes))?
+    let per_record = |d: Duration| d.as_secs_f64() * 1e6 / (args.records * args.rounds) as f64;
+    let (mut embedded_rates, mut kafka_rates) = (Vec::new(), Vec::new());
+    let (mut embedded_cpu, mut listener_cpu, mut kcat_cpu) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
+    for round in 0..args.rounds {
+        // Fresh topics every round: each run starts from empty partitions, and its count
+        // of stored records is its own.
+        let (embedded_topic, kafka_topic) = match round {
+            0 => ("embedded".to_string(), "kafka".to_string()),
+            r => (format!("embedded-{r}"), format!("kafka-{r}")),
+        };
+        for name in [&embedded_topic, &kafka_topic] {
+            block_on(handle.create_topic(name, partitions, Some(topic.clone())))?;
         }
-        #[cfg(not(feature = "kafka-client"))]
-        Client::Rdkafka => bail!("--client rdkafka needs sluice-bench built with --features kafka-client"),
-    };
-    let listener_cpu = per_record(cpu(libc::RUSAGE_SELF).saturating_sub(self_before));
-    let kcat_cpu = per_record(cpu(libc::RUSAGE_CHILDREN).saturating_sub(children_before));
-    let got = stored(&handle, "kafka", partitions)?;
-    ensure!(got == args.records, "{} produced {got} of {} records", args.client, args.records);
+        let self_before = cpu(libc::RUSAGE_SELF);
+        embedded_rates.push(embedded(&handle, &embedded_topic, args, partitions)?);
+        embedded_cpu += cpu(libc::RUSAGE_SELF).saturating_sub(self_before);
+        ensure!(stored(&handle, &embedded_topic, partitions)? == args.records, "the embedded run lost records");
+        let (self_before, children_before) = (cpu(libc::RUSAGE_SELF), cpu(libc::RUSAGE_CHILDREN));
+        kafka_rates.push(match args.client {
+            Client::Kcat => through_kcat(&addr, &kafka_topic, args, work_dir.path())?,
+            #[cfg(feature = "kafka-client")]
+            Client::Rdkafka => {
+                let bytes = args.record_bytes as usize;
+                super::kafka_rdkafka::produce(&addr, &kafka_topic, args.records, args.producers, |i| value(i, bytes))?
+            }
+            #[cfg(not(feature = "kafka-client"))]
+            Client::Rdkafka => bail!("--client rdkafka needs sluice-bench built with --features kafka-client"),
+        });
+        listener_cpu += cpu(libc::RUSAGE_SELF).saturating_sub(self_before);
+        kcat_cpu += cpu(libc::RUSAGE_CHILDREN).saturating_sub(children_before);
+        let got = stored(&handle, &kafka_topic, partitions)?;
+        ensure!(got == args.records, "{} produced {got} of {} records", args.client, args.records);
+    }
+    let (embedded_cpu, listener_cpu, kcat_cpu) =
+        (per_record(embedded_cpu), per_record(listener_cpu), per_record(kcat_cpu));
+    let ratios: Vec<f64> = kafka_rates.iter().zip(&embedded_rates).map(|(k, e)| k / e).collect();
     let (latency_achieved_rate, recorder) =
         if args.latency_records > 0 { latency(&addr, args, partitions)? } else { (0.0, LatencyRecorder::new()) };
     let produce_to_consume_us = recorder.summary();
@@ -416,13 +458,16 @@ pub fn run(args: &KafkaArgs) -> anyhow::Result<KafkaReport> {
         shards: args.shards,
         partitions,
         records: args.records,
+        rounds: args.rounds,
         producers: args.producers,
         client: args.client,
         record_bytes: args.record_bytes,
         fsync: args.fsync,
-        embedded_records_per_s: embedded_rate,
-        kafka_records_per_s: kafka_rate,
-        kafka_over_embedded: kafka_rate / embedded_rate,
+        embedded_records_per_s: median(&embedded_rates),
+        kafka_records_per_s: median(&kafka_rates),
+        kafka_over_embedded: median(&ratios),
+        round_embedded_records_per_s: embedded_rates,
+        round_kafka_records_per_s: kafka_rates,
         listener: args.listener,
         embedded_cpu_us_per_record: embedded_cpu,
         listener_cpu_us_per_record: listener_cpu,
@@ -438,8 +483,15 @@ impl KafkaReport {
     /// The human-readable form of the report.
     pub fn table(&self) -> Table {
         let mut table = Table::titled(format!(
-            "kafka listener: {} shards, {} partitions, {} records x {} B, fsync {}, {} {} producers",
-            self.shards, self.partitions, self.records, self.record_bytes, self.fsync, self.producers, self.client
+            "kafka listener: {} shards, {} partitions, {} records x {} B, fsync {}, {} {} producers{}",
+            self.shards,
+            self.partitions,
+            self.records,
+            self.record_bytes,
+            self.fsync,
+            self.producers,
+            self.client,
+            if self.rounds > 1 { format!(", median of {} rounds", self.rounds) } else { String::new() }
         ));
         let mb = |rate: f64| rate * self.record_bytes as f64 / 1e6;
         table.row("embedded append", format!("{:.0}", self.embedded_records_per_s), "records/s");
@@ -448,6 +500,16 @@ impl KafkaReport {
         table.row(via.as_str(), format!("{:.0}", self.kafka_records_per_s), "records/s");
         table.row(via, format!("{:.1}", mb(self.kafka_records_per_s)), "MB/s");
         table.row("listener / embedded", format!("{:.2}", self.kafka_over_embedded), "");
+        if self.rounds > 1 {
+            let rounds = self
+                .round_kafka_records_per_s
+                .iter()
+                .zip(&self.round_embedded_records_per_s)
+                .map(|(k, e)| format!("{:.2}/{:.2}", k / 1e6, e / 1e6))
+                .collect::<Vec<_>>()
+                .join(" ");
+            table.row("rounds (listener/embedded)", rounds, "M records/s");
+        }
         table.row("cpu, embedded run", format!("{:.3}", self.embedded_cpu_us_per_record), "us/record");
         match self.client {
             Client::Kcat => {
