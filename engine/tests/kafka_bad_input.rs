@@ -344,3 +344,50 @@ fn an_idempotent_producers_retry_is_answered_with_the_original_offset_and_writte
     assert_eq!(produce_result(&response(&mut c).expect("answered"), "t"), (0, 2));
     assert_eq!(block_on(h.offsets("t", 0)).expect("offsets").1.0, 3, "the retries were not written");
 }
+
+#[test]
+fn a_large_request_arriving_in_uneven_pieces_is_read_whole() {
+    // A produce request of about 900 KB (the limit here is 1 MiB), written in pieces from
+    // one byte to a few hundred KB, so the listener's buffer grows across many reads. The
+    // batch's CRC covers every record byte: one byte lost, doubled or moved is a
+    // CORRUPT_MESSAGE, not an append.
+    let s = Served::start("large_request");
+    block_on(s.handle().create_topic("t", 1, None)).expect("topic");
+    let records: Vec<Record> = (0..900)
+        .map(|i| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: 0,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: i,
+            sequence: -1,
+            timestamp: 1234 + i,
+            key: None,
+            value: Some(bytes::Bytes::from(vec![(i % 251) as u8; 1000])),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    let opts = RecordEncodeOptions { version: 2, compression: Compression::None };
+    RecordBatchEncoder::encode(&mut buf, &records, &opts).expect("encodes");
+    let request = produce_v3("t", &buf);
+    assert!(request.len() > 800_000 && request.len() < MAX_REQUEST, "{} bytes", request.len());
+    let mut c = s.connect();
+    let mut at = 0;
+    for piece in [1, 2, 5, 70_000, 3, 131_072, 1, 250_000, 64 * 1024 + 1].into_iter().chain(std::iter::repeat(99_999)) {
+        let end = (at + piece).min(request.len());
+        c.write_all(&request[at..end]).expect("send");
+        c.flush().expect("flush");
+        at = end;
+        if at == request.len() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(produce_result(&response(&mut c).expect("answered"), "t"), (0, 0));
+    let (start, end) = block_on(s.handle().offsets("t", 0)).expect("offsets");
+    assert_eq!((start.0, end.0), (0, 900), "every record appended");
+}
