@@ -281,23 +281,39 @@ fn batch() -> Vec<u8> {
 
 fn idempotent_batch(producer_id: i64, producer_epoch: i16, sequence: i32) -> Vec<u8> {
     let record = Record {
+        producer_id,
+        producer_epoch,
+        sequence,
+        key: Some(bytes::Bytes::from_static(b"k")),
+        ..record(0, bytes::Bytes::from_static(b"a value"))
+    };
+    encode(&[record])
+}
+
+/// A plain record at `offset` (time `1234 + offset`) with no key.
+fn record(offset: i64, value: bytes::Bytes) -> Record {
+    Record {
         transactional: false,
         control: false,
         delete_horizon: false,
         partition_leader_epoch: 0,
-        producer_id,
-        producer_epoch,
+        producer_id: -1,
+        producer_epoch: -1,
         timestamp_type: TimestampType::Creation,
-        offset: 0,
-        sequence,
-        timestamp: 1234,
-        key: Some(bytes::Bytes::from_static(b"k")),
-        value: Some(bytes::Bytes::from_static(b"a value")),
+        offset,
+        sequence: -1,
+        timestamp: 1234 + offset,
+        key: None,
+        value: Some(value),
         headers: Default::default(),
-    };
+    }
+}
+
+/// `records` as one uncompressed v2 batch.
+fn encode(records: &[Record]) -> Vec<u8> {
     let mut buf = BytesMut::new();
     let opts = RecordEncodeOptions { version: 2, compression: Compression::None };
-    RecordBatchEncoder::encode(&mut buf, [&record], &opts).expect("encodes");
+    RecordBatchEncoder::encode(&mut buf, records, &opts).expect("encodes");
     buf.to_vec()
 }
 
@@ -353,27 +369,8 @@ fn a_large_request_arriving_in_uneven_pieces_is_read_whole() {
     // CORRUPT_MESSAGE, not an append.
     let s = Served::start("large_request");
     block_on(s.handle().create_topic("t", 1, None)).expect("topic");
-    let records: Vec<Record> = (0..900)
-        .map(|i| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: 0,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: i,
-            sequence: -1,
-            timestamp: 1234 + i,
-            key: None,
-            value: Some(bytes::Bytes::from(vec![(i % 251) as u8; 1000])),
-            headers: Default::default(),
-        })
-        .collect();
-    let mut buf = BytesMut::new();
-    let opts = RecordEncodeOptions { version: 2, compression: Compression::None };
-    RecordBatchEncoder::encode(&mut buf, &records, &opts).expect("encodes");
-    let request = produce_v3("t", &buf);
+    let records: Vec<Record> = (0..900).map(|i| record(i, vec![(i % 251) as u8; 1000].into())).collect();
+    let request = produce_v3("t", &encode(&records));
     assert!(request.len() > 800_000 && request.len() < MAX_REQUEST, "{} bytes", request.len());
     let mut c = s.connect();
     let mut at = 0;
