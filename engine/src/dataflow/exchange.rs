@@ -367,6 +367,21 @@ impl<T: 'static, K: Hash, KF: Fn(&T) -> K> Sending<T, KF> {
         self.send(to, Message::data(full));
     }
 
+    /// Ships what is building for `to` as batches of at most `batch_records`, in order:
+    /// each record is moved once, into a recycled batch, and the building vector keeps
+    /// its allocation.
+    fn ship_in_batches(&mut self, to: usize) {
+        let mut all = std::mem::take(&mut self.building[to]);
+        let mut records = all.drain(..);
+        while records.len() > 0 {
+            let mut batch = self.fresh_batch(to);
+            batch.extend(records.by_ref().take(self.batch_records));
+            self.send(to, Message::data(batch));
+        }
+        drop(records);
+        self.building[to] = all;
+    }
+
     fn ship_all_then(&mut self, message: impl Fn() -> Message<Event<T>>) {
         for to in 0..self.shards {
             if to != self.shard {
@@ -398,10 +413,8 @@ impl<T: 'static, K: Hash, KF: Fn(&T) -> K> Operator<T> for Sending<T, KF> {
         // at `batch_records` when the input's batches are larger.
         for to in 0..self.shards {
             if to != self.shard {
-                while self.building[to].len() > self.batch_records {
-                    let rest = self.building[to].split_off(self.batch_records);
-                    self.ship(to);
-                    self.building[to].extend(rest);
+                if self.building[to].len() > self.batch_records {
+                    self.ship_in_batches(to);
                 }
                 self.ship(to);
             }
