@@ -92,6 +92,21 @@ impl PackedRecords {
         Ok(())
     }
 
+    /// [`push`](Self::push) for ranges the caller took from the buffer itself (slices of
+    /// it, as a decoder does), over a buffer shorter than `u32::MAX`: nothing to check.
+    #[inline]
+    pub(crate) fn push_within(
+        &mut self,
+        key: Option<std::ops::Range<usize>>,
+        value: std::ops::Range<usize>,
+        event_time: Timestamp,
+    ) {
+        debug_assert!(self.data.len() < NO_KEY as usize);
+        debug_assert!(key.iter().chain([&value]).all(|r| r.start <= r.end && r.end <= self.data.len()));
+        let key = key.map_or((NO_KEY, NO_KEY), |k| (k.start as u32, k.end as u32));
+        self.records.push(PackedRecord { key, value: (value.start as u32, value.end as u32), event_time });
+    }
+
     /// How many records.
     #[must_use]
     pub fn len(&self) -> usize {

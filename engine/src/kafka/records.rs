@@ -67,6 +67,7 @@ struct Cursor<'a> {
 }
 
 impl<'a> Cursor<'a> {
+    #[inline(always)]
     fn take(&mut self, n: usize) -> Result<&'a [u8], BatchRejected> {
         let end =
             self.at.checked_add(n).filter(|&e| e <= self.bytes.len()).ok_or_else(|| corrupt("record truncated"))?;
@@ -75,10 +76,12 @@ impl<'a> Cursor<'a> {
         Ok(s)
     }
 
+    #[inline(always)]
     fn i8(&mut self) -> Result<i8, BatchRejected> {
         Ok(self.take(1)?[0] as i8)
     }
 
+    #[inline(always)]
     fn varlong(&mut self) -> Result<i64, BatchRejected> {
         // Most lengths and deltas fit one byte.
         if let Some(&b) = self.bytes.get(self.at)
@@ -87,22 +90,31 @@ impl<'a> Cursor<'a> {
             self.at += 1;
             return Ok(i64::from(b >> 1) ^ -i64::from(b & 1));
         }
+        self.varlong_long()
+    }
+
+    /// A varint of two bytes or more: read from the slice left, one bounds check.
+    #[inline]
+    fn varlong_long(&mut self) -> Result<i64, BatchRejected> {
+        let rest = self.bytes.get(self.at..).unwrap_or_default();
         let mut raw: u64 = 0;
-        for i in 0..10 {
-            let b = self.take(1)?[0];
+        for (i, &b) in rest.iter().take(10).enumerate() {
             raw |= u64::from(b & 0x7f) << (7 * i);
             if b & 0x80 == 0 {
+                self.at += i + 1;
                 return Ok((raw >> 1) as i64 ^ -((raw & 1) as i64));
             }
         }
-        Err(corrupt("varint longer than 10 bytes"))
+        Err(corrupt(if rest.len() < 10 { "record truncated" } else { "varint longer than 10 bytes" }))
     }
 
+    #[inline(always)]
     fn varint(&mut self) -> Result<i32, BatchRejected> {
         i32::try_from(self.varlong()?).map_err(|_| corrupt("varint out of the 32-bit range"))
     }
 
     /// A varint length followed by that many bytes; -1 is null.
+    #[inline(always)]
     fn nullable_bytes(&mut self) -> Result<Option<&'a [u8]>, BatchRejected> {
         match self.varint()? {
             -1 => Ok(None),
@@ -193,6 +205,10 @@ fn decode_batch(batch: Bytes) -> Result<ProducedBatch, BatchRejected> {
     let producer_epoch = be_i16(b, 51);
     let base_sequence = be_i32(b, 53);
     let count = be_i32(b, 57);
+    if b.len() >= u32::MAX as usize {
+        // Records are kept as 32-bit ranges of the batch (and requests are far smaller).
+        return Err(reject(code::MESSAGE_TOO_LARGE, format!("a record batch of {} bytes", b.len())));
+    }
     let body = &b[BATCH_HEADER_BYTES..];
     if count <= 0 || count as usize > body.len() / MIN_RECORD_BYTES {
         return Err(corrupt(format!("record count {count} does not fit a batch body of {} bytes", body.len())));
@@ -231,7 +247,7 @@ fn decode_batch(batch: Bytes) -> Result<ProducedBatch, BatchRejected> {
             return Err(corrupt(format!("record {i} has {} bytes past its last field", rec.len() - r.at)));
         }
         let event_time = now.unwrap_or(Timestamp(first_timestamp.saturating_add(ts_delta)));
-        records.push(key, value, event_time).map_err(|e| corrupt(e.to_string()))?;
+        records.push_within(key, value, event_time);
     }
     if cur.at != body.len() {
         return Err(corrupt(format!("{} bytes after the batch's last record", body.len() - cur.at)));
