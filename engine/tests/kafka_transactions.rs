@@ -478,8 +478,8 @@ fn produces_racing_end_txn_never_leave_a_hanging_transaction() {
     // A producer keeps appending to its transaction from one connection while EndTxn
     // comes on another: every batch is either in the transaction (before its marker) or
     // refused, so once it is over nothing holds the stable offset back.
-    // Two batches per request, each append durable (fsync always) before the next one
-    // starts: the window in which EndTxn's marker could slip between them is wide.
+    // Each append is durable (fsync always) before its request is answered: the window
+    // in which EndTxn's marker could slip between a batch's check and its append is wide.
     let served =
         Served::launch("kafka_transactions", "race", 1, KafkaConfig::new("127.0.0.1:0".parse().expect("address")));
     let config = sluice_engine::TopicConfig { fsync: "always".into(), ..Default::default() };
@@ -497,10 +497,8 @@ fn produces_racing_end_txn_never_leave_a_hanging_transaction() {
             std::thread::spawn(move || {
                 let mut accepted = 0;
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    let mut two = BytesMut::new();
-                    two.extend_from_slice(&batch(true, false, pid, epoch, sequence, &["x"]));
-                    two.extend_from_slice(&batch(true, false, pid, epoch, sequence + 1, &["y"]));
-                    let (code, _) = producer.produce(Some("tx"), 0, two.freeze());
+                    let two = batch(true, false, pid, epoch, sequence, &["x", "y"]);
+                    let (code, _) = producer.produce(Some("tx"), 0, two);
                     if code == NONE {
                         sequence += 2;
                         accepted += 1;

@@ -137,52 +137,44 @@ pub(crate) async fn produce(ctx: &Arc<Context>, req: ProduceRequest, version: i1
                 let Ok(partition) = u32::try_from(index) else {
                     return fail(r, code::UNKNOWN_TOPIC_OR_PARTITION, format!("partition {index}"));
                 };
-                let batches = match records::decode_produced(&part.records.clone().unwrap_or_default()) {
+                let batch = match records::decode_produced(&part.records.clone().unwrap_or_default()) {
                     Ok(b) => b,
                     Err(e) => return fail(r, e.code, e.message),
                 };
                 // Transactional batches come only with the transactional id whose
                 // transaction holds the partition; plain batches only without one. The
-                // guards hold the transaction's markers back until the appends are done.
-                let mut appending = Vec::new();
-                for b in &batches {
-                    match (tid, b.meta.attributes.is_transactional()) {
-                        (Some(tid), true) => {
-                            match ctx.txns.check_produce(
-                                tid,
-                                b.meta.producer_id.0,
-                                b.meta.producer_epoch,
-                                name,
-                                partition,
-                            ) {
-                                Ok(guard) => appending.push(guard),
-                                Err((c, m)) => return fail(r, c, m),
-                            }
-                        }
-                        (None, false) => {}
-                        (Some(_), false) => {
-                            return fail(r, code::INVALID_REQUEST, "a transactional id with a plain batch".into());
-                        }
-                        (None, true) => {
-                            return fail(
-                                r,
-                                code::INVALID_REQUEST,
-                                "a transactional batch without a transactional id".into(),
-                            );
+                // guard holds the transaction's markers back until the append is done.
+                let appending = match (tid, batch.meta.attributes.is_transactional()) {
+                    (Some(tid), true) => {
+                        match ctx.txns.check_produce(
+                            tid,
+                            batch.meta.producer_id.0,
+                            batch.meta.producer_epoch,
+                            name,
+                            partition,
+                        ) {
+                            Ok(guard) => Some(guard),
+                            Err((c, m)) => return fail(r, c, m),
                         }
                     }
-                }
-                let mut base = None;
-                for b in batches {
-                    match engine.append_packed(name, partition, b.records, b.meta).await {
-                        Ok(info) => {
-                            base.get_or_insert(info.base_offset.0 as i64);
-                        }
-                        Err(e) => return fail(r, errors::of(&e), e.to_string()),
+                    (None, false) => None,
+                    (Some(_), false) => {
+                        return fail(r, code::INVALID_REQUEST, "a transactional id with a plain batch".into());
                     }
-                }
+                    (None, true) => {
+                        return fail(
+                            r,
+                            code::INVALID_REQUEST,
+                            "a transactional batch without a transactional id".into(),
+                        );
+                    }
+                };
+                let base = match engine.append_packed(name, partition, batch.records, batch.meta).await {
+                    Ok(info) => info.base_offset.0 as i64,
+                    Err(e) => return fail(r, errors::of(&e), e.to_string()),
+                };
                 drop(appending);
-                r.base_offset = base.unwrap_or(-1);
+                r.base_offset = base;
                 (ti, r)
             }));
         }

@@ -97,7 +97,7 @@ pub(crate) fn encode(api: ApiKey, version: i16, correlation_id: i32, body: &Resp
 }
 
 /// Parses a frame and starts its handler.
-pub(crate) fn handle(ctx: &Arc<Context>, frame: Vec<u8>) -> Handled {
+pub(crate) fn handle(ctx: &Arc<Context>, frame: Bytes) -> Handled {
     if frame.len() < 8 {
         return Handled::Close(format!("a request of {} bytes has no header", frame.len()));
     }
@@ -116,7 +116,7 @@ pub(crate) fn handle(ctx: &Arc<Context>, frame: Vec<u8>) -> Handled {
             "unsupported version {version} of {api:?} (this listener handles {min}..={max})"
         ));
     }
-    let mut bytes = Bytes::from(frame);
+    let mut bytes = frame;
     let header = match RequestHeader::decode(&mut bytes, api.request_header_version(version)) {
         Ok(h) => h,
         Err(e) => return Handled::Close(format!("malformed {api:?} v{version} request header: {e}")),

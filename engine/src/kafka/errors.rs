@@ -78,6 +78,9 @@ pub mod code {
     pub const CONCURRENT_TRANSACTIONS: i16 = 51;
     /// Not attempted because another part of the request failed.
     pub const OPERATION_NOT_ATTEMPTED: i16 = 55;
+    /// Well-formed records the broker does not accept (more than one batch for a
+    /// partition in one Produce request).
+    pub const INVALID_RECORD: i16 = 87;
     /// A newer producer with the same transactional id has fenced this one.
     pub const PRODUCER_FENCED: i16 = 90;
 }

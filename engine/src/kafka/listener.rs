@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use bytes::{Bytes, BytesMut};
 use futures_lite::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
 use futures_lite::{Future, FutureExt};
 use glommio::net::{TcpListener, TcpStream};
@@ -265,8 +266,9 @@ async fn serve_connection(ctx: Arc<Context>, stream: TcpStream, stop: async_chan
         write_loop(writer, queue_rx, write_timeout).await;
         drop(writer_alive);
     });
+    let mut pool = FramePool::default();
     loop {
-        let frame = async { Some(read_frame(&mut reader, &ctx.config).await) }
+        let frame = async { Some(read_frame(&mut reader, &ctx.config, &mut pool).await) }
             .or(async {
                 let _ = stop.recv().await;
                 None
@@ -277,7 +279,11 @@ async fn serve_connection(ctx: Arc<Context>, stream: TcpStream, stop: async_chan
             })
             .await;
         let frame = match frame {
-            Some(Ok(Some(frame))) => frame,
+            Some(Ok(Some(frame))) => {
+                let frame = frame.freeze();
+                pool.keep(&frame);
+                frame
+            }
             Some(Err(FrameError::Io(_))) | Some(Ok(None)) | None => break, // gone, or shutting down
             Some(Err(e)) => {
                 eprintln!("sluice kafka listener: closing a connection: {e}");
@@ -362,8 +368,42 @@ pub(crate) enum FrameError {
     Truncated,
 }
 
+/// Large frames a connection handed on, kept so that a later request can be read into
+/// one whose every holder (the produce path's record ranges, a shard's append) is done
+/// with it: no allocation, no zeroing and no page faults for a client that keeps sending
+/// large produce requests. Frames are kept only while the pool has room, and a kept frame
+/// still in use is simply not chosen.
+#[derive(Default)]
+struct FramePool {
+    kept: Vec<Bytes>,
+}
+
+/// Frames smaller than this are not kept: allocating them is cheap.
+const POOL_MIN_BYTES: usize = 64 << 10;
+/// Frames kept per connection (the memory an idle producer holds on to).
+const POOL_FRAMES: usize = 2;
+
+impl FramePool {
+    /// A kept frame nothing else holds any more, as a buffer of its length (its bytes
+    /// are the old frame's, to be overwritten).
+    fn take(&mut self) -> Option<BytesMut> {
+        let i = self.kept.iter().position(Bytes::is_unique)?;
+        self.kept.swap_remove(i).try_into_mut().ok()
+    }
+
+    fn keep(&mut self, frame: &Bytes) {
+        if frame.len() >= POOL_MIN_BYTES && self.kept.len() < POOL_FRAMES {
+            self.kept.push(frame.clone());
+        }
+    }
+}
+
 /// Reads one size-prefixed frame; `Ok(None)` at a clean end of stream.
-async fn read_frame(reader: &mut ReadHalf<TcpStream>, config: &KafkaConfig) -> Result<Option<Vec<u8>>, FrameError> {
+async fn read_frame(
+    reader: &mut ReadHalf<TcpStream>,
+    config: &KafkaConfig,
+    pool: &mut FramePool,
+) -> Result<Option<BytesMut>, FrameError> {
     let mut size = [0u8; 4];
     let first = with_timeout(config.idle_timeout, reader.read(&mut size)).await?;
     if first == 0 {
@@ -391,8 +431,15 @@ async fn read_frame(reader: &mut ReadHalf<TcpStream>, config: &KafkaConfig) -> R
         // and moved at most once per doubling. (Growing for every read and cutting back
         // to what arrived zeroed up to half the frame again on every read: a 1 MB
         // produce request arriving in 64 KB reads was zeroed about eight times.)
+        // A large frame starts in a recycled one, already as long as that one was.
         const CHUNK: usize = 64 << 10;
-        let mut buf = Vec::with_capacity(len.min(CHUNK));
+        let mut buf = match (len >= POOL_MIN_BYTES).then(|| pool.take()).flatten() {
+            Some(mut b) => {
+                b.truncate(len);
+                b
+            }
+            None => BytesMut::with_capacity(len.min(CHUNK)),
+        };
         let mut filled = 0;
         while filled < len {
             if filled == buf.len() {

@@ -138,34 +138,40 @@ fn be_i64(b: &[u8], at: usize) -> i64 {
     i64::from_be_bytes(x)
 }
 
-/// Splits a Produce request's records into checked batches, whose records are ranges of
-/// `bytes` (shared, not copied).
-pub fn decode_produced(bytes: &Bytes) -> Result<Vec<ProducedBatch>, BatchRejected> {
-    let mut rest: &[u8] = bytes;
-    let mut out = Vec::new();
-    if rest.is_empty() {
+/// Checks one partition's records of a Produce request: one record batch, whose records
+/// become ranges of `bytes` (shared, not copied). As in Kafka (`ProduceRequest`'s
+/// `validateRecords`, Produce v3 and later), more than one batch is INVALID_RECORD: one
+/// request's records for a partition are then one append, which keeps the appends of a
+/// connection's pipelined requests in the order they were sent.
+pub fn decode_produced(bytes: &Bytes) -> Result<ProducedBatch, BatchRejected> {
+    if bytes.is_empty() {
         return Err(reject(code::INVALID_REQUEST, "a produce request with no records"));
     }
-    while !rest.is_empty() {
-        if rest.len() < BATCH_HEADER_BYTES {
-            return Err(corrupt(format!("a record batch of {} bytes is shorter than its header", rest.len())));
-        }
-        let batch_len = be_i32(rest, 8);
-        let total = usize::try_from(batch_len).ok().and_then(|l| l.checked_add(12));
-        let total = match total {
-            Some(t) if t >= BATCH_HEADER_BYTES && t <= rest.len() => t,
-            _ => {
-                return Err(corrupt(format!(
-                    "record batch length {batch_len} does not fit the {} bytes sent",
-                    rest.len()
-                )));
-            }
-        };
-        let start = bytes.len() - rest.len();
-        rest = &rest[total..];
-        out.push(decode_batch(bytes.slice(start..start + total))?);
+    if bytes.len() < BATCH_HEADER_BYTES {
+        return Err(corrupt(format!("a record batch of {} bytes is shorter than its header", bytes.len())));
     }
-    Ok(out)
+    let batch_len = be_i32(bytes, 8);
+    let total = usize::try_from(batch_len).ok().and_then(|l| l.checked_add(12));
+    let total = match total {
+        Some(t) if t >= BATCH_HEADER_BYTES && t <= bytes.len() => t,
+        _ => {
+            return Err(corrupt(format!(
+                "record batch length {batch_len} does not fit the {} bytes sent",
+                bytes.len()
+            )));
+        }
+    };
+    if total < bytes.len() {
+        return Err(reject(
+            code::INVALID_RECORD,
+            format!(
+                "Produce requests are only allowed to contain exactly one record batch per partition \
+                 ({} bytes follow the first batch's {total})",
+                bytes.len() - total
+            ),
+        ));
+    }
+    decode_batch(bytes.clone())
 }
 
 /// Where `inner`, a slice of `outer`, lies in it.
@@ -356,7 +362,7 @@ mod tests {
     use super::*;
     use crate::shard::OwnedRecord;
 
-    fn decode(bytes: &[u8]) -> Result<Vec<ProducedBatch>, BatchRejected> {
+    fn decode(bytes: &[u8]) -> Result<ProducedBatch, BatchRejected> {
         decode_produced(&Bytes::copy_from_slice(bytes))
     }
     use kafka_protocol::records::{
@@ -393,9 +399,7 @@ mod tests {
     #[test]
     fn a_batch_from_the_kafka_protocol_crate_decodes() {
         let bytes = encode_kafka(&[kafka_record(0, Some("k"), "v0", 1000), kafka_record(1, None, "v1", 1005)]);
-        let batches = decode(&bytes).expect("decodes");
-        assert_eq!(batches.len(), 1);
-        let b = &batches[0];
+        let b = decode(&bytes).expect("decodes");
         assert_eq!((b.meta.producer_id, b.meta.producer_epoch, b.meta.base_sequence), (ProducerId(7), 1, 10));
         assert_eq!(
             b.records.to_owned_records()[0],
@@ -442,12 +446,21 @@ mod tests {
     }
 
     #[test]
+    fn two_batches_for_one_partition_are_an_invalid_record() {
+        let one = encode_kafka(&[kafka_record(0, None, "a", 1000)]);
+        let two = [one.clone(), one].concat();
+        let e = decode(&two).expect_err("two batches");
+        assert_eq!(e.code, code::INVALID_RECORD, "{e:?}");
+        assert!(e.message.contains("exactly one record batch"), "{e:?}");
+    }
+
+    #[test]
     fn transactional_batches_keep_their_bit_and_control_batches_are_refused() {
         let mut r = kafka_record(0, Some("k"), "v", 1000);
         r.transactional = true;
         let b = decode(&encode_kafka(&[r.clone()])).expect("a transactional batch is accepted");
-        assert!(b[0].meta.attributes.is_transactional());
-        assert!(!b[0].meta.attributes.is_control());
+        assert!(b.meta.attributes.is_transactional());
+        assert!(!b.meta.attributes.is_control());
         r.control = true;
         let e = decode(&encode_kafka(&[r])).expect_err("a control batch from a client");
         assert_eq!(e.code, code::INVALID_REQUEST, "{e:?}");
