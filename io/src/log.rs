@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use crate::config::{FsyncPolicy, LogConfig};
 use crate::error::{LogError, Result};
-use crate::record::{BatchEncoder, BatchMeta, EncodeError, Record};
+use crate::record::{BatchMeta, EncodeError, Record, encode_into};
 use crate::recovery::{RecoveryReport, recover_active, recover_closed};
 use crate::segment::appender::{Appender, FlushTicket, TrackerHandle};
 use crate::segment::{
@@ -88,7 +88,6 @@ pub(crate) struct State<F: StorageFile> {
     rolling: bool,
     failed: Option<String>,
     is_closed: bool,
-    encoder: BatchEncoder,
     waiters: Vec<Waker>,
 }
 
@@ -171,7 +170,6 @@ impl<S: Storage> Log<S> {
             rolling: false,
             failed: None,
             is_closed: false,
-            encoder: BatchEncoder::new(),
             waiters: Vec::new(),
         };
         let inner = Rc::new(Inner {
@@ -261,27 +259,29 @@ impl<S: Storage> Log<S> {
             let stored_len = {
                 let st = &mut *self.inner.state.borrow_mut();
                 self.check_writable(st)?;
-                let (bytes, header) = st.encoder.encode(records, meta, st.next_offset).map_err(|e| match e {
-                    EncodeError::Empty => LogError::EmptyBatch,
-                    EncodeError::TooLarge(bytes) => {
-                        LogError::BatchTooLarge { bytes, limit: self.inner.config.max_batch_bytes }
-                    }
-                })?;
-                if bytes.len() > self.inner.config.max_batch_bytes {
-                    return Err(LogError::BatchTooLarge {
-                        bytes: bytes.len(),
-                        limit: self.inner.config.max_batch_bytes,
-                    });
+                // Encoded straight into the segment's write buffers; committed to the
+                // stream only once it is known to fit.
+                let pos = st.appender.end();
+                let mut stage = st.appender.stage();
+                let header =
+                    encode_into(records, None, None, meta, st.next_offset, &mut stage).map_err(|e| match e {
+                        EncodeError::Empty => LogError::EmptyBatch,
+                        EncodeError::TooLarge(bytes) => {
+                            LogError::BatchTooLarge { bytes, limit: self.inner.config.max_batch_bytes }
+                        }
+                    })?;
+                let stored = stage.len();
+                if stored > self.inner.config.max_batch_bytes {
+                    return Err(LogError::BatchTooLarge { bytes: stored, limit: self.inner.config.max_batch_bytes });
                 }
-                if !st.rolling && !self.should_roll(&st.active, bytes.len()) {
-                    let pos = st.appender.end();
-                    st.appender.append(bytes);
+                if !st.rolling && !self.should_roll(&st.active, stored) {
+                    stage.commit();
                     st.active.index.add_batch(pos, &header);
                     st.next_offset = header.next_offset();
                     maybe_extend_allocation(&self.inner, st);
                     break AppendInfo { base_offset: header.base_offset, last_offset: header.last_offset() };
                 }
-                bytes.len()
+                stored
             };
             let _permit = self.inner.roll_lock.acquire_permit(1).await.map_err(|_| self.closed_error())?;
             let must_roll = {

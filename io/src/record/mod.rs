@@ -102,66 +102,122 @@ impl BatchEncoder {
         meta: &BatchMeta,
         base_offset: Offset,
     ) -> Result<(&[u8], BatchHeader), EncodeError> {
-        if let Some(d) = offset_deltas {
-            debug_assert_eq!(records.len(), d.len());
-            debug_assert!(d.windows(2).all(|w| w[0] < w[1]));
-        }
-        if records.is_empty() {
-            return Err(EncodeError::Empty);
-        }
-        let delta = |i: usize| offset_deltas.map_or(i as u32, |d| d[i]);
-        let last_delta = delta(records.len() - 1);
-        let mut first = Timestamp(i64::MAX);
-        let mut max = EventTime::MIN;
-        let wire: Vec<WireRecord<'_>> = records
-            .iter()
-            .enumerate()
-            .map(|(i, r)| {
-                first = first.min(r.event_time);
-                max = max.max(r.event_time);
-                WireRecord {
-                    offset_delta: delta(i),
-                    event_time: r.event_time.0,
-                    key: r.key,
-                    value: r.value,
-                    headers: r.headers,
-                }
-            })
-            .collect();
-        let mut buf = std::mem::take(&mut self.buf);
-        buf.clear();
-        buf.extend_from_slice(&[0u8; HEADER_BYTES]);
-        let body = WireBody { records: &wire };
-        let mut buf = match rkyv::api::high::to_bytes_in::<_, rancor::Error>(&body, buf) {
-            Ok(buf) => buf,
-            Err(e) => unreachable!("serializing into a Vec cannot fail: {e}"),
-        };
-        let body_len = buf.len() - HEADER_BYTES;
-        if body_len > MAX_BODY_BYTES {
-            self.buf = buf;
-            return Err(EncodeError::TooLarge(body_len));
-        }
-        let mut header = BatchHeader {
-            attributes: meta.attributes,
-            body_len: body_len as u32,
-            crc: 0,
-            base_offset,
-            record_count: records.len() as u32,
-            last_offset_delta: last_offset_delta.unwrap_or(last_delta),
-            first_event_time: first,
-            max_event_time: max,
-            producer_id: meta.producer_id,
-            producer_epoch: meta.producer_epoch,
-            base_sequence: meta.base_sequence,
-        };
-        header.encode(&mut buf[..HEADER_BYTES]);
-        header.crc = batch_crc(&buf[..HEADER_BYTES], &buf[HEADER_BYTES..]);
-        buf[12..16].copy_from_slice(&header.crc.to_le_bytes());
-        let stored = stored_len(body_len);
-        buf.resize(stored, 0);
-        self.buf = buf;
-        Ok((&self.buf[..stored], header))
+        let mut out = VecOut(std::mem::take(&mut self.buf));
+        out.0.clear();
+        let encoded = encode_into(records, offset_deltas, last_offset_delta, meta, base_offset, &mut out);
+        self.buf = out.0;
+        let header = encoded?;
+        Ok((&self.buf[..header.stored_len()], header))
     }
+}
+
+/// Where a batch is encoded to: a buffer of its own ([`BatchEncoder`]), or straight into
+/// the active segment's write buffers (the log's append). Positions count from the
+/// batch's first byte.
+pub(crate) trait BatchOut: rkyv::ser::Writer<rancor::Error> {
+    /// Overwrites `bytes.len()` bytes already written, from `at`.
+    fn patch(&mut self, at: usize, bytes: &[u8]);
+    /// `crc` extended (CRC-32C) over the bytes written from `at` on.
+    fn crc_from(&self, crc: u32, at: usize) -> u32;
+}
+
+struct VecOut(AlignedVec);
+
+impl rkyv::ser::Positional for VecOut {
+    fn pos(&self) -> usize {
+        self.0.len()
+    }
+}
+
+impl rkyv::ser::Writer<rancor::Error> for VecOut {
+    fn write(&mut self, bytes: &[u8]) -> Result<(), rancor::Error> {
+        self.0.extend_from_slice(bytes);
+        Ok(())
+    }
+}
+
+impl BatchOut for VecOut {
+    fn patch(&mut self, at: usize, bytes: &[u8]) {
+        self.0[at..at + bytes.len()].copy_from_slice(bytes);
+    }
+
+    fn crc_from(&self, crc: u32, at: usize) -> u32 {
+        crc32c::crc32c_append(crc, &self.0[at..])
+    }
+}
+
+/// Encodes one batch (header, body, padding) into `out`, which holds nothing of it yet;
+/// see [`BatchEncoder::encode_span`] for the arguments. On an error `out` holds a partial
+/// batch, to be thrown away.
+pub(crate) fn encode_into<O: BatchOut>(
+    records: &[Record<'_>],
+    offset_deltas: Option<&[u32]>,
+    last_offset_delta: Option<u32>,
+    meta: &BatchMeta,
+    base_offset: Offset,
+    out: &mut O,
+) -> Result<BatchHeader, EncodeError> {
+    if let Some(d) = offset_deltas {
+        debug_assert_eq!(records.len(), d.len());
+        debug_assert!(d.windows(2).all(|w| w[0] < w[1]));
+    }
+    if records.is_empty() {
+        return Err(EncodeError::Empty);
+    }
+    debug_assert_eq!(out.pos(), 0, "a batch starts at its output's start");
+    let delta = |i: usize| offset_deltas.map_or(i as u32, |d| d[i]);
+    let last_delta = delta(records.len() - 1);
+    let mut first = Timestamp(i64::MAX);
+    let mut max = EventTime::MIN;
+    let wire: Vec<WireRecord<'_>> = records
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            first = first.min(r.event_time);
+            max = max.max(r.event_time);
+            WireRecord {
+                offset_delta: delta(i),
+                event_time: r.event_time.0,
+                key: r.key,
+                value: r.value,
+                headers: r.headers,
+            }
+        })
+        .collect();
+    let ok = |r: Result<(), rancor::Error>| r.unwrap_or_else(|e| unreachable!("batch outputs cannot fail: {e}"));
+    // The header's place, written once the body's length and CRC are known.
+    ok(out.write(&[0u8; HEADER_BYTES]));
+    let body = WireBody { records: &wire };
+    if let Err(e) = rkyv::api::high::to_bytes_in::<_, rancor::Error>(&body, &mut *out) {
+        unreachable!("batch outputs cannot fail: {e}");
+    }
+    let body_len = out.pos() - HEADER_BYTES;
+    if body_len > MAX_BODY_BYTES {
+        return Err(EncodeError::TooLarge(body_len));
+    }
+    let mut header = BatchHeader {
+        attributes: meta.attributes,
+        body_len: body_len as u32,
+        crc: 0,
+        base_offset,
+        record_count: records.len() as u32,
+        last_offset_delta: last_offset_delta.unwrap_or(last_delta),
+        first_event_time: first,
+        max_event_time: max,
+        producer_id: meta.producer_id,
+        producer_epoch: meta.producer_epoch,
+        base_sequence: meta.base_sequence,
+    };
+    let mut head = [0u8; HEADER_BYTES];
+    header.encode(&mut head);
+    // `batch_crc`, with the body read where it lies.
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&head[4..12]), &head[16..HEADER_BYTES]);
+    header.crc = out.crc_from(crc, HEADER_BYTES);
+    head[12..16].copy_from_slice(&header.crc.to_le_bytes());
+    out.patch(0, &head);
+    let padding = stored_len(body_len) - HEADER_BYTES - body_len;
+    ok(out.write(&[0u8; BATCH_ALIGN][..padding]));
+    Ok(header)
 }
 
 /// Why a stored batch was rejected.

@@ -172,16 +172,24 @@ impl<F: StorageFile> Appender<F> {
             self.cur_len += n;
             data = &data[n..];
             if self.cur_len == self.buf_bytes {
-                self.submit(false);
+                self.submit(false, None);
             }
         }
+    }
+
+    /// Starts appending bytes written in place (a batch encoded straight into the write
+    /// buffers): they become part of the stream only when the [`Stage`] is committed, and
+    /// a stage dropped uncommitted leaves the appender as it was.
+    pub(crate) fn stage(&mut self) -> Stage<'_, F> {
+        let tail = self.cur_len;
+        Stage { app: self, more: Vec::new(), len: 0, tail }
     }
 
     /// Submits everything appended so far (the last block padded) and returns the ticket
     /// to wait on. Cheap when nothing new was appended.
     pub(crate) fn start_flush(&mut self) -> FlushTicket {
         if self.end() > self.submitted_end {
-            self.submit(true);
+            self.submit(true, None);
         }
         FlushTicket { seq: self.next_seq }
     }
@@ -208,7 +216,8 @@ impl<F: StorageFile> Appender<F> {
     /// io_uring and a spare one takes its place), else a copy of the new blocks (a flush
     /// of a partly filled buffer, or the rest of a buffer partly flushed before), padded
     /// to the block. `cur` then stays in place, so a flush allocates only what it writes.
-    fn submit(&mut self, partial: bool) {
+    /// A full buffer is replaced by `next` (a staged one, already filled) or a spare.
+    fn submit(&mut self, partial: bool, next: Option<DmaBuffer>) {
         let len = self.cur_len;
         let sent = (self.submitted_end.max(self.cur_pos) - self.cur_pos) as usize;
         let from = sent - sent % self.align;
@@ -235,8 +244,8 @@ impl<F: StorageFile> Appender<F> {
         } else {
             // The full buffer retires into the read cache, written as it is (zero-copy)
             // or through the copy of its unflushed rest; a recycled one takes its place.
-            let spare = self.tracker.borrow_mut().spare.pop();
-            let next = spare.unwrap_or_else(|| self.file.alloc_buffer(self.buf_bytes));
+            let next = next.or_else(|| self.tracker.borrow_mut().spare.pop());
+            let next = next.unwrap_or_else(|| self.file.alloc_buffer(self.buf_bytes));
             let full = Rc::new(std::mem::replace(cur, next));
             self.recent.push_back((self.cur_pos, full.clone()));
             if self.recent.len() > RECENT_BUFFERS
@@ -287,6 +296,152 @@ impl<F: StorageFile> Appender<F> {
     }
 }
 
+/// Bytes written in place after the appender's end: first into the rest of the current
+/// buffer, then into buffers of their own, none submitted until [`commit`](Stage::commit).
+/// Positions count from the stage's first byte.
+pub(crate) struct Stage<'a, F: StorageFile> {
+    app: &'a mut Appender<F>,
+    /// The buffers after the current one, in order.
+    more: Vec<DmaBuffer>,
+    len: usize,
+    /// Bytes used of the buffer being filled (the last of `more`, or the current one).
+    tail: usize,
+}
+
+impl<F: StorageFile> Stage<'_, F> {
+    /// Bytes staged.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The buffer and offset in it of staged byte `at`, `at < len` or the next to write.
+    fn place(&self, at: usize) -> (usize, usize) {
+        let g = self.app.cur_len + at;
+        (g / self.app.buf_bytes, g % self.app.buf_bytes)
+    }
+
+    fn buffer(&mut self, i: usize) -> &mut [u8] {
+        match i {
+            0 => self.app.cur.as_mut().expect("the appender always holds a buffer").as_bytes_mut(),
+            i => self.more[i - 1].as_bytes_mut(),
+        }
+    }
+
+    /// Staged bytes `[from, to)`, as the pieces the buffers hold.
+    fn pieces(&self, from: usize, to: usize) -> impl Iterator<Item = &[u8]> + '_ {
+        let buf_bytes = self.app.buf_bytes;
+        let (first, _) = self.place(from);
+        let (last, _) = if to > from { self.place(to - 1) } else { (first, 0) };
+        let start = self.app.cur_len + from;
+        let end = self.app.cur_len + to;
+        (first..=last).filter(move |_| to > from).map(move |i| {
+            let bytes = match i {
+                0 => self.app.cur.as_ref().expect("the appender always holds a buffer").as_bytes(),
+                i => self.more[i - 1].as_bytes(),
+            };
+            let lo = start.max(i * buf_bytes) - i * buf_bytes;
+            let hi = end.min((i + 1) * buf_bytes) - i * buf_bytes;
+            &bytes[lo..hi]
+        })
+    }
+
+    /// The buffer being filled.
+    fn last(&mut self) -> &mut [u8] {
+        match self.more.last_mut() {
+            Some(b) => b.as_bytes_mut(),
+            None => self.app.cur.as_mut().expect("the appender always holds a buffer").as_bytes_mut(),
+        }
+    }
+
+    /// A write that fills the buffer being filled and goes on into fresh ones.
+    fn write_spanning(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            if self.tail == self.app.buf_bytes {
+                let spare = self.app.tracker.borrow_mut().spare.pop();
+                let fresh = spare.unwrap_or_else(|| self.app.file.alloc_buffer(self.app.buf_bytes));
+                self.more.push(fresh);
+                self.tail = 0;
+            }
+            let n = (self.app.buf_bytes - self.tail).min(bytes.len());
+            let tail = self.tail;
+            self.last()[tail..tail + n].copy_from_slice(&bytes[..n]);
+            self.tail += n;
+            self.len += n;
+            bytes = &bytes[n..];
+        }
+    }
+
+    /// Makes the staged bytes part of the stream, as [`Appender::append`] of them would,
+    /// submitting each buffer they fill.
+    pub(crate) fn commit(mut self) {
+        let mut more = std::mem::take(&mut self.more).into_iter();
+        let mut left = self.len;
+        let app = &mut *self.app;
+        while left > 0 {
+            let n = (app.buf_bytes - app.cur_len).min(left);
+            app.cur_len += n;
+            left -= n;
+            if app.cur_len == app.buf_bytes {
+                app.submit(false, more.next());
+            }
+        }
+        debug_assert!(more.next().is_none(), "every staged buffer was filled");
+    }
+}
+
+impl<F: StorageFile> Drop for Stage<'_, F> {
+    fn drop(&mut self) {
+        // Uncommitted (or committed: then `more` is empty): the extra buffers are spares.
+        let (buf_bytes, spare_max) = (self.app.buf_bytes, self.app.write_behind + RECENT_BUFFERS + 1);
+        let mut t = self.app.tracker.borrow_mut();
+        for b in self.more.drain(..) {
+            if b.len() == buf_bytes && t.spare.len() < spare_max {
+                t.spare.push(b);
+            }
+        }
+    }
+}
+
+impl<F: StorageFile> rkyv::ser::Positional for Stage<'_, F> {
+    fn pos(&self) -> usize {
+        self.len
+    }
+}
+
+impl<F: StorageFile> rkyv::ser::Writer<rkyv::rancor::Error> for Stage<'_, F> {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) -> Result<(), rkyv::rancor::Error> {
+        // Most writes are a record's few fields and fit the buffer being filled.
+        let (tail, end) = (self.tail, self.tail + bytes.len());
+        if end <= self.app.buf_bytes {
+            self.last()[tail..end].copy_from_slice(bytes);
+            self.tail = end;
+            self.len += bytes.len();
+        } else {
+            self.write_spanning(bytes);
+        }
+        Ok(())
+    }
+}
+
+impl<F: StorageFile> crate::record::BatchOut for Stage<'_, F> {
+    fn patch(&mut self, at: usize, mut bytes: &[u8]) {
+        assert!(at + bytes.len() <= self.len, "a patch lies within what was staged");
+        let mut at = at;
+        while !bytes.is_empty() {
+            let (i, off) = self.place(at);
+            let n = (self.app.buf_bytes - off).min(bytes.len());
+            self.buffer(i)[off..off + n].copy_from_slice(&bytes[..n]);
+            at += n;
+            bytes = &bytes[n..];
+        }
+    }
+
+    fn crc_from(&self, crc: u32, at: usize) -> u32 {
+        self.pieces(at, self.len).fold(crc, crc32c::crc32c_append)
+    }
+}
+
 /// A clonable handle on an appender's write tracker.
 #[derive(Clone, Debug)]
 pub(crate) struct TrackerHandle(Rc<RefCell<Tracker>>);
@@ -313,4 +468,72 @@ async fn wait_done(tracker: &Rc<RefCell<Tracker>>, below: u64) {
         }
     })
     .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use rkyv::ser::Writer;
+
+    use super::*;
+    use crate::record::BatchOut;
+    use crate::storage::{Storage, UringStorage};
+
+    /// Runs `f` on a glommio executor with a fresh file on disk.
+    fn with_file(name: &str, f: impl AsyncFnOnce(Rc<<UringStorage as Storage>::File>) + Send + 'static) {
+        let dir = std::env::temp_dir().join(format!("sluice-appender-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("seg");
+        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .spawn(move || async move {
+                let file = Rc::new(UringStorage.open(&path, true).await.expect("open"));
+                f(file).await;
+            })
+            .expect("executor")
+            .join()
+            .expect("ran");
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
+
+    async fn read_back(file: &Rc<<UringStorage as Storage>::File>, len: usize) -> Vec<u8> {
+        file.read_at(0, len).await.expect("read")[..len].to_vec()
+    }
+
+    #[test]
+    fn staged_bytes_spanning_buffers_land_as_an_append_of_them_would() {
+        with_file("stage", async |file| {
+            let bytes: Vec<u8> = (0..40_000u32).map(|i| (i * 7 % 251) as u8).collect();
+            let mut app = Appender::new(file.clone(), 0, &[], 4096, 2);
+            app.append(&bytes[..1000]);
+            // A stage over four buffers, patched across a buffer boundary, then thrown away:
+            // nothing of it is appended.
+            {
+                let mut stage = app.stage();
+                stage.write(&[0xee; 15_000]).expect("staged");
+                stage.patch(3000, &[0xaa; 200]);
+                assert_eq!(stage.len(), 15_000);
+            }
+            assert_eq!(app.end(), 1000, "an uncommitted stage appends nothing");
+            // Staged in uneven pieces, patched where a buffer ends, then committed.
+            let mut stage = app.stage();
+            let (rest, mut at) = (&bytes[1000..], 0);
+            for piece in [1, 3095, 4096, 7, 9000, 10_000].into_iter().chain(std::iter::repeat(4096)) {
+                let end = (at + piece).min(rest.len());
+                stage.write(&[0u8; 4096 * 3][..end - at]).expect("staged");
+                at = end;
+                if at == rest.len() {
+                    break;
+                }
+            }
+            stage.patch(0, rest); // every staged byte overwritten with the real ones
+            let crc = stage.crc_from(0, 5000);
+            assert_eq!(crc, crc32c::crc32c(&rest[5000..]), "the CRC reads the pieces in order");
+            stage.commit();
+            assert_eq!(app.end(), bytes.len() as u64);
+            let ticket = app.start_flush();
+            app.handle().wait(ticket).await.expect("flushed");
+            assert_eq!(read_back(&file, bytes.len()).await, bytes);
+            assert_eq!(app.read_tail(30_000, 5000).expect("in the buffers")[..], bytes[30_000..35_000]);
+        });
+    }
 }
