@@ -10,6 +10,8 @@ pub mod e2e;
 pub mod kafka;
 #[cfg(feature = "kafka-client")]
 pub mod kafka_rdkafka;
+#[cfg(feature = "rskafka-client")]
+pub mod kafka_rskafka;
 pub mod log;
 pub mod log_shard;
 pub mod nexmark;

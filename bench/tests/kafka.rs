@@ -29,11 +29,17 @@ fn either_client_and_either_listener_placement_produce_every_record() {
     if cfg!(feature = "kafka-client") {
         cases.push(("rdkafka", "executors"));
     }
+    if cfg!(feature = "rskafka-client") {
+        cases.push(("rskafka", "executors"));
+    }
     for (client, listener) in cases {
+        // 2 000 records in batches of 300: rskafka's last batch per partition is short.
         let line = [
             "kafka",
             "--records",
             "2000",
+            "--batch-records",
+            "300",
             "--record-bytes",
             "32",
             "--latency-records",
@@ -51,11 +57,16 @@ fn either_client_and_either_listener_placement_produce_every_record() {
         assert_eq!((json["client"].as_str(), json["listener"].as_str()), (Some(client), Some(listener)));
         assert!(report.table().to_string().contains(&format!("{client} produce via listener")));
     }
-    if !cfg!(feature = "kafka-client") {
-        let line = ["kafka", "--records", "10", "--latency-records", "0", "--client", "rdkafka"];
-        let args = Cli::try_parse_from(line).expect("valid arguments").args;
-        let err = kafka::run(&args).expect_err("needs the feature");
-        assert!(format!("{err:#}").contains("kafka-client"), "{err:#}");
+    for (client, feature, built) in [
+        ("rdkafka", "kafka-client", cfg!(feature = "kafka-client")),
+        ("rskafka", "rskafka-client", cfg!(feature = "rskafka-client")),
+    ] {
+        if !built {
+            let line = ["kafka", "--records", "10", "--latency-records", "0", "--client", client];
+            let args = Cli::try_parse_from(line).expect("valid arguments").args;
+            let err = kafka::run(&args).expect_err("needs the feature");
+            assert!(format!("{err:#}").contains(feature), "{err:#}");
+        }
     }
 }
 

@@ -9,6 +9,9 @@
 //!    each from a file of its share, timed from the first start to the last exit (kcat
 //!    waits for every acknowledgement), then checked: the partitions hold them all. One
 //!    kcat is the bottleneck otherwise: it spends more CPU per record than the listener.
+//!    Or, built with the `rskafka-client` feature (the default client then), rskafka in
+//!    this process sends the same batches of `--batch-records` the embedded run appends,
+//!    made before the clock starts; or librdkafka in process (`kafka-client`).
 //! 3. Latency (unless `--latency-records 0`): confluent-kafka (librdkafka) produces at
 //!    `--rate` records per second, open loop, and consumes them through the listener; each
 //!    record's latency runs from its scheduled send time to its consumption.
@@ -58,10 +61,11 @@ pub struct KafkaArgs {
     /// Value bytes per record.
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(8..=65_536))]
     pub record_bytes: u64,
-    /// kcat processes producing at once in the Kafka run (each a share of the records).
+    /// Producers at once in the Kafka run: kcat processes (each a share of the records),
+    /// or rskafka or librdkafka clients.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=64))]
     pub producers: u64,
-    /// Records per append in the embedded run.
+    /// Records per append in the embedded run (and per produce request with rskafka).
     #[arg(long, default_value_t = 1000)]
     pub batch_records: usize,
     /// The topics' fsync policy: always, interval:MS or never.
@@ -78,9 +82,11 @@ pub struct KafkaArgs {
     /// shards' cores).
     #[arg(long, value_enum, default_value_t = Listener::Executors)]
     pub listener: Listener,
-    /// The client of the throughput run: `kcat` processes fed from files, or `rdkafka`,
-    /// librdkafka linked into this process fed from memory (needs the bench's
-    /// `kafka-client` feature) [default: rdkafka when built with it, else kcat]
+    /// The client of the throughput run: `kcat` processes fed from files; `rskafka`, a
+    /// pure-Rust client in this process sending batches of `--batch-records` (needs the
+    /// bench's `rskafka-client` feature); or `rdkafka`, librdkafka linked into this
+    /// process fed from memory (needs `kafka-client`) [default: rskafka when built with
+    /// it, else rdkafka when built with it, else kcat]
     #[arg(long, value_enum, default_value_t = Client::default())]
     pub client: Client,
 }
@@ -93,11 +99,20 @@ pub enum Client {
     Kcat,
     /// `--producers` librdkafka producers in this process (the `kafka-client` feature).
     Rdkafka,
+    /// `--producers` rskafka clients in this process, sending batches of
+    /// `--batch-records` (the `rskafka-client` feature).
+    Rskafka,
 }
 
 impl Default for Client {
     fn default() -> Client {
-        if cfg!(feature = "kafka-client") { Client::Rdkafka } else { Client::Kcat }
+        if cfg!(feature = "rskafka-client") {
+            Client::Rskafka
+        } else if cfg!(feature = "kafka-client") {
+            Client::Rdkafka
+        } else {
+            Client::Kcat
+        }
     }
 }
 
@@ -106,6 +121,7 @@ impl std::fmt::Display for Client {
         f.write_str(match self {
             Client::Kcat => "kcat",
             Client::Rdkafka => "rdkafka",
+            Client::Rskafka => "rskafka",
         })
     }
 }
@@ -183,7 +199,7 @@ struct LatencyOutput {
 
 /// CPU time (user plus system) used so far by this process (`RUSAGE_SELF`) or by its
 /// children that have been waited for (`RUSAGE_CHILDREN`).
-fn cpu(who: libc::c_int) -> Duration {
+pub(super) fn cpu(who: libc::c_int) -> Duration {
     // SAFETY: getrusage writes one `rusage` into the zeroed local it is given; `who` is
     // RUSAGE_SELF or RUSAGE_CHILDREN. Exercised by every run, tests/kafka.rs included.
     let usage = unsafe {
@@ -423,8 +439,10 @@ pub fn run(args: &KafkaArgs) -> anyhow::Result<KafkaReport> {
         embedded_cpu += cpu(libc::RUSAGE_SELF).saturating_sub(self_before);
         ensure!(stored(&handle, &embedded_topic, partitions)? == args.records, "the embedded run lost records");
         let (self_before, children_before) = (cpu(libc::RUSAGE_SELF), cpu(libc::RUSAGE_CHILDREN));
-        kafka_rates.push(match args.client {
-            Client::Kcat => through_kcat(&addr, &kafka_topic, args, work_dir.path())?,
+        // An in-process client's CPU before its clock starts (making the records, as
+        // kcat's input files are made): not the listener's.
+        let (rate, before_clock) = match args.client {
+            Client::Kcat => (through_kcat(&addr, &kafka_topic, args, work_dir.path())?, Duration::ZERO),
             #[cfg(feature = "kafka-client")]
             Client::Rdkafka => {
                 let bytes = args.record_bytes as usize;
@@ -432,8 +450,19 @@ pub fn run(args: &KafkaArgs) -> anyhow::Result<KafkaReport> {
             }
             #[cfg(not(feature = "kafka-client"))]
             Client::Rdkafka => bail!("--client rdkafka needs sluice-bench built with --features kafka-client"),
-        });
-        listener_cpu += cpu(libc::RUSAGE_SELF).saturating_sub(self_before);
+            #[cfg(feature = "rskafka-client")]
+            Client::Rskafka => {
+                let bytes = args.record_bytes as usize;
+                let (records, batch) = (args.records, args.batch_records);
+                super::kafka_rskafka::produce(&addr, &kafka_topic, records, partitions, args.producers, batch, |i| {
+                    value(i, bytes)
+                })?
+            }
+            #[cfg(not(feature = "rskafka-client"))]
+            Client::Rskafka => bail!("--client rskafka needs sluice-bench built with --features rskafka-client"),
+        };
+        kafka_rates.push(rate);
+        listener_cpu += cpu(libc::RUSAGE_SELF).saturating_sub(self_before).saturating_sub(before_clock);
         kcat_cpu += cpu(libc::RUSAGE_CHILDREN).saturating_sub(children_before);
         let got = stored(&handle, &kafka_topic, partitions)?;
         ensure!(got == args.records, "{} produced {got} of {} records", args.client, args.records);
@@ -516,7 +545,7 @@ impl KafkaReport {
                 table.row("cpu, listener + engine", format!("{:.3}", self.listener_cpu_us_per_record), "us/record");
                 table.row("cpu, kcat", format!("{:.3}", self.kcat_cpu_us_per_record), "us/record");
             }
-            Client::Rdkafka => {
+            Client::Rdkafka | Client::Rskafka => {
                 let cpu = format!("{:.3}", self.listener_cpu_us_per_record);
                 table.row("cpu, client + listener + engine", cpu, "us/record");
             }

@@ -48,14 +48,16 @@ impl ProducerContext for Acks {
 
 /// Produces `records` records of `value(i)` to `topic` through the listener at `addr`
 /// from `producers` threads at once (record `i` from thread `i % producers`); returns
-/// records per second from the first send to the last acknowledgement.
+/// records per second from the first send to the last acknowledgement, and the CPU this
+/// process spent before the clock started (making the producers and the values).
 pub fn produce(
     addr: &str,
     topic: &str,
     records: u64,
     producers: u64,
     value: impl Fn(u64) -> Vec<u8> + Sync,
-) -> anyhow::Result<f64> {
+) -> anyhow::Result<(f64, Duration)> {
+    let cpu_at_start = super::kafka::cpu(libc::RUSAGE_SELF);
     let producers = producers.max(1);
     let acks = Acks::default();
     let made: Vec<BaseProducer<Acks>> = (0..producers)
@@ -71,6 +73,7 @@ pub fn produce(
     // The values are made before the clock starts, as kcat's input files are.
     let values: Vec<Vec<Vec<u8>>> =
         (0..producers).map(|k| (k..records).step_by(producers as usize).map(&value).collect()).collect();
+    let before_clock = super::kafka::cpu(libc::RUSAGE_SELF).saturating_sub(cpu_at_start);
     let started = Instant::now();
     std::thread::scope(|scope| -> anyhow::Result<()> {
         let mut threads = Vec::new();
@@ -107,5 +110,5 @@ pub fn produce(
     if ok != records {
         bail!("{ok} of {records} records acknowledged");
     }
-    Ok(records as f64 / elapsed.as_secs_f64())
+    Ok((records as f64 / elapsed.as_secs_f64(), before_clock))
 }
