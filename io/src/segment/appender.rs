@@ -403,13 +403,14 @@ impl<F: StorageFile> Drop for Stage<'_, F> {
 }
 
 impl<F: StorageFile> rkyv::ser::Positional for Stage<'_, F> {
+    #[inline(always)]
     fn pos(&self) -> usize {
         self.len
     }
 }
 
 impl<F: StorageFile> rkyv::ser::Writer<rkyv::rancor::Error> for Stage<'_, F> {
-    #[inline]
+    #[inline(always)]
     fn write(&mut self, bytes: &[u8]) -> Result<(), rkyv::rancor::Error> {
         // Most writes are a record's few fields and fit the buffer being filled.
         let (tail, end) = (self.tail, self.tail + bytes.len());
