@@ -18,7 +18,7 @@ use std::rc::Rc;
 use crate::config::CleanupPolicy;
 use crate::error::{LogError, Result};
 use crate::log::{Log, write_index};
-use crate::record::{BatchEncoder, BatchMeta, EncodeError, Header, MAX_BODY_BYTES, Record};
+use crate::record::{BatchMeta, EncodeError, Header, MAX_BODY_BYTES, Record, encode_into};
 use crate::segment::appender::Appender;
 use crate::segment::{ReadBatches, SegmentFacts, SegmentIndex, SegmentPaths, read_batches};
 use crate::storage::{Storage, StorageFile};
@@ -156,7 +156,6 @@ impl<S: Storage> Log<S> {
         file.truncate(0).await.map_err(io("truncate"))?;
         let mut appender = Appender::new(file.clone(), 0, &[], config.write_buffer_bytes, config.write_behind_buffers);
         let mut index = SegmentIndex::new(seg.base, config.index_interval_bytes);
-        let mut encoder = BatchEncoder::new();
         for_each_chunk(seg, async |batches| {
             for batch in batches.batches() {
                 let batch = batch?;
@@ -178,14 +177,17 @@ impl<S: Storage> Log<S> {
                     producer_epoch: h.producer_epoch,
                     base_sequence: h.base_sequence,
                 };
-                let (bytes, header) = encoder
-                    .encode_span(&records, Some(&deltas), Some(h.last_offset_delta), &meta, h.base_offset)
-                    .map_err(|e| match e {
+                // Encoded straight into the cleaned segment's write buffers, as an append is.
+                let pos = appender.end();
+                let mut stage = appender.stage();
+                let header =
+                    encode_into(&records, Some(&deltas), Some(h.last_offset_delta), &meta, h.base_offset, &mut stage)
+                        .map_err(|e| match e {
                         EncodeError::Empty => LogError::EmptyBatch,
                         EncodeError::TooLarge(bytes) => LogError::BatchTooLarge { bytes, limit: MAX_BODY_BYTES },
                     })?;
-                index.add_batch(appender.end(), &header);
-                appender.append(bytes);
+                stage.commit();
+                index.add_batch(pos, &header);
             }
             appender.handle().wait(appender.room_ticket()).await.map_err(io("write"))
         })

@@ -149,9 +149,9 @@ pub struct KafkaReport {
     pub records: u64,
     /// Rounds of the two throughput runs.
     pub rounds: u64,
-    /// Producers in the Kafka run (kcat processes or librdkafka producers).
+    /// Producers in the Kafka run (kcat processes, rskafka clients or librdkafka producers).
     pub producers: u64,
-    /// The Kafka run's client: `kcat` or `rdkafka`.
+    /// The Kafka run's client: `kcat`, `rskafka` or `rdkafka`.
     pub client: Client,
     /// Value bytes per record.
     pub record_bytes: u64,
@@ -176,10 +176,11 @@ pub struct KafkaReport {
     /// CPU of this process (engine, and the embedded producer) per record, embedded run,
     /// microseconds.
     pub embedded_cpu_us_per_record: f64,
-    /// CPU of this process (engine and listener, and with `--client rdkafka` the client
-    /// too) per record, Kafka run, microseconds.
+    /// CPU of this process (engine and listener, and with an in-process client, rskafka
+    /// or rdkafka, the client too, from its clock's start) per record, Kafka run,
+    /// microseconds.
     pub listener_cpu_us_per_record: f64,
-    /// CPU of the kcat processes per record, Kafka run, microseconds (0 with rdkafka).
+    /// CPU of the kcat processes per record, Kafka run, microseconds (0 with an in-process client).
     pub kcat_cpu_us_per_record: f64,
     /// Offered rate of the latency run.
     pub latency_rate: u64,

@@ -42,18 +42,11 @@ pub fn produce(
     let batch = batch.max(1);
     let now = chrono::Utc::now();
     // Each partition's records, in batches, made before the clock starts.
+    let record = |i: u64| Record { key: None, value: Some(value(i)), headers: BTreeMap::new(), timestamp: now };
     let batches: Vec<Vec<Vec<Record>>> = (0..u64::from(partitions))
         .map(|p| {
-            let mine: Vec<Record> = (p..records)
-                .step_by(partitions as usize)
-                .map(|i| Record { key: None, value: Some(value(i)), headers: BTreeMap::new(), timestamp: now })
-                .collect();
-            let mut out = Vec::new();
-            let mut rest = mine.into_iter().peekable();
-            while rest.peek().is_some() {
-                out.push(rest.by_ref().take(batch).collect());
-            }
-            out
+            let mine: Vec<u64> = (p..records).step_by(partitions as usize).collect();
+            mine.chunks(batch).map(|c| c.iter().map(|&i| record(i)).collect()).collect()
         })
         .collect();
     runtime.block_on(async move {

@@ -384,11 +384,17 @@ const POOL_MIN_BYTES: usize = 64 << 10;
 const POOL_FRAMES: usize = 2;
 
 impl FramePool {
-    /// A kept frame nothing else holds any more, as a buffer of its length (its bytes
-    /// are the old frame's, to be overwritten).
-    fn take(&mut self) -> Option<BytesMut> {
+    /// For a frame of `len` bytes (a large one), a kept frame nothing else holds any
+    /// more, cut to `len` if it was longer (its bytes are the old frame's, to be
+    /// overwritten).
+    fn take(&mut self, len: usize) -> Option<BytesMut> {
+        if len < POOL_MIN_BYTES {
+            return None;
+        }
         let i = self.kept.iter().position(Bytes::is_unique)?;
-        self.kept.swap_remove(i).try_into_mut().ok()
+        let mut buf = self.kept.swap_remove(i).try_into_mut().ok()?;
+        buf.truncate(len);
+        Some(buf)
     }
 
     fn keep(&mut self, frame: &Bytes) {
@@ -433,13 +439,7 @@ async fn read_frame(
         // produce request arriving in 64 KB reads was zeroed about eight times.)
         // A large frame starts in a recycled one, already as long as that one was.
         const CHUNK: usize = 64 << 10;
-        let mut buf = match (len >= POOL_MIN_BYTES).then(|| pool.take()).flatten() {
-            Some(mut b) => {
-                b.truncate(len);
-                b
-            }
-            None => BytesMut::with_capacity(len.min(CHUNK)),
-        };
+        let mut buf = pool.take(len).unwrap_or_else(|| BytesMut::with_capacity(len.min(CHUNK)));
         let mut filled = 0;
         while filled < len {
             if filled == buf.len() {

@@ -206,7 +206,10 @@ pub const fn stored_len(body_len: usize) -> usize {
 /// the body. Only the magic and the CRC itself are outside it.
 #[must_use]
 pub fn batch_crc(header: &[u8], body: &[u8]) -> u32 {
-    let crc = crc32c::crc32c(&header[4..12]);
-    let crc = crc32c::crc32c_append(crc, &header[16..HEADER_BYTES]);
-    crc32c::crc32c_append(crc, body)
+    crc32c::crc32c_append(header_crc(header), body)
+}
+
+/// [`batch_crc`]'s header part, for a writer that extends it over a body held in pieces.
+pub(crate) fn header_crc(header: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc32c::crc32c(&header[4..12]), &header[16..HEADER_BYTES])
 }

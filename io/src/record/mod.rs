@@ -211,8 +211,7 @@ pub(crate) fn encode_into<O: BatchOut>(
     let mut head = [0u8; HEADER_BYTES];
     header.encode(&mut head);
     // `batch_crc`, with the body read where it lies.
-    let crc = crc32c::crc32c_append(crc32c::crc32c(&head[4..12]), &head[16..HEADER_BYTES]);
-    header.crc = out.crc_from(crc, HEADER_BYTES);
+    header.crc = out.crc_from(header::header_crc(&head), HEADER_BYTES);
     head[12..16].copy_from_slice(&header.crc.to_le_bytes());
     out.patch(0, &head);
     let padding = stored_len(body_len) - HEADER_BYTES - body_len;

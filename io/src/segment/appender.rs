@@ -1,10 +1,11 @@
 //! The write-behind appender of the active segment.
 //!
-//! Appended bytes are copied into an aligned DMA buffer; a full buffer is submitted to
-//! io_uring at once and the next one is filled while it is in flight (up to
-//! `write_behind` buffers in flight). A flush submits the partly filled buffer padded
-//! with zeros to the direct-I/O alignment and carries its last, partial block over to a
-//! fresh buffer, so the next write rewrites that block with more data in it.
+//! Batches are encoded in place into aligned DMA buffers (a [`Stage`], committed once the
+//! batch is known to fit); a full buffer is submitted to io_uring at once and the next
+//! one is filled while it is in flight (up to `write_behind` buffers in flight). A flush
+//! submits a copy of the blocks written since the last one, padded with zeros to the
+//! direct-I/O alignment, and keeps filling the buffer in place, so the next write
+//! rewrites the last, partial block with more data in it.
 //!
 //! Invariant: two writes that cover the same block are never in flight together; a
 //! buffer that starts inside a block an earlier partial write covered waits for that
@@ -36,7 +37,25 @@ struct Tracker {
     waiters: Vec<Waker>,
     /// Full-size buffers whose writes completed, kept for reuse: a fresh buffer costs a
     /// page fault per page on its first fill.
-    spare: Vec<DmaBuffer>,
+    spare: Spares,
+}
+
+/// Full-size buffers nothing holds any more, up to a bound.
+#[derive(Debug, Default)]
+struct Spares {
+    bufs: Vec<DmaBuffer>,
+    /// The size of a full buffer: only those are kept.
+    buf_bytes: usize,
+    max: usize,
+}
+
+impl Spares {
+    /// Keeps `buf` if it is a full-size one and there is room.
+    fn offer(&mut self, buf: DmaBuffer) {
+        if buf.len() == self.buf_bytes && self.bufs.len() < self.max {
+            self.bufs.push(buf);
+        }
+    }
 }
 
 impl Tracker {
@@ -121,7 +140,10 @@ impl<F: StorageFile> Appender<F> {
             full_writes: VecDeque::new(),
             submitted_end: end,
             next_seq: 0,
-            tracker: Rc::default(),
+            tracker: Rc::new(RefCell::new(Tracker {
+                spare: Spares { bufs: Vec::new(), buf_bytes, max: write_behind.max(1) + RECENT_BUFFERS + 1 },
+                ..Tracker::default()
+            })),
             recent: VecDeque::new(),
         }
     }
@@ -160,21 +182,6 @@ impl<F: StorageFile> Appender<F> {
     /// The first write error, if any.
     pub(crate) fn error(&self) -> Option<io::Error> {
         self.tracker.borrow().error()
-    }
-
-    /// Copies `data` into the write-behind buffers, submitting each buffer that fills.
-    pub(crate) fn append(&mut self, mut data: &[u8]) {
-        while !data.is_empty() {
-            let room = self.buf_bytes - self.cur_len;
-            let n = room.min(data.len());
-            let cur = self.cur.as_mut().expect("the appender always holds a buffer");
-            cur.as_bytes_mut()[self.cur_len..self.cur_len + n].copy_from_slice(&data[..n]);
-            self.cur_len += n;
-            data = &data[n..];
-            if self.cur_len == self.buf_bytes {
-                self.submit(false, None);
-            }
-        }
     }
 
     /// Starts appending bytes written in place (a batch encoded straight into the write
@@ -238,14 +245,12 @@ impl<F: StorageFile> Appender<F> {
             copy.as_bytes_mut()[len - from..].fill(0);
             copy
         });
-        let (buf_bytes, spare_max) = (self.buf_bytes, self.write_behind + RECENT_BUFFERS + 1);
         let buf = if partial {
             Rc::new(copy.expect("a flush writes a copy"))
         } else {
             // The full buffer retires into the read cache, written as it is (zero-copy)
             // or through the copy of its unflushed rest; a recycled one takes its place.
-            let next = next.or_else(|| self.tracker.borrow_mut().spare.pop());
-            let next = next.unwrap_or_else(|| self.file.alloc_buffer(self.buf_bytes));
+            let next = next.unwrap_or_else(|| fresh_buffer(&self.tracker, &*self.file, self.buf_bytes));
             let full = Rc::new(std::mem::replace(cur, next));
             self.recent.push_back((self.cur_pos, full.clone()));
             if self.recent.len() > RECENT_BUFFERS
@@ -253,10 +258,7 @@ impl<F: StorageFile> Appender<F> {
                 && let Ok(old) = Rc::try_unwrap(old)
             {
                 // Its write completed: the buffer can be filled again.
-                let mut t = self.tracker.borrow_mut();
-                if old.len() == buf_bytes && t.spare.len() < spare_max {
-                    t.spare.push(old);
-                }
+                self.tracker.borrow_mut().spare.offer(old);
             }
             copy.map_or(full, Rc::new)
         };
@@ -284,11 +286,8 @@ impl<F: StorageFile> Appender<F> {
                 Err(e) => Err(e),
             };
             let mut t = tracker.borrow_mut();
-            if let Ok(buf) = Rc::try_unwrap(buf)
-                && buf.len() == buf_bytes
-                && t.spare.len() < spare_max
-            {
-                t.spare.push(buf);
+            if let Ok(buf) = Rc::try_unwrap(buf) {
+                t.spare.offer(buf);
             }
             t.complete(seq, result);
         })
@@ -308,41 +307,39 @@ pub(crate) struct Stage<'a, F: StorageFile> {
     tail: usize,
 }
 
+/// Piece `i` of a stage: 0 is the rest of the current buffer (from `first`), then one per
+/// buffer of its own; the last piece (`last`) ends at `tail`.
+#[derive(Clone, Copy)]
+struct Layout {
+    first: usize,
+    last: usize,
+    tail: usize,
+    buf_bytes: usize,
+}
+
+impl Layout {
+    fn range(self, i: usize) -> std::ops::Range<usize> {
+        let start = if i == 0 { self.first } else { 0 };
+        let end = if i == self.last { self.tail } else { self.buf_bytes };
+        start..end
+    }
+}
+
 impl<F: StorageFile> Stage<'_, F> {
     /// Bytes staged.
     pub(crate) fn len(&self) -> usize {
         self.len
     }
 
-    /// The buffer and offset in it of staged byte `at`, `at < len` or the next to write.
-    fn place(&self, at: usize) -> (usize, usize) {
-        let g = self.app.cur_len + at;
-        (g / self.app.buf_bytes, g % self.app.buf_bytes)
+    /// Where the staged pieces lie in their buffers.
+    fn layout(&self) -> Layout {
+        Layout { first: self.app.cur_len, last: self.more.len(), tail: self.tail, buf_bytes: self.app.buf_bytes }
     }
 
-    fn buffer(&mut self, i: usize) -> &mut [u8] {
-        match i {
-            0 => self.app.cur.as_mut().expect("the appender always holds a buffer").as_bytes_mut(),
-            i => self.more[i - 1].as_bytes_mut(),
-        }
-    }
-
-    /// Staged bytes `[from, to)`, as the pieces the buffers hold.
-    fn pieces(&self, from: usize, to: usize) -> impl Iterator<Item = &[u8]> + '_ {
-        let buf_bytes = self.app.buf_bytes;
-        let (first, _) = self.place(from);
-        let (last, _) = if to > from { self.place(to - 1) } else { (first, 0) };
-        let start = self.app.cur_len + from;
-        let end = self.app.cur_len + to;
-        (first..=last).filter(move |_| to > from).map(move |i| {
-            let bytes = match i {
-                0 => self.app.cur.as_ref().expect("the appender always holds a buffer").as_bytes(),
-                i => self.more[i - 1].as_bytes(),
-            };
-            let lo = start.max(i * buf_bytes) - i * buf_bytes;
-            let hi = end.min((i + 1) * buf_bytes) - i * buf_bytes;
-            &bytes[lo..hi]
-        })
+    /// The staged bytes, in order, as the pieces the buffers hold.
+    fn pieces(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        let (cur, layout) = (self.app.cur.as_ref().expect("the appender always holds a buffer"), self.layout());
+        std::iter::once(cur).chain(&self.more).enumerate().map(move |(i, b)| &b.as_bytes()[layout.range(i)])
     }
 
     /// The buffer being filled.
@@ -357,9 +354,7 @@ impl<F: StorageFile> Stage<'_, F> {
     fn write_spanning(&mut self, mut bytes: &[u8]) {
         while !bytes.is_empty() {
             if self.tail == self.app.buf_bytes {
-                let spare = self.app.tracker.borrow_mut().spare.pop();
-                let fresh = spare.unwrap_or_else(|| self.app.file.alloc_buffer(self.app.buf_bytes));
-                self.more.push(fresh);
+                self.more.push(fresh_buffer(&self.app.tracker, &*self.app.file, self.app.buf_bytes));
                 self.tail = 0;
             }
             let n = (self.app.buf_bytes - self.tail).min(bytes.len());
@@ -371,8 +366,7 @@ impl<F: StorageFile> Stage<'_, F> {
         }
     }
 
-    /// Makes the staged bytes part of the stream, as [`Appender::append`] of them would,
-    /// submitting each buffer they fill.
+    /// Makes the staged bytes part of the stream, submitting each buffer they fill.
     pub(crate) fn commit(mut self) {
         let mut more = std::mem::take(&mut self.more).into_iter();
         let mut left = self.len;
@@ -392,12 +386,9 @@ impl<F: StorageFile> Stage<'_, F> {
 impl<F: StorageFile> Drop for Stage<'_, F> {
     fn drop(&mut self) {
         // Uncommitted (or committed: then `more` is empty): the extra buffers are spares.
-        let (buf_bytes, spare_max) = (self.app.buf_bytes, self.app.write_behind + RECENT_BUFFERS + 1);
         let mut t = self.app.tracker.borrow_mut();
         for b in self.more.drain(..) {
-            if b.len() == buf_bytes && t.spare.len() < spare_max {
-                t.spare.push(b);
-            }
+            t.spare.offer(b);
         }
     }
 }
@@ -426,21 +417,39 @@ impl<F: StorageFile> rkyv::ser::Writer<rkyv::rancor::Error> for Stage<'_, F> {
 }
 
 impl<F: StorageFile> crate::record::BatchOut for Stage<'_, F> {
-    fn patch(&mut self, at: usize, mut bytes: &[u8]) {
+    fn patch(&mut self, mut at: usize, mut bytes: &[u8]) {
         assert!(at + bytes.len() <= self.len, "a patch lies within what was staged");
-        let mut at = at;
-        while !bytes.is_empty() {
-            let (i, off) = self.place(at);
-            let n = (self.app.buf_bytes - off).min(bytes.len());
-            self.buffer(i)[off..off + n].copy_from_slice(&bytes[..n]);
-            at += n;
+        let layout = self.layout();
+        let cur = self.app.cur.as_mut().expect("the appender always holds a buffer");
+        for (i, buf) in std::iter::once(cur).chain(&mut self.more).enumerate() {
+            let piece = &mut buf.as_bytes_mut()[layout.range(i)];
+            if at >= piece.len() {
+                at -= piece.len();
+                continue;
+            }
+            let n = (piece.len() - at).min(bytes.len());
+            piece[at..at + n].copy_from_slice(&bytes[..n]);
             bytes = &bytes[n..];
+            if bytes.is_empty() {
+                return;
+            }
+            at = 0;
         }
     }
 
-    fn crc_from(&self, crc: u32, at: usize) -> u32 {
-        self.pieces(at, self.len).fold(crc, crc32c::crc32c_append)
+    fn crc_from(&self, crc: u32, mut at: usize) -> u32 {
+        self.pieces().fold(crc, |crc, piece| {
+            let skip = at.min(piece.len());
+            at -= skip;
+            crc32c::crc32c_append(crc, &piece[skip..])
+        })
     }
+}
+
+/// A full-size buffer to fill: a spare one, or a new one.
+fn fresh_buffer<F: StorageFile>(tracker: &RefCell<Tracker>, file: &F, buf_bytes: usize) -> DmaBuffer {
+    let spare = tracker.borrow_mut().spare.bufs.pop();
+    spare.unwrap_or_else(|| file.alloc_buffer(buf_bytes))
 }
 
 /// A clonable handle on an appender's write tracker.
@@ -505,7 +514,9 @@ mod tests {
         with_file("stage", async |file| {
             let bytes: Vec<u8> = (0..40_000u32).map(|i| (i * 7 % 251) as u8).collect();
             let mut app = Appender::new(file.clone(), 0, &[], 4096, 2);
-            app.append(&bytes[..1000]);
+            let mut stage = app.stage();
+            stage.write(&bytes[..1000]).expect("staged");
+            stage.commit();
             // A stage over four buffers, patched across a buffer boundary, then thrown away:
             // nothing of it is appended.
             {
