@@ -18,6 +18,9 @@ pub struct EngineConfig {
     pub shards: Option<usize>,
     /// Capacity of each inter-shard ring, in batches.
     pub ring_capacity_batches: usize,
+    /// Requests (appends, fetches, admin calls from handles and the Kafka listener) a
+    /// shard holds queued; a sender waits while its shard's queue is full.
+    pub request_queue: usize,
     /// Settings for topics created without their own.
     pub topic_defaults: TopicConfig,
 }
@@ -29,6 +32,7 @@ impl EngineConfig {
             data_dir: data_dir.into(),
             shards: None,
             ring_capacity_batches: 64,
+            request_queue: 4096,
             topic_defaults: TopicConfig::default(),
         }
     }
@@ -44,6 +48,9 @@ impl EngineConfig {
         }
         if self.ring_capacity_batches == 0 {
             return Err(EngineError::InvalidConfig("ring_capacity_batches must be positive".into()));
+        }
+        if self.request_queue == 0 {
+            return Err(EngineError::InvalidConfig("request_queue must be positive".into()));
         }
         Ok(n)
     }

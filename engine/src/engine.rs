@@ -25,8 +25,6 @@ use crate::offsets::{self, Committed};
 use crate::partitioner::partition_for_key;
 use crate::shard::{self, AppendRecords, Batching, OwnedRecord, PackedRecords, Request};
 
-/// Requests queued per shard before senders wait.
-const REQUEST_QUEUE: usize = 4096;
 /// The most bytes a shard batches from single-record sends before appending.
 const BATCH_BYTES_MAX: usize = 1 << 20;
 
@@ -157,7 +155,7 @@ impl Engine {
         let mut senders = Vec::with_capacity(shards);
         let mut threads = Vec::with_capacity(shards);
         for shard in 0..shards {
-            let (tx, rx) = async_channel::bounded(REQUEST_QUEUE);
+            let (tx, rx) = async_channel::bounded(config.request_queue);
             let placement = match cpus.get(shard % cpus.len().max(1)) {
                 Some(&cpu) => glommio::Placement::Fixed(cpu),
                 None => glommio::Placement::Unbound,
@@ -255,6 +253,17 @@ pub(crate) fn is_internal(name: &str) -> bool {
     name == offsets::TOPIC || name == crate::kafka::TRANSACTION_STATE_TOPIC
 }
 
+/// A queued request's answer, to come from its shard.
+#[derive(Debug)]
+pub(crate) struct Answer<T>(async_channel::Receiver<Result<T>>);
+
+impl<T> Answer<T> {
+    /// Waits for the shard's answer.
+    pub(crate) async fn get(self) -> Result<T> {
+        self.0.recv().await.map_err(|_| EngineError::ShutDown)?
+    }
+}
+
 impl EngineHandle {
     /// The number of shards.
     #[must_use]
@@ -290,10 +299,17 @@ impl EngineHandle {
     }
 
     async fn call<T>(&self, shard: u32, make: impl FnOnce(shard::Reply<T>) -> Request) -> Result<T> {
+        self.queue(shard, make).await?.get().await
+    }
+
+    /// Puts a request in `shard`'s queue (waiting while the queue is full) and resolves,
+    /// once it is there, to the future of its answer. A shard starts its requests in
+    /// queue order, so requests queued one after another reach a partition in that order.
+    async fn queue<T>(&self, shard: u32, make: impl FnOnce(shard::Reply<T>) -> Request) -> Result<Answer<T>> {
         let (reply, rx) = async_channel::bounded(1);
         let tx = self.inner.shards.get(shard as usize).ok_or(EngineError::ShutDown)?;
         tx.send(make(reply)).await.map_err(|_| EngineError::ShutDown)?;
-        rx.recv().await.map_err(|_| EngineError::ShutDown)?
+        Ok(Answer(rx))
     }
 
     async fn open_partitions(&self, name: &str, topic: &TopicMeta, from: u32) -> Result<()> {
@@ -492,7 +508,22 @@ impl EngineHandle {
         records: PackedRecords,
         meta: BatchMeta,
     ) -> Result<AppendInfo> {
-        self.append_records(topic, partition, AppendRecords::Packed(records), meta).await
+        self.queue_packed(topic, partition, records, meta).await?.get().await
+    }
+
+    /// [`append_packed`](Self::append_packed) in two steps: resolves once the append is
+    /// in the owning shard's queue (which may wait while that queue is full), to the
+    /// future of its outcome. Appends to one partition queued one after another are
+    /// appended in that order, however long each waits for room: the Kafka listener
+    /// queues a connection's produce requests this way, in the order they arrived.
+    pub(crate) async fn queue_packed(
+        &self,
+        topic: &str,
+        partition: u32,
+        records: PackedRecords,
+        meta: BatchMeta,
+    ) -> Result<Answer<AppendInfo>> {
+        self.queue_records(topic, partition, AppendRecords::Packed(records), meta).await
     }
 
     async fn append_records(
@@ -502,13 +533,23 @@ impl EngineHandle {
         records: AppendRecords,
         meta: BatchMeta,
     ) -> Result<AppendInfo> {
+        self.queue_records(topic, partition, records, meta).await?.get().await
+    }
+
+    async fn queue_records(
+        &self,
+        topic: &str,
+        partition: u32,
+        records: AppendRecords,
+        meta: BatchMeta,
+    ) -> Result<Answer<AppendInfo>> {
         let (shard, limit) = self.owner(topic, partition)?;
         Self::check_sizes(topic, limit, records.sizes())?;
         if records.is_empty() {
             return Err(EngineError::InvalidConfig("an append needs at least one record".into()));
         }
         let topic = topic.to_string();
-        self.call(shard, |reply| Request::Append { topic, partition, records, meta, reply }).await
+        self.queue(shard, |reply| Request::Append { topic, partition, records, meta, reply }).await
     }
 
     /// Ends `producer`'s open transaction in one partition with a commit or abort marker

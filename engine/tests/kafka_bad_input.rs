@@ -254,6 +254,11 @@ fn a_client_that_never_reads_its_responses_is_cut_off_without_stalling_others() 
 }
 
 fn produce_v3(topic: &str, records: &[u8]) -> Vec<u8> {
+    produce_to(topic, 0, records)
+}
+
+/// A Produce v3 request (acks=1) of `records` to one partition.
+fn produce_to(topic: &str, partition: i32, records: &[u8]) -> Vec<u8> {
     let mut b = Vec::new();
     b.extend_from_slice(&(-1i16).to_be_bytes()); // no transactional id
     b.extend_from_slice(&1i16.to_be_bytes()); // acks=1
@@ -262,7 +267,7 @@ fn produce_v3(topic: &str, records: &[u8]) -> Vec<u8> {
     b.extend_from_slice(&(topic.len() as i16).to_be_bytes());
     b.extend_from_slice(topic.as_bytes());
     b.extend_from_slice(&1i32.to_be_bytes()); // one partition
-    b.extend_from_slice(&0i32.to_be_bytes());
+    b.extend_from_slice(&partition.to_be_bytes());
     b.extend_from_slice(&(records.len() as i32).to_be_bytes());
     b.extend_from_slice(records);
     frame(0, 3, 5, &b)
@@ -436,4 +441,78 @@ fn large_requests_back_to_back_are_each_stored_as_sent() {
     assert_eq!(got.len(), sent.len(), "every record stored");
     let first = got.iter().zip(&sent).position(|(g, s)| g != s);
     assert!(first.is_none(), "record {first:?} differs from the one sent");
+}
+
+#[test]
+fn pipelined_produce_requests_keep_their_order_while_the_shards_queue_is_full() {
+    // A shard that queues one request, kept full by a second connection's produce
+    // requests and by stalls of the shard's thread: requests of one connection that wait
+    // for room must still reach the partition in the order they were sent (Kafka's
+    // per-connection order), each appended whole.
+    let kafka = KafkaConfig::new("127.0.0.1:0".parse().expect("address"));
+    let s = Served::launch_queued("kafka_bad_input", "queue_full_order", 1, kafka, Some(1));
+    block_on(s.handle().create_topic("t", 2, None)).expect("topic");
+    const REQUESTS: usize = 200;
+    const PER_REQUEST: usize = 3;
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        // Stalls of the shard's thread (a task that blocks it), so that the queue fills.
+        let stalls = scope.spawn(|| {
+            let h = s.handle();
+            let mut stalls = 0;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                block_on(h.run_on(0, || async { std::thread::sleep(Duration::from_millis(2)) })).expect("stall");
+                stalls += 1;
+            }
+            stalls
+        });
+        // Another connection competing for the same queue, on partition 1.
+        let rival = scope.spawn(|| {
+            let mut c = s.connect();
+            let mut n = 0;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let request = produce_to("t", 1, &encode(&[record(0, bytes::Bytes::from_static(b"rival"))]));
+                c.write_all(&request).expect("send");
+                assert_eq!(produce_result(&response(&mut c).expect("answered"), "t").0, 0);
+                n += 1;
+            }
+            n
+        });
+        // The connection under test: every request written at once, the listener holding
+        // up to 16 in flight, each a batch of values `n.0`, `n.1`, `n.2`.
+        let mut c = s.connect();
+        let mut requests = Vec::new();
+        for n in 0..REQUESTS {
+            let records: Vec<Record> =
+                (0..PER_REQUEST).map(|i| record(i as i64, format!("{n}.{i}").into_bytes().into())).collect();
+            requests.extend(produce_to("t", 0, &encode(&records)));
+        }
+        let mut writer = c.try_clone().expect("clone");
+        let sender = scope.spawn(move || writer.write_all(&requests).expect("send"));
+        for n in 0..REQUESTS {
+            let (error, _) = produce_result(&response(&mut c).expect("answered"), "t");
+            assert_eq!(error, 0, "request {n}");
+        }
+        sender.join().expect("sender");
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(stalls.join().expect("stalls") > 0);
+        assert!(rival.join().expect("rival") > 0);
+    });
+    let got: Vec<String> = block_on(async {
+        let h = s.handle();
+        let (mut at, end) = h.offsets("t", 0).await.expect("offsets");
+        let mut out = Vec::new();
+        while at < end {
+            let batches = h.fetch("t", 0, at, 1 << 20, Duration::ZERO).await.expect("fetch");
+            out.extend(
+                batches.records().map(|r| String::from_utf8(r.expect("record").value().to_vec()).expect("utf-8")),
+            );
+            at = batches.next_offset();
+        }
+        out
+    });
+    let want: Vec<String> = (0..REQUESTS).flat_map(|n| (0..PER_REQUEST).map(move |i| format!("{n}.{i}"))).collect();
+    let first = got.iter().zip(&want).position(|(g, w)| g != w);
+    assert!(first.is_none(), "stored out of order from record {first:?}: {:?}", first.map(|i| &got[i..i + 6]));
+    assert_eq!(got.len(), want.len(), "every record stored once");
 }

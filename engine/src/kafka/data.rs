@@ -103,11 +103,30 @@ fn topic_str(name: &StrBytes) -> &str {
     name.as_str()
 }
 
-/// Handles a Produce request; `None` for acks=0.
-pub(crate) async fn produce(ctx: &Arc<Context>, req: ProduceRequest, version: i16) -> Option<ProduceResponse> {
+/// Handles a Produce request; `None` for acks=0. `queued` is dropped once every
+/// partition's append is in its shard's queue: the listener reads the connection's next
+/// request only then, so a connection's produce requests reach each partition in the
+/// order they were sent, even when a shard's queue is full and they wait for room
+/// (Kafka's per-connection order).
+pub(crate) async fn produce(
+    ctx: &Arc<Context>,
+    req: ProduceRequest,
+    version: i16,
+    queued: async_channel::Sender<()>,
+) -> Option<ProduceResponse> {
     let acks = req.acks;
     let refuse_all = (!matches!(acks, -1..=1)).then_some(code::INVALID_REQUIRED_ACKS);
     let tid = req.transactional_id.as_ref().map(|t| t.0.as_str());
+    let fail = move |mut r: PartitionProduceResponse, code: i16, msg: String| {
+        r.error_code = code;
+        if version >= 8 {
+            r.error_message = Some(StrBytes::from_string(msg));
+        }
+        r.base_offset = -1;
+        r
+    };
+    // Each partition's append is queued in turn, in request order; the answers are
+    // awaited together.
     let mut work: Vec<Boxed<'_, (usize, PartitionProduceResponse)>> = Vec::new();
     let mut topics = Vec::with_capacity(req.topic_data.len());
     for (ti, topic) in req.topic_data.iter().enumerate() {
@@ -116,69 +135,77 @@ pub(crate) async fn produce(ctx: &Arc<Context>, req: ProduceRequest, version: i1
         topics.push(t);
         for part in &topic.partition_data {
             let name = topic_str(&topic.name.0);
-            let index = part.index;
-            let engine = &ctx.engine;
-            work.push(Box::pin(async move {
-                let mut r = PartitionProduceResponse::default();
-                r.index = index;
-                r.log_append_time_ms = -1;
-                r.log_start_offset = -1;
-                let fail = |mut r: PartitionProduceResponse, code: i16, msg: String| {
-                    r.error_code = code;
-                    if version >= 8 {
-                        r.error_message = Some(StrBytes::from_string(msg));
-                    }
-                    r.base_offset = -1;
-                    (ti, r)
-                };
-                if let Some(code) = refuse_all {
-                    return fail(r, code, format!("acks must be 0, 1 or -1, not {acks}"));
+            let mut r = PartitionProduceResponse::default();
+            r.index = part.index;
+            r.log_append_time_ms = -1;
+            r.log_start_offset = -1;
+            let failed = |r, code, msg| -> Boxed<'_, _> { Box::pin(std::future::ready((ti, fail(r, code, msg)))) };
+            if let Some(code) = refuse_all {
+                work.push(failed(r, code, format!("acks must be 0, 1 or -1, not {acks}")));
+                continue;
+            }
+            let Ok(partition) = u32::try_from(part.index) else {
+                work.push(failed(r, code::UNKNOWN_TOPIC_OR_PARTITION, format!("partition {}", part.index)));
+                continue;
+            };
+            let batch = match records::decode_produced(&part.records.clone().unwrap_or_default()) {
+                Ok(b) => b,
+                Err(e) => {
+                    work.push(failed(r, e.code, e.message));
+                    continue;
                 }
-                let Ok(partition) = u32::try_from(index) else {
-                    return fail(r, code::UNKNOWN_TOPIC_OR_PARTITION, format!("partition {index}"));
-                };
-                let batch = match records::decode_produced(&part.records.clone().unwrap_or_default()) {
-                    Ok(b) => b,
-                    Err(e) => return fail(r, e.code, e.message),
-                };
-                // Transactional batches come only with the transactional id whose
-                // transaction holds the partition; plain batches only without one. The
-                // guard holds the transaction's markers back until the append is done.
-                let appending = match (tid, batch.meta.attributes.is_transactional()) {
-                    (Some(tid), true) => {
-                        match ctx.txns.check_produce(
-                            tid,
-                            batch.meta.producer_id.0,
-                            batch.meta.producer_epoch,
-                            name,
-                            partition,
-                        ) {
-                            Ok(guard) => Some(guard),
-                            Err((c, m)) => return fail(r, c, m),
+            };
+            // Transactional batches come only with the transactional id whose
+            // transaction holds the partition; plain batches only without one. The
+            // guard holds the transaction's markers back until the append is done.
+            let appending = match (tid, batch.meta.attributes.is_transactional()) {
+                (Some(tid), true) => {
+                    match ctx.txns.check_produce(
+                        tid,
+                        batch.meta.producer_id.0,
+                        batch.meta.producer_epoch,
+                        name,
+                        partition,
+                    ) {
+                        Ok(guard) => Some(guard),
+                        Err((c, m)) => {
+                            work.push(failed(r, c, m));
+                            continue;
                         }
                     }
-                    (None, false) => None,
-                    (Some(_), false) => {
-                        return fail(r, code::INVALID_REQUEST, "a transactional id with a plain batch".into());
-                    }
-                    (None, true) => {
-                        return fail(
-                            r,
-                            code::INVALID_REQUEST,
-                            "a transactional batch without a transactional id".into(),
-                        );
-                    }
-                };
-                let base = match engine.append_packed(name, partition, batch.records, batch.meta).await {
-                    Ok(info) => info.base_offset.0 as i64,
-                    Err(e) => return fail(r, errors::of(&e), e.to_string()),
-                };
+                }
+                (None, false) => None,
+                (Some(_), false) => {
+                    work.push(failed(r, code::INVALID_REQUEST, "a transactional id with a plain batch".into()));
+                    continue;
+                }
+                (None, true) => {
+                    let msg = "a transactional batch without a transactional id".into();
+                    work.push(failed(r, code::INVALID_REQUEST, msg));
+                    continue;
+                }
+            };
+            let answer = match ctx.engine.queue_packed(name, partition, batch.records, batch.meta).await {
+                Ok(answer) => answer,
+                Err(e) => {
+                    work.push(failed(r, errors::of(&e), e.to_string()));
+                    continue;
+                }
+            };
+            work.push(Box::pin(async move {
+                let appended = answer.get().await;
                 drop(appending);
-                r.base_offset = base;
-                (ti, r)
+                match appended {
+                    Ok(info) => {
+                        r.base_offset = info.base_offset.0 as i64;
+                        (ti, r)
+                    }
+                    Err(e) => (ti, fail(r, errors::of(&e), e.to_string())),
+                }
             }));
         }
     }
+    drop(queued);
     for (ti, r) in join_all(work).await {
         topics[ti].partition_responses.push(r);
     }

@@ -34,6 +34,10 @@ pub(crate) enum Handled {
     Ready(Reply),
     /// The response once the engine has answered.
     Working(Pin<Box<dyn Future<Output = Reply>>>),
+    /// A produce request's response once the engine has answered; `queued` closes once
+    /// its appends are in their shards' queues, and the connection's next request must
+    /// wait for that, so that the connection's appends keep their order.
+    Ordered { work: Pin<Box<dyn Future<Output = Reply>>>, queued: async_channel::Receiver<()> },
 }
 
 /// The API versions this listener handles, inclusive.
@@ -133,12 +137,16 @@ pub(crate) fn handle(ctx: &Arc<Context>, frame: Bytes) -> Handled {
     let done = move |body: ResponseKind| encode(api, version, header.correlation_id, &body);
     match request {
         RequestKind::ApiVersions(_) => Handled::Ready(done(ResponseKind::ApiVersions(api_versions_body(0)))),
-        RequestKind::Produce(req) => Handled::Working(Box::pin(async move {
-            match data::produce(&ctx, req, version).await {
-                Some(resp) => done(ResponseKind::Produce(resp)),
-                None => Ok(None),
-            }
-        })),
+        RequestKind::Produce(req) => {
+            let (signal, queued) = async_channel::bounded(1);
+            let work = Box::pin(async move {
+                match data::produce(&ctx, req, version, signal).await {
+                    Some(resp) => done(ResponseKind::Produce(resp)),
+                    None => Ok(None),
+                }
+            });
+            Handled::Ordered { work, queued }
+        }
         RequestKind::Fetch(req) => {
             Handled::Working(Box::pin(async move { done(ResponseKind::Fetch(data::fetch(&ctx, req, version).await)) }))
         }

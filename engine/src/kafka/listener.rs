@@ -12,8 +12,10 @@
 //! `frame_timeout`, and its buffer grows only with bytes received), starts handling it,
 //! and queues the pending response; the queue holds `max_in_flight_per_connection`, so a
 //! client that pipelines more waits. Each request is polled once before the next is read,
-//! so requests reach the shards in the order they were sent (Kafka's per-connection order
-//! for produce). The writer sends responses in request order and gives up on a client
+//! and a produce request's appends are in their shards' queues before the next is read
+//! (at once, unless a shard's queue is full: then the connection waits, as Kafka mutes a
+//! busy connection), so a connection's produce requests reach each partition in the order
+//! they were sent (Kafka's per-connection order). The writer sends responses in request order and gives up on a client
 //! that does not read within `write_timeout`. Either loop ending ends the other.
 
 use std::cell::Cell;
@@ -296,13 +298,28 @@ async fn serve_connection(ctx: Arc<Context>, stream: TcpStream, stop: async_chan
                 break;
             }
             Handled::Ready(bytes) => Pending::Ready(bytes),
-            Handled::Working(mut fut) => {
-                // Polled once here, so it reaches its shard before the next request does.
-                match futures_lite::future::poll_once(&mut fut).await {
-                    Some(bytes) => Pending::Ready(bytes),
-                    None => Pending::Working(glommio::spawn_local(fut)),
+            Handled::Working(mut fut) => match futures_lite::future::poll_once(&mut fut).await {
+                Some(bytes) => Pending::Ready(bytes),
+                None => Pending::Working(glommio::spawn_local(fut)),
+            },
+            Handled::Ordered { mut work, queued } => match futures_lite::future::poll_once(&mut work).await {
+                Some(bytes) => Pending::Ready(bytes),
+                None => {
+                    let task = glommio::spawn_local(work);
+                    // The next request is read once this one's appends are queued
+                    // (`queued` closes): at once, unless a shard's queue is full.
+                    let waited = async { queued.recv().await.is_err() }
+                        .or(async {
+                            let _ = stop.recv().await;
+                            false
+                        })
+                        .await;
+                    if !waited {
+                        break;
+                    }
+                    Pending::Working(task)
                 }
-            }
+            },
         };
         // A full queue waits for the writer, which may itself give up on the client.
         let queued = async { queue_tx.send(pending).await.is_ok() }

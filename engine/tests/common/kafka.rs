@@ -17,15 +17,28 @@ pub struct Served {
     engine: Option<Engine>,
     shards: usize,
     kafka: KafkaConfig,
+    request_queue: Option<usize>,
     _dir: TestDir,
 }
 
 impl Served {
     /// Starts one, its directory named after the test file and case.
-    pub fn launch(file: &str, name: &str, shards: usize, mut kafka: KafkaConfig) -> Served {
+    pub fn launch(file: &str, name: &str, shards: usize, kafka: KafkaConfig) -> Served {
+        Served::launch_queued(file, name, shards, kafka, None)
+    }
+
+    /// As [`Served::launch`], with shards that queue at most `request_queue` requests
+    /// (the engine's default without one).
+    pub fn launch_queued(
+        file: &str,
+        name: &str,
+        shards: usize,
+        mut kafka: KafkaConfig,
+        request_queue: Option<usize>,
+    ) -> Served {
         let dir = data_dir(file, name);
         kafka.listen = "127.0.0.1:0".parse().expect("address");
-        let mut served = Served { server: None, engine: None, shards, kafka, _dir: dir };
+        let mut served = Served { server: None, engine: None, shards, kafka, request_queue, _dir: dir };
         served.open();
         served
     }
@@ -33,6 +46,9 @@ impl Served {
     fn open(&mut self) {
         let mut config = EngineConfig::new(&*self._dir);
         config.shards = Some(self.shards);
+        if let Some(n) = self.request_queue {
+            config.request_queue = n;
+        }
         let engine = block_on(Engine::open(config)).expect("engine opens");
         self.server = Some(KafkaServer::start(engine.handle(), self.kafka.clone()).expect("listener starts"));
         self.engine = Some(engine);
