@@ -17,6 +17,8 @@
 //!   highest offered rate within a p99 bound, for any open-loop workload.
 //! - [`TimeBound`] (`time_bound`): a source wrapper that ends its stream when a duration
 //!   has elapsed, for closed-loop runs bounded by `--duration`.
+//! - [`WakeProbe`] (`wake`): how late a sleeping thread wakes beside a run, the machine's
+//!   floor under any latency the run reports.
 
 mod hlog;
 mod json;
@@ -29,6 +31,7 @@ mod run_args;
 mod shards;
 mod table;
 mod time_bound;
+mod wake;
 mod workdir;
 
 pub use hlog::write_interval_log;
@@ -41,4 +44,5 @@ pub use run_args::{RunArgs, RunInfo, fill_seeded};
 pub use shards::{ShardConfig, run_on_shards, run_on_shards_with};
 pub use table::Table;
 pub use time_bound::TimeBound;
+pub use wake::{WAKE_SLEEP, WakeProbe};
 pub use workdir::WorkDir;

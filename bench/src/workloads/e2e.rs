@@ -21,6 +21,10 @@
 //! [`RunArgs::find_max_rate`](crate::harness::RunArgs::find_max_rate) with steps of
 //! `--duration` (default 3 s) from `--rate` (default 10 000 records/s) and reports the
 //! highest step within the bound.
+//!
+//! Beside the run, a [`WakeProbe`] thread sleeps 1 ms at a time and reports how late it
+//! woke (`machine_wake_latency_us`; `--no-wake-probe` leaves it out): a stall of the
+//! machine (a paused VM) shows there as it does in every record scheduled during it.
 
 use std::time::{Duration, Instant};
 
@@ -30,7 +34,7 @@ use serde::Serialize;
 use sluice_engine::{Engine, EngineConfig, EngineError, EngineHandle, OwnedRecord, TopicConfig};
 use sluice_io::{FsyncPolicy, Offset, Timestamp};
 
-use crate::harness::{LatencyRecorder, LatencySummary, RateSearch, RunInfo, Table, fill_seeded};
+use crate::harness::{LatencyRecorder, LatencySummary, RateSearch, RunInfo, Table, WakeProbe, fill_seeded};
 use crate::workloads::log::{Clients, LogArgs};
 
 /// Seconds of each `--find-max-rate` step without `--duration`.
@@ -67,6 +71,10 @@ pub struct E2eReport {
     pub e2e_latency_us: LatencySummary,
     /// The same, as a curve for `sluice-bench report --plot`.
     pub e2e_latency_curve: crate::harness::Curve,
+    /// How late a thread sleeping 1 ms at a time beside the run woke, microseconds: the
+    /// machine's floor under the latencies above (a record waits on at least two
+    /// wake-ups). All zero with `--no-wake-probe`.
+    pub machine_wake_latency_us: LatencySummary,
     /// `--find-max-rate`: the bound, every step, and the highest rate within it.
     #[serde(flatten)]
     pub search: RateSearch,
@@ -144,6 +152,7 @@ fn run_at(
     };
     block_on(handle.create_topic("e2e", 1, Some(topic))).context("creating the topic")?;
 
+    let probe = if args.no_wake_probe { None } else { Some(WakeProbe::start().context("starting the wake-up probe")?) };
     let epoch = Instant::now() + Duration::from_millis(50);
     let (sent_in, latency) = match args.clients {
         Clients::Shards => {
@@ -183,6 +192,7 @@ fn run_at(
             (sent_in, latency)
         }
     };
+    let machine = probe.map(WakeProbe::finish).unwrap_or_default();
     block_on(engine.shutdown())?;
     let curve = latency.curve(&format!("log e2e, {rate} records/s, fsync {}", args.fsync));
     let measured_in = sent_in.saturating_sub(warmup).as_secs_f64().max(1e-9);
@@ -199,6 +209,7 @@ fn run_at(
         achieved_rate: measured as f64 / measured_in,
         e2e_latency_us: latency.summary(),
         e2e_latency_curve: curve,
+        machine_wake_latency_us: machine,
         search: RateSearch::default(),
     };
     Ok((report, latency))
@@ -310,6 +321,9 @@ impl E2eReport {
         ));
         table.row("achieved rate", format!("{:.0}", self.achieved_rate), "records/s");
         table.latency_rows("e2e latency", &self.e2e_latency_us);
+        if self.machine_wake_latency_us.count > 0 {
+            table.latency_rows("machine: 1 ms sleep late by", &self.machine_wake_latency_us);
+        }
         self.search.rows(&mut table, "records/s");
         table
     }

@@ -90,6 +90,11 @@ pub struct LogArgs {
     /// consumer on a plain thread, as host code outside the engine would call it
     #[arg(long, value_enum, default_value_t = Clients::Shards)]
     pub clients: Clients,
+    /// End-to-end mode: run no wake-up probe beside the run (a thread that sleeps 1 ms at
+    /// a time and reports how late it woke as `machine_wake_latency_us`, the machine's
+    /// floor under the run's latencies)
+    #[arg(long)]
+    pub no_wake_probe: bool,
     #[command(flatten)]
     pub dirs: DirArgs,
     #[command(flatten)]
