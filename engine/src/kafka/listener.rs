@@ -257,6 +257,24 @@ enum Pending {
     Working(glommio::Task<Reply>),
 }
 
+/// `fut`'s output, or `None` once the listener stops or the connection's writer is gone.
+async fn until_closed<T>(
+    fut: impl Future<Output = T>,
+    stop: &async_channel::Receiver<()>,
+    writer_gone: &async_channel::Receiver<()>,
+) -> Option<T> {
+    async { Some(fut.await) }
+        .or(async {
+            let _ = stop.recv().await;
+            None
+        })
+        .or(async {
+            let _ = writer_gone.recv().await;
+            None
+        })
+        .await
+}
+
 async fn serve_connection(ctx: Arc<Context>, stream: TcpStream, stop: async_channel::Receiver<()>) {
     let (mut reader, writer) = futures_lite::io::split(stream);
     let (queue_tx, queue_rx) =
@@ -270,16 +288,7 @@ async fn serve_connection(ctx: Arc<Context>, stream: TcpStream, stop: async_chan
     });
     let mut pool = FramePool::default();
     loop {
-        let frame = async { Some(read_frame(&mut reader, &ctx.config, &mut pool).await) }
-            .or(async {
-                let _ = stop.recv().await;
-                None
-            })
-            .or(async {
-                let _ = writer_gone.recv().await;
-                None
-            })
-            .await;
+        let frame = until_closed(read_frame(&mut reader, &ctx.config, &mut pool), &stop, &writer_gone).await;
         let frame = match frame {
             Some(Ok(Some(frame))) => {
                 let frame = frame.freeze();
@@ -308,13 +317,7 @@ async fn serve_connection(ctx: Arc<Context>, stream: TcpStream, stop: async_chan
                     let task = glommio::spawn_local(work);
                     // The next request is read once this one's appends are queued
                     // (`queued` closes): at once, unless a shard's queue is full.
-                    let waited = async { queued.recv().await.is_err() }
-                        .or(async {
-                            let _ = stop.recv().await;
-                            false
-                        })
-                        .await;
-                    if !waited {
+                    if until_closed(queued.recv(), &stop, &writer_gone).await.is_none() {
                         break;
                     }
                     Pending::Working(task)
@@ -322,17 +325,7 @@ async fn serve_connection(ctx: Arc<Context>, stream: TcpStream, stop: async_chan
             },
         };
         // A full queue waits for the writer, which may itself give up on the client.
-        let queued = async { queue_tx.send(pending).await.is_ok() }
-            .or(async {
-                let _ = writer_gone.recv().await;
-                false
-            })
-            .or(async {
-                let _ = stop.recv().await;
-                false
-            })
-            .await;
-        if !queued {
+        if !matches!(until_closed(queue_tx.send(pending), &stop, &writer_gone).await, Some(Ok(()))) {
             break;
         }
     }
