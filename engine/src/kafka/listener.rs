@@ -15,8 +15,9 @@
 //! and a produce request's appends are in their shards' queues before the next is read
 //! (at once, unless a shard's queue is full: then the connection waits, as Kafka mutes a
 //! busy connection), so a connection's produce requests reach each partition in the order
-//! they were sent (Kafka's per-connection order). The writer sends responses in request order and gives up on a client
-//! that does not read within `write_timeout`. Either loop ending ends the other.
+//! they were sent (Kafka's per-connection order). The writer sends responses in request
+//! order and gives up on a client that does not read within `write_timeout`. Either loop
+//! ending ends the other.
 
 use std::cell::Cell;
 use std::net::{SocketAddr, TcpListener as StdListener};
