@@ -160,6 +160,14 @@ fn a_throughput_run_ends_with_a_latency_phase_at_half_its_rate() {
     let latency = report.latency_us.expect("latency percentiles");
     assert!(latency.p50 <= latency.p99 && latency.p99 <= latency.max, "{latency:?}");
     assert!(report.table().to_string().contains("result latency p99"));
+    // The wake-up probe ran beside the latency phase, and only there.
+    let machine = report.machine_wake_latency_us.expect("the probe beside the latency phase");
+    assert!(machine.count > 0 && machine.p50 <= machine.max, "{machine:?}");
+    assert!(report.table().to_string().contains("machine: 1 ms sleep late by p99"));
+    let json = serde_json::to_value(&report).unwrap();
+    assert!(json["machine_wake_latency_us"]["p999"].is_u64());
+    let without: Vec<&str> = line.into_iter().chain(["--no-wake-probe"]).collect();
+    assert_eq!(pipeline::run(&args(&without)).expect("run").machine_wake_latency_us, None);
 }
 
 #[test]

@@ -53,6 +53,21 @@ impl WakeProbe {
         self.stop.store(true, Ordering::Relaxed);
         self.thread.join().map(|late| late.summary()).unwrap_or_default()
     }
+
+    /// Runs `run` with a probe beside it (unless `probe` is false) and returns its output
+    /// with what the probe saw.
+    ///
+    /// # Errors
+    ///
+    /// The probe's thread could not be started, or `run` failed.
+    pub fn around<T>(
+        probe: bool,
+        run: impl FnOnce() -> anyhow::Result<T>,
+    ) -> anyhow::Result<(T, Option<LatencySummary>)> {
+        let probe = if probe { Some(WakeProbe::start()?) } else { None };
+        let out = run()?;
+        Ok((out, probe.map(WakeProbe::finish)))
+    }
 }
 
 #[cfg(test)]
@@ -67,5 +82,19 @@ mod tests {
         // At most one sample per millisecond of the 50, and some of them.
         assert!(s.count >= 1 && s.count <= 51, "{s:?}");
         assert!(s.p50 <= s.p99 && s.p99 <= s.max, "{s:?}");
+    }
+
+    #[test]
+    fn around_probes_a_run_only_when_asked() {
+        let (out, seen) = WakeProbe::around(true, || {
+            std::thread::sleep(Duration::from_millis(20));
+            Ok(7)
+        })
+        .expect("runs");
+        assert_eq!(out, 7);
+        assert!(seen.is_some_and(|s| s.count >= 1), "{seen:?}");
+        let (_, seen) = WakeProbe::around(false, || Ok(())).expect("runs");
+        assert_eq!(seen, None);
+        assert!(WakeProbe::around(true, || anyhow::bail!("failed") as anyhow::Result<()>).is_err());
     }
 }

@@ -25,7 +25,7 @@ use serde::Serialize;
 use sluice_engine::dataflow::PipelineConfig;
 
 use super::{pipeline_job::Job, pipeline_sluice, pipeline_timely};
-use crate::harness::{Curve, LatencyRecorder, LatencySummary, RateSearch, RunArgs, RunInfo, Table};
+use crate::harness::{Curve, LatencyRecorder, LatencySummary, RateSearch, RunArgs, RunInfo, Table, WakeProbe};
 
 /// What `pipeline` makes of the shared options (`--help`).
 const SHARED_HELP: &str = "Shared options here: --shards defaults to one per CPU this process may run on. Without \
@@ -77,6 +77,11 @@ pub struct PipelineArgs {
     /// with --find-max-rate and no --duration, each step's seconds
     #[arg(long, default_value_t = 3.0, value_name = "SECONDS")]
     pub latency_seconds: f64,
+    /// Latency runs (--rate, and the latency phase): run no wake-up probe beside them (a
+    /// thread that sleeps 1 ms at a time and reports how late it woke as
+    /// `machine_wake_latency_us`, the machine's floor under the result latencies)
+    #[arg(long)]
+    pub no_wake_probe: bool,
     #[command(flatten)]
     pub run: RunArgs,
 }
@@ -151,6 +156,10 @@ pub struct PipelineReport {
     pub latency_rate: Option<u64>,
     /// The latency distribution, for `sluice-bench report --plot`.
     pub latency_curve: Option<Curve>,
+    /// How late a thread sleeping 1 ms at a time beside the latency run woke,
+    /// microseconds: the machine's floor under `latency_us` (a VM's stalls show here as in
+    /// every result they delay). None without a latency run or with `--no-wake-probe`.
+    pub machine_wake_latency_us: Option<LatencySummary>,
     /// `--find-max-rate`: the bound (`slo_p99_ms`), every step (`rate_curve`), and the
     /// highest rate within it (`max_rate_within_slo`).
     #[serde(flatten)]
@@ -194,6 +203,7 @@ pub fn run(args: &PipelineArgs) -> anyhow::Result<PipelineReport> {
         latency_us: None,
         latency_rate: opts.rate,
         latency_curve: None,
+        machine_wake_latency_us: None,
         search: RateSearch::default(),
         baseline: args.compare,
         baseline_events_per_sec: None,
@@ -215,7 +225,9 @@ pub fn run(args: &PipelineArgs) -> anyhow::Result<PipelineReport> {
             None => args.events,
         };
         let job = paced_job(args, rate, events)?;
-        let sluice = pipeline_sluice::run(&job, shards, true)?;
+        let sluice;
+        (sluice, report.machine_wake_latency_us) =
+            WakeProbe::around(!args.no_wake_probe, || pipeline_sluice::run(&job, shards, true))?;
         report.events = job.events;
         report.events_per_sec = achieved(&job, sluice.elapsed);
         report.round_events_per_sec.push(report.events_per_sec);
@@ -267,7 +279,10 @@ pub fn run(args: &PipelineArgs) -> anyhow::Result<PipelineReport> {
         // Half of what was just sustained, for the given time.
         let rate = ((report.events_per_sec / 2.0) as u64).max(1);
         let events = ((rate as f64 * args.latency_seconds) as u64).max(1);
-        let run = pipeline_sluice::run(&paced_job(args, rate, events)?, shards, true)?;
+        let job = paced_job(args, rate, events)?;
+        let run;
+        (run, report.machine_wake_latency_us) =
+            WakeProbe::around(!args.no_wake_probe, || pipeline_sluice::run(&job, shards, true))?;
         if let Some(l) = &run.latency {
             keep_latency(args, &mut report, l, rate)?;
         }
@@ -383,6 +398,9 @@ impl PipelineReport {
                 table.row("latency phase offered", rate, "events/s (half the best rate)");
             }
             table.latency_rows("result latency", l);
+        }
+        if let Some(m) = &self.machine_wake_latency_us {
+            table.latency_rows("machine: 1 ms sleep late by", m);
         }
         table
     }
