@@ -44,5 +44,5 @@ pub use run_args::{RunArgs, RunInfo, fill_seeded};
 pub use shards::{ShardConfig, run_on_shards, run_on_shards_with};
 pub use table::Table;
 pub use time_bound::TimeBound;
-pub use wake::{WAKE_SLEEP, WakeProbe};
+pub use wake::{WAKE_ROWS, WAKE_SLEEP, WakeProbe};
 pub use workdir::WorkDir;

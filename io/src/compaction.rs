@@ -18,7 +18,7 @@ use std::rc::Rc;
 use crate::config::CleanupPolicy;
 use crate::error::{LogError, Result};
 use crate::log::{Log, write_index};
-use crate::record::{BatchMeta, EncodeError, Header, MAX_BODY_BYTES, Record, encode_into};
+use crate::record::{BatchMeta, Header, MAX_BODY_BYTES, Record, encode_into};
 use crate::segment::appender::Appender;
 use crate::segment::{ReadBatches, SegmentFacts, SegmentIndex, SegmentPaths, read_batches};
 use crate::storage::{Storage, StorageFile};
@@ -182,10 +182,7 @@ impl<S: Storage> Log<S> {
                 let mut stage = appender.stage();
                 let header =
                     encode_into(&records, Some(&deltas), Some(h.last_offset_delta), &meta, h.base_offset, &mut stage)
-                        .map_err(|e| match e {
-                        EncodeError::Empty => LogError::EmptyBatch,
-                        EncodeError::TooLarge(bytes) => LogError::BatchTooLarge { bytes, limit: MAX_BODY_BYTES },
-                    })?;
+                        .map_err(|e| LogError::encode(e, MAX_BODY_BYTES))?;
                 stage.commit();
                 index.add_batch(pos, &header);
             }

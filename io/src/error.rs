@@ -110,6 +110,14 @@ pub enum LogError {
 }
 
 impl LogError {
+    /// A batch the encoder refused, `limit` being the bound it was held to.
+    pub(crate) fn encode(e: crate::record::EncodeError, limit: usize) -> LogError {
+        match e {
+            crate::record::EncodeError::Empty => LogError::EmptyBatch,
+            crate::record::EncodeError::TooLarge(bytes) => LogError::BatchTooLarge { bytes, limit },
+        }
+    }
+
     /// Wraps an I/O error with its operation and path, turning "no space" into its own
     /// variant so callers can tell it apart.
     pub fn io(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> LogError {

@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use crate::config::{FsyncPolicy, LogConfig};
 use crate::error::{LogError, Result};
-use crate::record::{BatchMeta, EncodeError, Record, encode_into};
+use crate::record::{BatchMeta, Record, encode_into};
 use crate::recovery::{RecoveryReport, recover_active, recover_closed};
 use crate::segment::appender::{Appender, FlushTicket, TrackerHandle};
 use crate::segment::{
@@ -263,16 +263,12 @@ impl<S: Storage> Log<S> {
                 // stream only once it is known to fit.
                 let pos = st.appender.end();
                 let mut stage = st.appender.stage();
-                let header =
-                    encode_into(records, None, None, meta, st.next_offset, &mut stage).map_err(|e| match e {
-                        EncodeError::Empty => LogError::EmptyBatch,
-                        EncodeError::TooLarge(bytes) => {
-                            LogError::BatchTooLarge { bytes, limit: self.inner.config.max_batch_bytes }
-                        }
-                    })?;
+                let limit = self.inner.config.max_batch_bytes;
+                let header = encode_into(records, None, None, meta, st.next_offset, &mut stage)
+                    .map_err(|e| LogError::encode(e, limit))?;
                 let stored = stage.len();
-                if stored > self.inner.config.max_batch_bytes {
-                    return Err(LogError::BatchTooLarge { bytes: stored, limit: self.inner.config.max_batch_bytes });
+                if stored > limit {
+                    return Err(LogError::BatchTooLarge { bytes: stored, limit });
                 }
                 if !st.rolling && !self.should_roll(&st.active, stored) {
                     stage.commit();

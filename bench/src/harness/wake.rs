@@ -19,6 +19,9 @@ use super::{LatencyRecorder, LatencySummary};
 /// The sleep each sample asks for.
 pub const WAKE_SLEEP: Duration = Duration::from_millis(1);
 
+/// The name of a probe's rows in a result table.
+pub const WAKE_ROWS: &str = "machine: 1 ms sleep late by";
+
 /// A running probe; [`WakeProbe::finish`] stops it and returns what it saw.
 #[derive(Debug)]
 pub struct WakeProbe {

@@ -34,7 +34,7 @@ use serde::Serialize;
 use sluice_engine::{Engine, EngineConfig, EngineError, EngineHandle, OwnedRecord, TopicConfig};
 use sluice_io::{FsyncPolicy, Offset, Timestamp};
 
-use crate::harness::{LatencyRecorder, LatencySummary, RateSearch, RunInfo, Table, WakeProbe, fill_seeded};
+use crate::harness::{LatencyRecorder, LatencySummary, RateSearch, RunInfo, Table, WAKE_ROWS, WakeProbe, fill_seeded};
 use crate::workloads::log::{Clients, LogArgs};
 
 /// Seconds of each `--find-max-rate` step without `--duration`.
@@ -73,8 +73,8 @@ pub struct E2eReport {
     pub e2e_latency_curve: crate::harness::Curve,
     /// How late a thread sleeping 1 ms at a time beside the run woke, microseconds: the
     /// machine's floor under the latencies above (a record waits on at least two
-    /// wake-ups). All zero with `--no-wake-probe`.
-    pub machine_wake_latency_us: LatencySummary,
+    /// wake-ups). None with `--no-wake-probe`.
+    pub machine_wake_latency_us: Option<LatencySummary>,
     /// `--find-max-rate`: the bound, every step, and the highest rate within it.
     #[serde(flatten)]
     pub search: RateSearch,
@@ -192,7 +192,7 @@ fn run_at(
             (sent_in, latency)
         }
     };
-    let machine = probe.map(WakeProbe::finish).unwrap_or_default();
+    let machine = probe.map(WakeProbe::finish);
     block_on(engine.shutdown())?;
     let curve = latency.curve(&format!("log e2e, {rate} records/s, fsync {}", args.fsync));
     let measured_in = sent_in.saturating_sub(warmup).as_secs_f64().max(1e-9);
@@ -321,8 +321,8 @@ impl E2eReport {
         ));
         table.row("achieved rate", format!("{:.0}", self.achieved_rate), "records/s");
         table.latency_rows("e2e latency", &self.e2e_latency_us);
-        if self.machine_wake_latency_us.count > 0 {
-            table.latency_rows("machine: 1 ms sleep late by", &self.machine_wake_latency_us);
+        if let Some(m) = &self.machine_wake_latency_us {
+            table.latency_rows(WAKE_ROWS, m);
         }
         self.search.rows(&mut table, "records/s");
         table

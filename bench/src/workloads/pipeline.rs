@@ -25,7 +25,9 @@ use serde::Serialize;
 use sluice_engine::dataflow::PipelineConfig;
 
 use super::{pipeline_job::Job, pipeline_sluice, pipeline_timely};
-use crate::harness::{Curve, LatencyRecorder, LatencySummary, RateSearch, RunArgs, RunInfo, Table, WakeProbe};
+use crate::harness::{
+    Curve, LatencyRecorder, LatencySummary, RateSearch, RunArgs, RunInfo, Table, WAKE_ROWS, WakeProbe,
+};
 
 /// What `pipeline` makes of the shared options (`--help`).
 const SHARED_HELP: &str = "Shared options here: --shards defaults to one per CPU this process may run on. Without \
@@ -400,7 +402,7 @@ impl PipelineReport {
             table.latency_rows("result latency", l);
         }
         if let Some(m) = &self.machine_wake_latency_us {
-            table.latency_rows("machine: 1 ms sleep late by", m);
+            table.latency_rows(WAKE_ROWS, m);
         }
         table
     }

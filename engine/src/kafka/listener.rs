@@ -276,6 +276,27 @@ async fn until_closed<T>(
         .await
 }
 
+/// Polls a request's `work` once, so that it reaches its shard before the next request is
+/// read, and runs the rest as a task. With `queued`, the next request is read only once
+/// that closes (the request's appends are queued): at once, unless a shard's queue is
+/// full. `None` if the listener stops or the writer goes first.
+async fn start(
+    mut work: Pin<Box<dyn Future<Output = Reply>>>,
+    queued: Option<async_channel::Receiver<()>>,
+    stop: &async_channel::Receiver<()>,
+    writer_gone: &async_channel::Receiver<()>,
+) -> Option<Pending> {
+    if let Some(bytes) = futures_lite::future::poll_once(&mut work).await {
+        return Some(Pending::Ready(bytes));
+    }
+    let task = glommio::spawn_local(work);
+    if let Some(queued) = queued {
+        // `recv` fails once the request's future drops its sender: that is the signal.
+        let _closed = until_closed(queued.recv(), stop, writer_gone).await?;
+    }
+    Some(Pending::Working(task))
+}
+
 async fn serve_connection(ctx: Arc<Context>, stream: TcpStream, stop: async_channel::Receiver<()>) {
     let (mut reader, writer) = futures_lite::io::split(stream);
     let (queue_tx, queue_rx) =
@@ -307,24 +328,11 @@ async fn serve_connection(ctx: Arc<Context>, stream: TcpStream, stop: async_chan
                 eprintln!("sluice kafka listener: closing a connection: {reason}");
                 break;
             }
-            Handled::Ready(bytes) => Pending::Ready(bytes),
-            Handled::Working(mut fut) => match futures_lite::future::poll_once(&mut fut).await {
-                Some(bytes) => Pending::Ready(bytes),
-                None => Pending::Working(glommio::spawn_local(fut)),
-            },
-            Handled::Ordered { mut work, queued } => match futures_lite::future::poll_once(&mut work).await {
-                Some(bytes) => Pending::Ready(bytes),
-                None => {
-                    let task = glommio::spawn_local(work);
-                    // The next request is read once this one's appends are queued
-                    // (`queued` closes): at once, unless a shard's queue is full.
-                    if until_closed(queued.recv(), &stop, &writer_gone).await.is_none() {
-                        break;
-                    }
-                    Pending::Working(task)
-                }
-            },
+            Handled::Ready(bytes) => Some(Pending::Ready(bytes)),
+            Handled::Working(work) => start(work, None, &stop, &writer_gone).await,
+            Handled::Ordered { work, queued } => start(work, Some(queued), &stop, &writer_gone).await,
         };
+        let Some(pending) = pending else { break };
         // A full queue waits for the writer, which may itself give up on the client.
         if !matches!(until_closed(queue_tx.send(pending), &stop, &writer_gone).await, Some(Ok(()))) {
             break;

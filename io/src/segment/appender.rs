@@ -50,6 +50,11 @@ struct Spares {
 }
 
 impl Spares {
+    /// A kept buffer, if any.
+    fn take(&mut self) -> Option<DmaBuffer> {
+        self.bufs.pop()
+    }
+
     /// Keeps `buf` if it is a full-size one and there is room.
     fn offer(&mut self, buf: DmaBuffer) {
         if buf.len() == self.buf_bytes && self.bufs.len() < self.max {
@@ -448,7 +453,7 @@ impl<F: StorageFile> crate::record::BatchOut for Stage<'_, F> {
 
 /// A full-size buffer to fill: a spare one, or a new one.
 fn fresh_buffer<F: StorageFile>(tracker: &RefCell<Tracker>, file: &F, buf_bytes: usize) -> DmaBuffer {
-    let spare = tracker.borrow_mut().spare.bufs.pop();
+    let spare = tracker.borrow_mut().spare.take();
     spare.unwrap_or_else(|| file.alloc_buffer(buf_bytes))
 }
 
