@@ -690,11 +690,11 @@ impl Run {
         if crash {
             self.stats.crash_reboots += 1;
             // From here on nothing reaches the disk. Writes the log already submitted may
-            // still land, as they would on a real machine: give them time to, so that none
+            // still land, as they would on a real machine: wait for them, so that none
             // lands after the reopened log has read the segment.
             self.storage.plan().borrow_mut().crashed = true;
             drop(self.log.take());
-            glommio::timer::sleep(Duration::from_millis(20)).await;
+            self.storage.settled().await;
             let active = bases.last().expect("a log has an active segment").0;
             self.lose_unsynced_writes(active);
         } else {

@@ -33,6 +33,9 @@ pub struct FaultPlan {
     pub syncs: u64,
     /// Set once a tear happened.
     pub crashed: bool,
+    /// Writes handed to the disk and not yet completed: a crash does not stop those, so
+    /// a test waits for them ([`FaultyStorage::settled`]) before it recovers.
+    pub writes_in_flight: u64,
     /// How far each file has been written: below it a torn write leaves the old bytes,
     /// above it the fill.
     pub written_to: std::collections::HashMap<PathBuf, u64>,
@@ -56,6 +59,16 @@ impl FaultyStorage {
     #[must_use]
     pub fn plan(&self) -> &Rc<RefCell<FaultPlan>> {
         &self.plan
+    }
+
+    /// Resolves once no write this storage handed to the disk is still in flight. After a
+    /// crash, writes submitted before it may still land, as they would on a real machine
+    /// until it died: a test waits for them before it reopens, so that none lands after
+    /// recovery has read the file.
+    pub async fn settled(&self) {
+        while self.plan.borrow().writes_in_flight > 0 {
+            glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
+        }
     }
 
     fn check_crashed(&self) -> io::Result<()> {
@@ -107,6 +120,22 @@ pub struct FaultyFile {
     storage: FaultyStorage,
 }
 
+/// Counts a write in [`FaultPlan::writes_in_flight`] while it lives.
+struct InFlight<'a>(&'a RefCell<FaultPlan>);
+
+impl<'a> InFlight<'a> {
+    fn new(plan: &'a RefCell<FaultPlan>) -> Self {
+        plan.borrow_mut().writes_in_flight += 1;
+        InFlight(plan)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.borrow_mut().writes_in_flight -= 1;
+    }
+}
+
 impl StorageFile for FaultyFile {
     fn alignment(&self) -> u64 {
         self.inner.alignment()
@@ -135,6 +164,7 @@ impl StorageFile for FaultyFile {
                 _ => None,
             }
         };
+        let _in_flight = InFlight::new(&self.storage.plan);
         let Some((keep, fill, written_to)) = tear else {
             let n = self.inner.write_at(buf, pos).await?;
             let mut plan = self.storage.plan.borrow_mut();
