@@ -170,6 +170,39 @@ impl Consumer {
         })
     }
 
+    /// Reads every assigned partition from its position up to the end the partition has
+    /// as this is called (its log end offset then), and returns what a `poll` loop would
+    /// have delivered by then; records appended meanwhile are left for later polls. With
+    /// [`Isolation::ReadCommitted`] it stops at the last stable offset below that end:
+    /// records of a transaction still open there, and everything after them, are not
+    /// returned (the positions stay at the first of them, as a Kafka consumer's do).
+    ///
+    /// # Errors
+    ///
+    /// Whatever a fetch answers (an unknown topic, a failed log, a shut-down engine).
+    pub async fn read_to_end(&mut self) -> Result<Vec<Polled>> {
+        let mut ends = BTreeMap::new();
+        for (topic, p) in self.positions.keys() {
+            ends.insert((topic.clone(), *p), self.engine.offsets(topic, *p).await?.1);
+        }
+        let mut out = Vec::new();
+        for (key, end) in ends {
+            loop {
+                let at = self.fetch_at(&key);
+                if at >= end {
+                    break;
+                }
+                // Below the end there is always something to read, but under a lazy fsync
+                // policy the newest bytes may need a moment to become readable.
+                let batches = self.engine.fetch(&key.0, key.1, at, self.max_bytes, Duration::from_millis(100)).await?;
+                if let Some(polled) = self.take(key.clone(), batches)? {
+                    out.push(polled);
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Batches from the assigned partitions that have data, advancing their positions.
     /// When none has any, waits up to `max_wait` for the first that gets some.
     pub async fn poll(&mut self, max_wait: Duration) -> Result<Vec<Polled>> {

@@ -113,11 +113,14 @@ impl Engine {
     pub async fn open(config: EngineConfig) -> Result<Engine> {
         let shards = config.shard_count()?;
         config.topic_defaults.log_config()?;
-        let layout = Layout { data_dir: config.data_dir.clone() };
         let io = |op, path: &std::path::Path| {
             let path = path.to_path_buf();
             move |source| EngineError::Io { op, path, source }
         };
+        // Absolute from here on: a relative path's parent is "", which cannot be opened
+        // to fsync a directory entry.
+        let data_dir = std::path::absolute(&config.data_dir).map_err(io("resolving", &config.data_dir))?;
+        let layout = Layout { data_dir };
         std::fs::create_dir_all(&layout.data_dir).map_err(io("creating", &layout.data_dir))?;
         let lock_path = layout.lock_file();
         let lock = File::options()
@@ -610,6 +613,33 @@ impl EngineHandle {
         let (shard, _) = self.owner(topic, partition)?;
         let topic = topic.to_string();
         self.call(shard, |reply| Request::Offsets { topic, partition, reply }).await
+    }
+
+    /// Makes everything appended to a partition so far durable (written and
+    /// fdatasync'd), whatever the topic's fsync policy, and returns the durable end. An
+    /// exactly-once sink calls it before a transaction becomes part of a checkpoint, and
+    /// after its commit markers, so that a crash cannot take back what a completed
+    /// checkpoint relies on.
+    pub async fn sync(&self, topic: &str, partition: u32) -> Result<Offset> {
+        let (shard, _) = self.owner(topic, partition)?;
+        let topic = topic.to_string();
+        self.call(shard, |reply| Request::Sync { topic, partition, reply }).await
+    }
+
+    /// Every partition of `topic` read from its first offset held up to the end it has
+    /// now, as a [`Consumer`](crate::Consumer) with `isolation` would deliver it: with
+    /// [`Isolation::ReadCommitted`](crate::Isolation::ReadCommitted), only committed
+    /// records, up to each partition's last stable offset. Batches of one partition come
+    /// in offset order, partitions one after another.
+    ///
+    /// # Errors
+    ///
+    /// [`EngineError::UnknownTopic`], or whatever a fetch answers.
+    pub async fn read_to_end(&self, topic: &str, isolation: crate::Isolation) -> Result<Vec<crate::consumer::Polled>> {
+        let mut consumer = crate::Consumer::new(self.clone(), 1 << 20).with_isolation(isolation);
+        let partitions = consumer.partitions_of(topic)?;
+        consumer.assign(&partitions, crate::SeekTo::Earliest).await?;
+        consumer.read_to_end().await
     }
 
     /// The first offset whose record's event time is at or after `time`, if any.

@@ -209,6 +209,9 @@ pub(crate) enum Request {
     },
     /// The log start and end offsets.
     Offsets { topic: String, partition: u32, reply: Reply<(Offset, Offset)> },
+    /// Make everything appended so far durable (written and fdatasync'd), whatever the
+    /// partition's fsync policy; answers the durable end.
+    Sync { topic: String, partition: u32, reply: Reply<Offset> },
     /// The first offset at or after a time.
     OffsetForTime { topic: String, partition: u32, time: Timestamp, reply: Reply<Option<Offset>> },
     /// A member joins a group this shard coordinates.
@@ -415,6 +418,16 @@ async fn handle(state: &Rc<RefCell<ShardState>>, request: Request) {
                 let log = &part.borrow().log;
                 (log.start_offset(), log.end_offset())
             });
+            let _ = reply.send(result).await;
+        }
+        Request::Sync { topic, partition: p, reply } => {
+            let result = match partition(state, &topic, p) {
+                Err(e) => Err(e),
+                Ok(part) => {
+                    let log = part.borrow().log.clone();
+                    log.flush().await.map(|()| log.durable_offset()).map_err(|e| EngineError::log(&topic, p, e))
+                }
+            };
             let _ = reply.send(result).await;
         }
         Request::OffsetForTime { topic, partition: p, time, reply } => {

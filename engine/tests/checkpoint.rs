@@ -173,9 +173,17 @@ fn read_committed_shows_only_committed_transactions() {
             (out, c.positions()[&("t".to_string(), 0)])
         })
     };
+    // The helper that reads a whole topic to its current end sees the same at each step.
+    let to_end = |isolation| {
+        let polled = block_on(h.read_to_end("t", isolation)).unwrap();
+        let records = polled.iter().flat_map(|p| p.batches.records());
+        records.map(|r| String::from_utf8(r.unwrap().value().to_vec()).unwrap()).collect::<Vec<_>>()
+    };
     // Both transactions open: read_committed stops at the first one's first record.
     let (seen, stable) = read(Isolation::ReadCommitted);
     assert_eq!(seen, ["p0"]);
+    assert_eq!(to_end(Isolation::ReadCommitted), ["p0"]);
+    assert_eq!(to_end(Isolation::ReadUncommitted), ["p0", "a1", "a2", "b1", "p1"]);
     assert_eq!(stable.0, 1, "the last stable offset is a1's");
     assert_eq!(read(Isolation::ReadUncommitted).0, ["p0", "a1", "a2", "b1", "p1"]);
     // b commits first: a still holds everything after it back.
@@ -185,6 +193,7 @@ fn read_committed_shows_only_committed_transactions() {
     block_on(h.write_marker("t", 0, ProducerId(a), Marker::Abort)).unwrap();
     assert_eq!(read(Isolation::ReadCommitted).0, ["p0", "b1", "p1"]);
     assert_eq!(read(Isolation::ReadUncommitted).0, ["p0", "a1", "a2", "b1", "p1"]);
+    assert_eq!(to_end(Isolation::ReadCommitted), ["p0", "b1", "p1"]);
     let open = block_on(h.open_transactions("t", 0)).unwrap();
     assert!(open.is_empty(), "{open:?}");
     append(vec![rec("a3")], b + 1_000_000, 0);
@@ -265,12 +274,77 @@ fn a_generator_pipeline_restores_its_window_state_and_positions() {
 
 /// Waits for `k` completed checkpoints, then stops `running` without draining.
 fn stop_after_checkpoints(running: &sluice_engine::dataflow::RunningPipeline, k: usize) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while running.checkpoints().len() < k {
-        assert!(Instant::now() < deadline, "{k} checkpoints in 30 s");
-        std::thread::sleep(Duration::from_millis(1));
+    let mut last = 0;
+    for n in 1..=k {
+        let stats = running.wait_for_checkpoint(last, Duration::from_secs(30));
+        last = stats.unwrap_or_else(|| panic!("checkpoint {n} of {k} in 30 s")).id;
     }
     running.stop(false);
+}
+
+#[test]
+fn waiting_for_a_checkpoint_returns_each_in_turn_and_none_once_no_more_will_complete() {
+    let dir = common::data_dir("checkpoint", "wait-for");
+    let records = input(5, 2000, 10);
+    let e = engine(&dir.join("data"));
+    let h = e.handle();
+    produce(&h, &records);
+    let config = JobConfig {
+        checkpoints: dir.join("checkpoints"),
+        shards: 1,
+        interval: Duration::from_millis(20),
+        work: Duration::from_micros(100),
+        mode: sluice_engine::dataflow::CheckpointMode::Aligned,
+    };
+    let running = spawn(&h, &config);
+    let first = running.wait_for_checkpoint(0, Duration::from_secs(30)).expect("a first checkpoint");
+    let second = running.wait_for_checkpoint(first.id, Duration::from_secs(30)).expect("a second checkpoint");
+    assert!(second.id > first.id, "{first:?} then {second:?}");
+    assert_eq!(running.checkpoints().iter().find(|c| c.id == second.id), Some(&second));
+    // A bounded job ends with its final checkpoint: after that, waiting returns at once.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !running.is_finished() {
+        assert!(Instant::now() < deadline, "the job ends");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let last = running.checkpoints().last().unwrap().id;
+    let t = Instant::now();
+    assert_eq!(running.wait_for_checkpoint(last, Duration::from_secs(10)), None);
+    assert!(t.elapsed() < Duration::from_secs(5), "waited {:?} for a checkpoint that cannot come", t.elapsed());
+    running.join().unwrap();
+    block_on(e.shutdown()).unwrap();
+}
+
+#[test]
+fn a_restored_bounded_job_stops_where_the_interrupted_run_would_have() {
+    for shards in [1, 2] {
+        let dir = common::data_dir("checkpoint", &format!("bounded-end-{shards}"));
+        let records = input(13, 4000, 20);
+        let want = expected(&records);
+        let e = engine(&dir.join("data"));
+        let h = e.handle();
+        produce(&h, &records);
+        let config = JobConfig {
+            checkpoints: dir.join("checkpoints"),
+            shards,
+            interval: Duration::from_millis(20),
+            work: Duration::from_micros(100),
+            mode: sluice_engine::dataflow::CheckpointMode::Aligned,
+        };
+        let running = spawn(&h, &config);
+        stop_after_checkpoints(&running, 2);
+        running.join().unwrap();
+        // More input arrives before the restart: the restored run must not read it.
+        let later: Vec<checkpoint_job::In> =
+            input(14, 500, 20).into_iter().map(|(k, t, v)| (k, t + 100_000, v)).collect();
+        checkpoint_job::append_input(&h, &later);
+        let running = spawn(&h, &config);
+        assert!(running.restored_from().is_some(), "{shards} shards: the second run restores");
+        running.join().unwrap();
+        let got = committed_output(&h);
+        assert!(got == want, "{shards} shards: {}", diff(&got, &want));
+        block_on(e.shutdown()).unwrap();
+    }
 }
 
 /// Ends `running`: stopped once `stop_after` checkpoints completed (when given), else run

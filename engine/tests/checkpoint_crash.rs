@@ -1,18 +1,34 @@
-//! Crash equivalence: a child process runs the checkpointed job (tumbling, sliding and
-//! session windows and a keyed process function with timers, from a topic into an
-//! exactly-once topic sink, checkpoints every 100 ms); the parent kills it with SIGKILL at
-//! random moments, several times, restarts it each time, and finally reads the output
-//! topic `read_committed`: it must equal the reference output exactly, no duplicate and no
-//! loss. Run in aligned and unaligned checkpoint mode, at 1 and 2 shards, and with the
-//! shard count changing at every restart (rescaling: 2 -> 1 -> 2 ...), for several seeds.
-//! In unaligned mode at 2 shards, the scenario's checkpoints must have stored in-flight
-//! records (every run reports its running total as checkpoints complete, killed runs
-//! included), or the mode was not exercised. Whether one checkpoint catches records in
-//! flight depends on timing; `checkpoint.rs` has the deterministic test of that path (a
-//! backpressured ring).
+//! Crash equivalence: a child process runs the checkpointed job (tumbling windows, sliding
+//! and session windows with a custom aggregate, and a keyed process function with timers,
+//! from a bounded topic into an exactly-once topic sink); the parent kills it with SIGKILL
+//! at random moments, restarts it each time, and finally reads the output topic
+//! `read_committed`: it must equal the reference output exactly, no duplicate and no loss.
+//!
+//! Three kinds of scenario, each in aligned and unaligned checkpoint mode:
+//!
+//! - **steady**: checkpoints every 100 ms, 3 kills 150-750 ms after each start, at 1 and 2
+//!   shards and with the shard count changing at every restart (2 -> 1 -> 2 ...). In
+//!   unaligned mode at 2 shards, the scenario's checkpoints must have stored in-flight
+//!   records (every run reports its running total as checkpoints complete, killed runs
+//!   included), or the mode was not exercised. Whether one checkpoint catches records in
+//!   flight depends on timing; `checkpoint.rs` has the deterministic test of that path.
+//! - **rapid**: checkpoints every 50 ms, 15 kills 100-500 ms after each start (so kills
+//!   land during start-up, restore, transaction recovery and commit), rescaling at every
+//!   restart, for several seeds (`RAPID_SEEDS`, default 6).
+//! - **durable**: the output topic is written with `fsync interval:60000`, so an append is
+//!   acknowledged while its bytes are still in the process; the child aborts itself right
+//!   after its third completed checkpoint. A checkpoint may only complete once the output
+//!   it covers can no longer be lost, so the restarted run must still produce everything.
+//!   (This is the case that lost session-window results: a window's firing was in a
+//!   completed checkpoint and its results were in a write buffer when the process died.)
+//!
+//! Every scenario prints its kill schedule as `SCHEDULE=shards:ms,...` (`-` for the run
+//! left to finish). `SEED=<n>` replays one seed; with `SCHEDULE=...` (and `MODE=aligned` or
+//! `unaligned`) it replays that schedule exactly, as far as timing allows.
+//! `ONLY=durable,steady,rapid` picks the kinds of scenario to run.
 //!
 //! This test has its own `main` (`harness = false`): the child is this same binary, started
-//! with `SLUICE_CRASH_CHILD` set. `SEED=<n>` replays one seed.
+//! with `SLUICE_CRASH_CHILD` set.
 
 #[path = "checkpoint_job/mod.rs"]
 mod checkpoint_job;
@@ -23,7 +39,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use checkpoint_job::{JobConfig, committed_output, diff, engine, expected, input, produce, spawn};
+use checkpoint_job::{
+    JobConfig, committed_output, diff, engine, expected, input, produce_with, spawn, uncommitted_output,
+};
 use futures_lite::future::block_on;
 use sluice_engine::dataflow::CheckpointMode;
 
@@ -37,18 +55,51 @@ fn main() {
         child(&spec);
         return;
     }
-    let seeds: Vec<u64> = match std::env::var("SEED") {
-        Ok(s) => vec![s.parse().expect("SEED is a number")],
-        Err(_) => vec![1, 2],
-    };
     let started = Instant::now();
-    for seed in seeds {
-        for mode in [CheckpointMode::Aligned, CheckpointMode::Unaligned] {
+    let modes: Vec<CheckpointMode> = match std::env::var("MODE") {
+        Ok(m) => vec![m.parse().expect("MODE is aligned or unaligned")],
+        Err(_) => vec![CheckpointMode::Aligned, CheckpointMode::Unaligned],
+    };
+    if let Ok(schedule) = std::env::var("SCHEDULE") {
+        let seed: u64 = std::env::var("SEED").expect("SCHEDULE needs its SEED").parse().expect("SEED is a number");
+        let runs = parse_schedule(&schedule);
+        for &mode in &modes {
+            let report = scenario(seed, mode, Kind::Replay(runs.clone()));
+            println!("SEED={seed} MODE={mode} SCHEDULE={schedule}: {report}");
+        }
+        return;
+    }
+    let (steady, rapid): (Vec<u64>, Vec<u64>) = match std::env::var("SEED") {
+        Ok(s) => {
+            let seed = s.parse().expect("SEED is a number");
+            (vec![seed], vec![seed])
+        }
+        Err(_) => {
+            let n = std::env::var("RAPID_SEEDS").map_or(6, |n| n.parse().expect("RAPID_SEEDS is a number"));
+            (vec![1, 2], (100..100 + n).collect())
+        }
+    };
+    let only = std::env::var("ONLY").ok();
+    let runs = |kind: &str| only.as_deref().is_none_or(|o| o.split(',').any(|k| k == kind));
+    let steady = if runs("steady") { steady } else { Vec::new() };
+    let rapid = if runs("rapid") { rapid } else { Vec::new() };
+    for &mode in &modes {
+        if runs("durable") {
+            let t = Instant::now();
+            let report = scenario(7, mode, Kind::Durable);
+            println!("SEED=7 MODE={mode} durable: {report} ({:.1} s)", t.elapsed().as_secs_f64());
+        }
+        for &seed in &steady {
             for shards in [Shards::Fixed(1), Shards::Fixed(2), Shards::Alternating] {
                 let t = Instant::now();
-                let report = scenario(seed, mode, shards);
-                println!("SEED={seed} {mode} {shards:?}: {report} ({:.1} s)", t.elapsed().as_secs_f64());
+                let report = scenario(seed, mode, Kind::Steady(shards));
+                println!("SEED={seed} MODE={mode} steady {shards:?}: {report} ({:.1} s)", t.elapsed().as_secs_f64());
             }
+        }
+        for &seed in &rapid {
+            let t = Instant::now();
+            let report = scenario(seed, mode, Kind::Rapid);
+            println!("SEED={seed} MODE={mode} rapid: {report} ({:.1} s)", t.elapsed().as_secs_f64());
         }
     }
     println!("test result: ok. checkpoint_crash passed in {:.1} s", started.elapsed().as_secs_f64());
@@ -61,94 +112,177 @@ enum Shards {
     Alternating,
 }
 
-/// Runs the job in a child process until it finishes, killing it `KILLS` times first;
+#[derive(Debug, Clone)]
+enum Kind {
+    Steady(Shards),
+    Rapid,
+    Durable,
+    /// A recorded schedule: each run's shard count and the ms after which it is killed
+    /// (`None`: left to finish).
+    Replay(Vec<(usize, Option<u64>)>),
+}
+
+impl Kind {
+    /// Run `run`'s shard count, and when to kill it (`None`: let it finish), drawing
+    /// from `rng`; `kills` so far.
+    fn plan(&self, run: usize, kills: usize, rng: &mut common::Rng) -> (usize, Option<u64>) {
+        let alternating = 2 - run % 2;
+        match self {
+            Kind::Steady(shards) => {
+                let n = match shards {
+                    Shards::Fixed(n) => *n,
+                    Shards::Alternating => alternating,
+                };
+                (n, (kills < 3).then(|| 150 + rng.below(600)))
+            }
+            Kind::Rapid => (alternating, (kills < 15).then(|| 100 + rng.below(400))),
+            Kind::Durable => (1, None),
+            Kind::Replay(runs) => runs.get(run).copied().unwrap_or((alternating, None)),
+        }
+    }
+
+    /// A name for the scenario's directory.
+    fn name(&self) -> String {
+        match self {
+            Kind::Steady(shards) => format!("steady-{shards:?}"),
+            Kind::Rapid => "rapid".into(),
+            Kind::Durable => "durable".into(),
+            Kind::Replay(_) => "replay".into(),
+        }
+    }
+
+    fn interval(&self) -> Duration {
+        match self {
+            Kind::Rapid | Kind::Replay(_) => Duration::from_millis(50),
+            _ => Duration::from_millis(100),
+        }
+    }
+}
+
+fn parse_schedule(s: &str) -> Vec<(usize, Option<u64>)> {
+    s.split(',')
+        .map(|run| {
+            let (n, ms) = run.split_once(':').expect("SCHEDULE runs are shards:ms or shards:-");
+            (n.parse().expect("a shard count"), (ms != "-").then(|| ms.parse().expect("a kill delay in ms")))
+        })
+        .collect()
+}
+
+/// Runs the job in a child process until it finishes, killing it as `kind` says first;
 /// checks the committed output. Returns what happened, for the log.
-fn scenario(seed: u64, mode: CheckpointMode, shards: Shards) -> String {
-    const KILLS: usize = 3;
-    let dir = common::data_dir("checkpoint_crash", &format!("{seed}-{mode}-{shards:?}"));
+fn scenario(seed: u64, mode: CheckpointMode, kind: Kind) -> String {
+    let dir = common::data_dir("checkpoint_crash", &format!("{seed}-{mode}-{}", kind.name()));
     let data = dir.join("data");
-    let records = input(seed, 8000, 40);
+    // The rapid scenario's job is longer and has more keys (more sessions ending all the
+    // time), so that fifteen short runs do not finish it.
+    let records =
+        if matches!(kind, Kind::Rapid | Kind::Replay(_)) { input(seed, 20_000, 200) } else { input(seed, 8000, 40) };
     let want = expected(&records);
+    let out_fsync = if matches!(kind, Kind::Durable) { "interval:60000" } else { "interval:5" };
     {
         let e = engine(&data);
-        produce(&e.handle(), &records);
+        produce_with(&e.handle(), &records, out_fsync);
         block_on(e.shutdown()).unwrap();
     }
     let mut rng = common::Rng::seeded(seed * 31 + 7);
-    let mut kills = 0;
-    let mut restores = 0;
-    let mut inflight = 0;
+    let mut schedule: Vec<String> = Vec::new();
+    let (mut kills, mut aborts, mut restores, mut inflight) = (0, 0, 0, 0);
     for run in 0.. {
-        assert!(run < 50, "SEED={seed} {mode} {shards:?}: the job never finished");
-        let n = match shards {
-            Shards::Fixed(n) => n,
-            Shards::Alternating => 2 - run % 2,
-        };
-        let spec = format!("{}|{}|{n}|{mode}", data.display(), dir.join("checkpoints").display());
+        let (n, kill_after) = kind.plan(run, kills, &mut rng);
+        let shown =
+            |schedule: &[String]| format!("SEED={seed} MODE={mode} {} SCHEDULE={}", kind.name(), schedule.join(","));
+        assert!(run < 60, "{}: the job never finished", shown(&schedule));
+        // The durable scenario's first run aborts itself after its third checkpoint.
+        let abort_after = if matches!(kind, Kind::Durable) && run == 0 { 3 } else { 0 };
+        let spec = format!(
+            "{}|{}|{n}|{mode}|{}|{abort_after}",
+            data.display(),
+            dir.join("checkpoints").display(),
+            kind.interval().as_millis()
+        );
         let mut child = Command::new(std::env::current_exe().unwrap())
             .env(CHILD, spec)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
             .expect("the child starts");
-        let finished = if kills < KILLS {
-            let deadline = Instant::now() + Duration::from_millis(150 + rng.below(600));
-            loop {
-                if let Some(status) = child.try_wait().unwrap() {
-                    break Some(status);
+        let status = match kill_after {
+            Some(ms) => {
+                let deadline = Instant::now() + Duration::from_millis(ms);
+                loop {
+                    if let Some(status) = child.try_wait().unwrap() {
+                        break Some(status);
+                    }
+                    if Instant::now() >= deadline {
+                        child.kill().unwrap();
+                        child.wait().unwrap();
+                        kills += 1;
+                        break None;
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
                 }
-                if Instant::now() >= deadline {
-                    child.kill().unwrap();
-                    child.wait().unwrap();
-                    kills += 1;
-                    break None;
-                }
-                std::thread::sleep(Duration::from_millis(2));
             }
-        } else {
-            Some(child.wait().unwrap())
+            None => Some(child.wait().unwrap()),
         };
+        // A run killed records its delay; one that finished (or aborted itself) first, `-`.
+        schedule.push(match (status.is_none(), kill_after) {
+            (true, Some(ms)) => format!("{n}:{ms}"),
+            _ => format!("{n}:-"),
+        });
         let mut log = String::new();
         child.stderr.take().unwrap().read_to_string(&mut log).unwrap();
         restores += log.matches("restoring checkpoint").count();
-        if let Some(status) = finished {
-            assert!(status.success(), "SEED={seed} {mode} {shards:?}: the child failed ({status}):\n{log}");
-        }
         let stored = log.lines().filter_map(|l| l.strip_prefix(INFLIGHT)).map(|n| n.parse::<u64>().unwrap()).max();
         if n == 2 {
             inflight += stored.unwrap_or(0);
         }
-        if finished.is_some() {
-            break;
+        match status {
+            Some(status) if abort_after > 0 => {
+                assert!(!status.success(), "{}: the child was to abort itself:\n{log}", shown(&schedule));
+                aborts += 1;
+            }
+            Some(status) => {
+                assert!(status.success(), "{}: the child failed ({status}):\n{log}", shown(&schedule));
+                break;
+            }
+            None => {}
         }
     }
-    if mode == CheckpointMode::Unaligned && !matches!(shards, Shards::Fixed(1)) {
-        assert!(
-            inflight > 0,
-            "SEED={seed} {mode} {shards:?}: no checkpoint of a two-shard run stored in-flight records"
-        );
+    let shown = format!("SEED={seed} MODE={mode} {} SCHEDULE={}", kind.name(), schedule.join(","));
+    if mode == CheckpointMode::Unaligned && matches!(kind, Kind::Steady(Shards::Fixed(2) | Shards::Alternating)) {
+        assert!(inflight > 0, "{shown}: no checkpoint of a two-shard run stored in-flight records");
     }
-    assert!(restores > 0, "SEED={seed} {mode} {shards:?}: no run restored a checkpoint, so nothing was tested");
+    assert!(restores > 0, "{shown}: no run restored a checkpoint, so nothing was tested");
     let e = engine(&data);
     let got = committed_output(&e.handle());
+    if got != want {
+        // Tell lost results (never written) from results written and then aborted.
+        let written = uncommitted_output(&e.handle());
+        let never: Vec<&String> = want.iter().filter(|w| written.binary_search(w).is_err()).take(20).collect();
+        block_on(e.shutdown()).unwrap();
+        panic!("{shown}: {}\nwanted and never written at all (first 20): {never:?}", diff(&got, &want));
+    }
     block_on(e.shutdown()).unwrap();
-    assert!(got == want, "SEED={seed} {mode} {shards:?}: {}", diff(&got, &want));
     format!(
-        "{kills} kills, {restores} restores, {inflight} in-flight records stored by two-shard runs, {} results equal",
+        "SCHEDULE={} {kills} kills, {aborts} aborts, {restores} restores, {inflight} in-flight records stored by two-shard runs, {} results equal",
+        schedule.join(","),
         got.len()
     )
 }
 
-/// The child: runs the job to its end on the data directory and checkpoints in `spec`.
+/// The child: runs the job to its end on the data directory and checkpoints in `spec`;
+/// with a non-zero `abort_after`, aborts the process (no destructor, no flush) as soon as
+/// that many checkpoints have completed.
 fn child(spec: &str) {
     let mut parts = spec.split('|');
     let data = PathBuf::from(parts.next().unwrap());
     let checkpoints = PathBuf::from(parts.next().unwrap());
     let shards: usize = parts.next().unwrap().parse().unwrap();
     let mode = parts.next().unwrap().parse().unwrap();
+    let interval = Duration::from_millis(parts.next().unwrap().parse().unwrap());
+    let abort_after: usize = parts.next().unwrap().parse().unwrap();
     let e = engine(Path::new(&data));
-    let config =
-        JobConfig { checkpoints, shards, interval: Duration::from_millis(100), work: Duration::from_micros(300), mode };
+    let config = JobConfig { checkpoints, shards, interval, work: Duration::from_micros(300), mode };
     let running = spawn(&e.handle(), &config);
     let mut reported = 0;
     let mut report = |running: &sluice_engine::dataflow::RunningPipeline| {
@@ -158,6 +292,17 @@ fn child(spec: &str) {
             eprintln!("{INFLIGHT}{inflight}");
         }
     };
+    if abort_after > 0 {
+        let mut last = 0;
+        for _ in 0..abort_after {
+            let Some(stats) = running.wait_for_checkpoint(last, Duration::from_secs(30)) else {
+                eprintln!("the job ended before checkpoint {} completed", last + 1);
+                std::process::exit(3);
+            };
+            last = stats.id;
+        }
+        std::process::abort();
+    }
     while !running.is_finished() {
         report(&running);
         std::thread::sleep(Duration::from_millis(5));

@@ -109,6 +109,33 @@ fn topics_sends_and_restarts_across_shards() {
 }
 
 #[test]
+fn an_engine_opens_a_relative_data_directory() {
+    let dir = data_dir("relative");
+    std::fs::create_dir_all(&*dir).unwrap();
+    // The test directory as seen from the working directory, through "..".
+    let cwd = std::env::current_dir().unwrap();
+    let abs = dir.canonicalize().unwrap();
+    let common = cwd.ancestors().find(|a| abs.starts_with(a)).unwrap();
+    let mut relative = std::path::PathBuf::new();
+    for _ in cwd.strip_prefix(common).unwrap().components() {
+        relative.push("..");
+    }
+    relative.push(abs.strip_prefix(common).unwrap());
+    assert!(relative.is_relative(), "{relative:?}");
+    for round in 0..2 {
+        let engine = block_on(Engine::open(config(&relative, 1))).unwrap();
+        let h = engine.handle();
+        if round == 0 {
+            block_on(h.create_topic("rel", 2, None)).unwrap();
+            block_on(h.send_to("rel", 1, OwnedRecord { key: None, value: b"v".to_vec(), event_time: Timestamp(1) }))
+                .unwrap();
+        }
+        assert_eq!(read_partition(&h, "rel", 1), [(0, None, b"v".to_vec())], "round {round}");
+        block_on(engine.shutdown()).unwrap();
+    }
+}
+
+#[test]
 fn a_second_engine_on_the_same_directory_is_refused() {
     let dir = data_dir("lock");
     let engine = block_on(Engine::open(config(&dir, 1))).unwrap();

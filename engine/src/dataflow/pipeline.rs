@@ -260,6 +260,17 @@ impl RunningPipeline {
         self.coordinator.as_ref().map(|(c, _)| c.stats()).unwrap_or_default()
     }
 
+    /// Blocks until a checkpoint with an id above `after` has completed in this run, and
+    /// returns its figures: `wait_for_checkpoint(0, ..)` waits for the first, and
+    /// passing the id of the last entry of [`RunningPipeline::checkpoints`] waits for the
+    /// next one. Its sinks commit what it covers right after. `None` if the pipeline does
+    /// not checkpoint, if `timeout` passes, or if the pipeline takes no more checkpoints
+    /// (its final one, of bounded inputs, is done, or it was joined).
+    #[must_use]
+    pub fn wait_for_checkpoint(&self, after: u64, timeout: Duration) -> Option<CheckpointStats> {
+        self.coordinator.as_ref().and_then(|(c, _)| c.wait_for(after, timeout))
+    }
+
     /// Whether every shard has finished (so [`RunningPipeline::join`] will not wait for
     /// them).
     #[must_use]

@@ -76,6 +76,26 @@ pub trait Source<T>: 'static {
         Err("this source cannot resume from a checkpoint".into())
     }
 
+    /// For a checkpoint: where each split of a bounded source stops, as (split key, end
+    /// position), so that a restored run reads exactly the range the interrupted one
+    /// would have, even if more was written in between. `None`, the default, for a source
+    /// with no fixed end.
+    fn bounds(&self) -> Option<Vec<(u64, i64)>> {
+        None
+    }
+
+    /// Takes the ends of a restored checkpoint (from every shard's instance, as
+    /// [`Source::bounds`] gave them; take the splits this instance reads). Called after
+    /// [`Source::restore`], only when the checkpoint holds ends.
+    ///
+    /// # Errors
+    ///
+    /// Ends this source cannot stop at (the default: a source that recorded none).
+    fn restore_bounds(&mut self, bounds: &std::collections::HashMap<u64, i64>) -> Result<(), String> {
+        let _ = bounds;
+        Err("this source records no ends, yet the checkpoint holds some".into())
+    }
+
     /// A checkpoint holding `positions` (this instance's, as [`Source::positions`] gave
     /// them) has completed: a source can publish them (a topic source commits them to
     /// its consumer group). The default does nothing.
@@ -338,6 +358,11 @@ impl<T: 'static, S: Source<T>, E: Fn(&T) -> EventTime + 'static> SourceInput<T, 
                 self.source
                     .restore(positions)
                     .unwrap_or_else(|e| panic!("restoring source {id} from checkpoint {}: {e}", restored.id));
+                if let Some(bounds) = restored.source_bounds.get(&id) {
+                    self.source.restore_bounds(bounds).unwrap_or_else(|e| {
+                        panic!("restoring the ends of source {id} from checkpoint {}: {e}", restored.id)
+                    });
+                }
             }
         }
         self.checkpoint = Some((checkpoint, id));
@@ -469,7 +494,8 @@ impl<T: 'static, S: Source<T>, E: Fn(&T) -> EventTime + 'static> Input for Sourc
         let Some((c, id)) = &self.checkpoint else { return };
         let positions = self.source.positions().unwrap_or_default();
         self.reported.push_back((barrier.id, positions.clone()));
-        c.borrow_mut().report_source(barrier.id, SourcePart { id: *id, positions });
+        let bounds = self.source.bounds().unwrap_or_default();
+        c.borrow_mut().report_source(barrier.id, SourcePart { id: *id, positions, bounds });
         self.out.borrow_mut().barrier(barrier);
     }
 

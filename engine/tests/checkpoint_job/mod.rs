@@ -1,6 +1,8 @@
 //! The job the checkpoint tests run, its input, and a plain reference computation of its
-//! output: a topic of keyed numbers through tumbling, sliding and session window counts and
-//! a keyed process function with event-time timers, into an exactly-once topic sink.
+//! output: a topic of keyed numbers through a tumbling window count, sliding (2 s every
+//! 500 ms) and session windows with a custom aggregate (count, sum, least and greatest
+//! value), and a keyed process function with event-time timers, into an exactly-once
+//! topic sink.
 #![allow(dead_code)]
 
 use std::collections::{BTreeMap, HashMap};
@@ -10,11 +12,11 @@ use std::time::{Duration, Instant};
 use futures_lite::future::block_on;
 use sluice_engine::dataflow::topic::{StartFrom, TopicRecord, TopicSink, TopicSource};
 use sluice_engine::dataflow::{
-    CheckpointConfig, CheckpointMode, Event, KeyedProcessFunction, ListState, Pipeline, PipelineConfig, ProcessContext,
-    RunningPipeline, Stream, Timer, WatermarkStrategy, Windows,
+    Aggregate, CheckpointConfig, CheckpointMode, Event, KeyedProcessFunction, ListState, Pipeline, PipelineConfig,
+    ProcessContext, RunningPipeline, Stream, Timer, WatermarkStrategy, Windows,
 };
 use sluice_engine::partitioner::partition_for_key;
-use sluice_engine::{Consumer, Engine, EngineConfig, EngineHandle, Isolation, OwnedRecord, SeekTo, TopicConfig};
+use sluice_engine::{Engine, EngineConfig, EngineHandle, Isolation, OwnedRecord, TopicConfig};
 use sluice_io::{BatchMeta, EventTime, Timestamp};
 
 pub const IN: &str = "ckpt-in";
@@ -23,6 +25,8 @@ const IN_PARTITIONS: u32 = 4;
 const OUT_PARTITIONS: u32 = 3;
 const SESSION_GAP: i64 = 300;
 const PROCESS_BUCKET: i64 = 500;
+const SLIDING_SIZE: i64 = 2000;
+const SLIDING_SLIDE: i64 = 500;
 
 /// One input record: key, event time (ms), value.
 pub type In = (u32, i64, i64);
@@ -56,9 +60,19 @@ pub fn engine(data: &Path) -> Engine {
 /// Creates the input and output topics and writes `records` to the input, each to its
 /// key's partition, in order.
 pub fn produce(h: &EngineHandle, records: &[In]) {
+    produce_with(h, records, &TopicConfig::default().fsync);
+}
+
+/// [`produce`], with the output topic's fsync policy `out_fsync`.
+pub fn produce_with(h: &EngineHandle, records: &[In], out_fsync: &str) {
     block_on(h.create_topic(IN, IN_PARTITIONS, None)).unwrap();
-    let out = TopicConfig { batch_records: 64, ..TopicConfig::default() };
+    let out = TopicConfig { batch_records: 64, fsync: out_fsync.into(), ..TopicConfig::default() };
     block_on(h.create_topic(OUT, OUT_PARTITIONS, Some(out))).unwrap();
+    append_input(h, records);
+}
+
+/// Writes `records` to the input topic, each to its key's partition, in order.
+pub fn append_input(h: &EngineHandle, records: &[In]) {
     for chunk in records.chunks(500) {
         let mut by_partition: BTreeMap<u32, Vec<OwnedRecord>> = BTreeMap::new();
         for (key, time, value) in chunk {
@@ -110,6 +124,31 @@ impl KeyedProcessFunction<u32, In> for BucketSums {
     }
 }
 
+/// A window's count, sum, least and greatest value: a custom aggregate with a tuple for
+/// its accumulator, merged when sessions merge.
+struct Stats;
+
+impl Aggregate<In> for Stats {
+    type Acc = (u64, i64, i64, i64);
+    type Out = String;
+    fn create(&self) -> Self::Acc {
+        (0, 0, i64::MAX, i64::MIN)
+    }
+    fn add(&self, acc: &mut Self::Acc, e: &In) {
+        *acc = (acc.0 + 1, acc.1 + e.2, acc.2.min(e.2), acc.3.max(e.2));
+    }
+    fn merge(&self, into: &mut Self::Acc, from: Self::Acc) {
+        *into = (into.0 + from.0, into.1 + from.1, into.2.min(from.2), into.3.max(from.3));
+    }
+    fn result(&self, acc: &Self::Acc) -> String {
+        stats_line(acc)
+    }
+}
+
+fn stats_line(acc: &(u64, i64, i64, i64)) -> String {
+    format!("{},{},{},{}", acc.0, acc.1, acc.2, acc.3)
+}
+
 fn bucket_end(time: i64) -> i64 {
     (time.div_euclid(PROCESS_BUCKET) + 1) * PROCESS_BUCKET - 1
 }
@@ -155,14 +194,17 @@ pub fn spawn(h: &EngineHandle, config: &JobConfig) -> RunningPipeline {
             let sliding = records
                 .clone()
                 .key_by(|e: &In| e.0)
-                .window(Windows::sliding(Duration::from_secs(2), Duration::from_secs(1)))
-                .count()
+                .window(Windows::sliding(
+                    Duration::from_millis(SLIDING_SIZE as u64),
+                    Duration::from_millis(SLIDING_SLIDE as u64),
+                ))
+                .aggregate(Stats)
                 .map(|r| format!("S|{}|{}|{}", r.key, r.window.start.millis(), r.value));
             let sessions = records
                 .clone()
                 .key_by(|e: &In| e.0)
                 .window(Windows::session(Duration::from_millis(SESSION_GAP as u64)))
-                .count()
+                .aggregate(Stats)
                 .map(|r| format!("G|{}|{}|{}|{}", r.key, r.window.start.millis(), r.window.end.millis(), r.value));
             let sums = records.key_by(|e: &In| e.0).process(BucketSums);
             Stream::union_all(vec![tumbling, sliding, sessions, sums])
@@ -175,65 +217,75 @@ pub fn spawn(h: &EngineHandle, config: &JobConfig) -> RunningPipeline {
 pub fn expected(records: &[In]) -> Vec<String> {
     let mut out = Vec::new();
     let mut tumbling: BTreeMap<(u32, i64), u64> = BTreeMap::new();
-    let mut sliding: BTreeMap<(u32, i64), u64> = BTreeMap::new();
+    let mut sliding: BTreeMap<(u32, i64), Vec<i64>> = BTreeMap::new();
     let mut sums: BTreeMap<(u32, i64), i64> = BTreeMap::new();
-    let mut times: HashMap<u32, Vec<i64>> = HashMap::new();
+    let mut events: HashMap<u32, Vec<(i64, i64)>> = HashMap::new();
+    let stats = |values: &[i64]| {
+        let acc = values
+            .iter()
+            .fold((0, 0, i64::MAX, i64::MIN), |a: (u64, i64, i64, i64), &v| (a.0 + 1, a.1 + v, a.2.min(v), a.3.max(v)));
+        stats_line(&acc)
+    };
     for &(key, time, value) in records {
         let second = time.div_euclid(1000) * 1000;
         *tumbling.entry((key, second)).or_default() += 1;
-        *sliding.entry((key, second)).or_default() += 1;
-        *sliding.entry((key, second - 1000)).or_default() += 1;
+        // Every window [start, start + size) with start a multiple of the slide holding `time`.
+        let mut start = time.div_euclid(SLIDING_SLIDE) * SLIDING_SLIDE;
+        while start > time - SLIDING_SIZE {
+            sliding.entry((key, start)).or_default().push(value);
+            start -= SLIDING_SLIDE;
+        }
         *sums.entry((key, bucket_end(time))).or_default() += value;
-        times.entry(key).or_default().push(time);
+        events.entry(key).or_default().push((time, value));
     }
     out.extend(tumbling.iter().map(|((k, s), n)| format!("T|{k}|{s}|{n}")));
-    out.extend(sliding.iter().map(|((k, s), n)| format!("S|{k}|{s}|{n}")));
+    out.extend(sliding.iter().map(|((k, s), values)| format!("S|{k}|{s}|{}", stats(values))));
     out.extend(sums.iter().map(|((k, at), v)| format!("P|{k}|{at}|{v}")));
-    for (key, mut ts) in times {
-        ts.sort_unstable();
-        let (mut start, mut last, mut n) = (ts[0], ts[0], 0u64);
-        for t in ts {
+    for (key, mut es) in events {
+        es.sort_unstable();
+        let (mut start, mut last, mut values) = (es[0].0, es[0].0, Vec::new());
+        for (t, v) in es {
             if t > last + SESSION_GAP {
-                out.push(format!("G|{key}|{start}|{}|{n}", last + SESSION_GAP));
-                (start, n) = (t, 0);
+                out.push(format!("G|{key}|{start}|{}|{}", last + SESSION_GAP, stats(&values)));
+                (start, values) = (t, Vec::new());
             }
             last = t;
-            n += 1;
+            values.push(v);
         }
-        out.push(format!("G|{key}|{start}|{}|{n}", last + SESSION_GAP));
+        out.push(format!("G|{key}|{start}|{}|{}", last + SESSION_GAP, stats(&values)));
     }
     out.sort();
     out
 }
 
-/// The output topic as a `read_committed` consumer sees it, sorted. Reads until every
-/// partition's last stable offset reaches its end (every transaction decided).
+/// The output topic as a `read_committed` consumer sees it, sorted. Fails if a
+/// transaction is still open in it (every run that wrote it has been settled).
 pub fn committed_output(h: &EngineHandle) -> Vec<String> {
-    block_on(async {
-        let mut consumer = Consumer::new(h.clone(), 1 << 16).with_isolation(Isolation::ReadCommitted);
-        let partitions = consumer.partitions_of(OUT).unwrap();
-        consumer.assign(&partitions, SeekTo::Earliest).await.unwrap();
-        let mut ends = BTreeMap::new();
-        for (t, p) in &partitions {
-            ends.insert((t.clone(), *p), h.offsets(t, *p).await.unwrap().1);
+    let mut out = Vec::new();
+    for polled in block_on(h.read_to_end(OUT, Isolation::ReadCommitted)).unwrap() {
+        for r in polled.batches.records() {
+            out.push(String::from_utf8(r.unwrap().value().to_vec()).unwrap());
         }
-        let mut out = Vec::new();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while consumer.positions() != &ends {
-            assert!(
-                Instant::now() < deadline,
-                "read_committed never reached the ends {ends:?}: {:?}",
-                consumer.positions()
-            );
-            for polled in consumer.poll(Duration::from_millis(100)).await.unwrap() {
-                for r in polled.batches.records() {
-                    out.push(String::from_utf8(r.unwrap().value().to_vec()).unwrap());
-                }
-            }
+    }
+    for p in 0..OUT_PARTITIONS {
+        let open = block_on(h.open_transactions(OUT, p)).unwrap();
+        assert!(open.is_empty(), "transactions still open in {OUT}-{p}: {open:?}");
+    }
+    out.sort();
+    out
+}
+
+/// The output topic as a `read_uncommitted` consumer sees it (aborted records included),
+/// sorted: to tell results never written from results written and not committed.
+pub fn uncommitted_output(h: &EngineHandle) -> Vec<String> {
+    let mut out = Vec::new();
+    for polled in block_on(h.read_to_end(OUT, Isolation::ReadUncommitted)).unwrap() {
+        for r in polled.batches.records() {
+            out.push(String::from_utf8(r.unwrap().value().to_vec()).unwrap());
         }
-        out.sort();
-        out
-    })
+    }
+    out.sort();
+    out
 }
 
 /// Every line that appears more than once, and every line missing or extra, as a report.

@@ -4,7 +4,7 @@
 use std::{
     collections::BTreeMap,
     sync::{
-        Arc, Mutex, PoisonError,
+        Arc, Condvar, Mutex, PoisonError,
         atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
     },
     time::{Duration, Instant},
@@ -55,6 +55,10 @@ pub(crate) struct Coordinator {
     shards: usize,
     acks: (async_channel::Sender<Ack>, async_channel::Receiver<Ack>),
     stats: Mutex<Vec<CheckpointStats>>,
+    /// Signalled when a checkpoint completes and when the coordinator's loop ends.
+    changed: Condvar,
+    /// The coordinator's loop has returned: no checkpoint will complete any more.
+    done: AtomicBool,
     stop: AtomicBool,
 }
 
@@ -74,6 +78,8 @@ impl Coordinator {
             shards,
             acks: async_channel::unbounded(),
             stats: Mutex::new(Vec::new()),
+            changed: Condvar::new(),
+            done: AtomicBool::new(false),
             stop: AtomicBool::new(false),
         }
     }
@@ -84,6 +90,30 @@ impl Coordinator {
 
     pub(crate) fn stop(&self) {
         self.stop.store(true, Ordering::Release);
+    }
+
+    /// Blocks until a checkpoint with an id above `after` has completed, and returns the
+    /// first such; `None` when `timeout` passes or the coordinator's loop ends first.
+    pub(crate) fn wait_for(&self, after: u64, timeout: Duration) -> Option<CheckpointStats> {
+        let deadline = Instant::now() + timeout;
+        let mut stats = self.stats.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            if let Some(s) = stats.iter().find(|s| s.id > after) {
+                return Some(*s);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || self.done.load(Ordering::Acquire) {
+                return None;
+            }
+            stats = self.changed.wait_timeout(stats, left).unwrap_or_else(PoisonError::into_inner).0;
+        }
+    }
+
+    /// Marks the coordinator's loop as ended and wakes every waiter.
+    fn finish(&self) {
+        let _stats = self.stats.lock().unwrap_or_else(PoisonError::into_inner);
+        self.done.store(true, Ordering::Release);
+        self.changed.notify_all();
     }
 
     /// Every completed checkpoint's figures, in order.
@@ -117,7 +147,9 @@ impl Coordinator {
 pub(crate) async fn open_store(
     config: &CheckpointConfig,
 ) -> Result<(CheckpointStore<UringStorage>, Option<Restored>), String> {
-    let store = CheckpointStore::open(UringStorage, &config.dir, config.keep).await.map_err(|e| e.to_string())?;
+    // Absolute, so that fsyncing a directory's parent never meets an empty path.
+    let dir = std::path::absolute(&config.dir).map_err(|e| format!("resolving {}: {e}", config.dir.display()))?;
+    let store = CheckpointStore::open(UringStorage, &dir, config.keep).await.map_err(|e| e.to_string())?;
     let completed = store.completed();
     let mut failures = Vec::new();
     for &id in completed.iter().rev() {
@@ -187,6 +219,15 @@ async fn sleep(d: Duration) {
 /// Takes checkpoints until stopped (or until the final one of bounded inputs completes).
 pub(crate) async fn run_coordinator(
     coordinator: Arc<Coordinator>,
+    config: CheckpointConfig,
+    store: CheckpointStore<UringStorage>,
+) {
+    take_checkpoints(&coordinator, config, store).await;
+    coordinator.finish();
+}
+
+async fn take_checkpoints(
+    coordinator: &Arc<Coordinator>,
     config: CheckpointConfig,
     mut store: CheckpointStore<UringStorage>,
 ) {
@@ -282,6 +323,7 @@ pub(crate) async fn run_coordinator(
                 let stats =
                     CheckpointStats { id: id.0, duration: started.elapsed(), alignment, bytes, keys, inflight_records };
                 coordinator.stats.lock().unwrap_or_else(PoisonError::into_inner).push(stats);
+                coordinator.changed.notify_all();
                 if last {
                     coordinator.final_done.store(true, Ordering::Release);
                     return;

@@ -272,11 +272,13 @@ pub(crate) struct GroupPart {
     pub(crate) bytes: Vec<u8>,
 }
 
-/// A source's split positions: (split key, next position).
+/// A source's split positions: (split key, next position), and a bounded source's ends:
+/// (split key, end position).
 #[derive(Debug, Default, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub(crate) struct SourcePart {
     pub(crate) id: u32,
     pub(crate) positions: Vec<(u64, i64)>,
+    pub(crate) bounds: Vec<(u64, i64)>,
 }
 
 /// A transactional sink's transactions that must be committed once this checkpoint is.
@@ -304,6 +306,8 @@ pub(crate) struct Restored {
     /// Per operator: the least watermark over the shards, and every key group's entries.
     pub(crate) operators: HashMap<u32, (i64, Vec<RestoredGroup>)>,
     pub(crate) sources: HashMap<u32, HashMap<u64, i64>>,
+    /// Per bounded source: where each split stops (absent for unbounded sources).
+    pub(crate) source_bounds: HashMap<u32, HashMap<u64, i64>>,
     pub(crate) sinks: HashMap<u32, Vec<PendingTxn>>,
     pub(crate) sink_txns: HashMap<u32, Vec<Vec<u8>>>,
     /// Per exchange: the in-flight records of every key group.
@@ -389,6 +393,9 @@ impl Restored {
         }
         for source in sources {
             self.sources.entry(source.id).or_default().extend(source.positions);
+            if !source.bounds.is_empty() {
+                self.source_bounds.entry(source.id).or_default().extend(source.bounds);
+            }
         }
         for sink in sinks {
             self.sinks.entry(sink.id).or_default().extend(sink.pending);

@@ -226,8 +226,6 @@ impl TopicSource {
         })
     }
 
-    /// Stops each partition at the end it had when the source was opened: the stream ends
-    /// once everything written before then has been read.
     /// Reads only committed records of transactions (what an exactly-once sink wrote),
     /// holding back what follows a transaction still open. A bounded source then ends at
     /// the last stable offset below its end offsets.
@@ -237,6 +235,10 @@ impl TopicSource {
         self
     }
 
+    /// Stops each partition at the end it had when the source was opened: the stream ends
+    /// once everything written before then has been read. The ends are part of every
+    /// checkpoint: a pipeline restored from one stops where the interrupted run would
+    /// have, whatever was appended since.
     #[must_use]
     pub fn bounded(mut self) -> Self {
         self.bounded = true;

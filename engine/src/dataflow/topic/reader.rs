@@ -268,6 +268,30 @@ impl Source<TopicRecord> for TopicReader {
         Ok(())
     }
 
+    /// A bounded source's ends: where each partition stops.
+    fn bounds(&self) -> Option<Vec<(u64, i64)>> {
+        let ends: Vec<(u64, i64)> =
+            self.partitions.iter().filter_map(|p| Some((u64::from(p.partition), p.end?.0 as i64))).collect();
+        (!ends.is_empty()).then_some(ends)
+    }
+
+    /// Stops each partition the checkpoint names where the interrupted run would have:
+    /// not at the end the log has now.
+    fn restore_bounds(&mut self, bounds: &std::collections::HashMap<u64, i64>) -> Result<(), String> {
+        for p in &mut self.partitions {
+            let Some(&end) = bounds.get(&u64::from(p.partition)) else { continue };
+            if p.end.is_none() {
+                return Err(format!(
+                    "the checkpoint was taken by a bounded source and this one is unbounded (partition {})",
+                    p.partition
+                ));
+            }
+            let end = u64::try_from(end).map_err(|_| format!("a negative end {end} for partition {}", p.partition))?;
+            p.end = Some(Offset(end));
+        }
+        Ok(())
+    }
+
     /// Commits the positions of a completed checkpoint to the group the source started
     /// from, if it did.
     fn checkpoint_completed(&mut self, positions: &[(u64, i64)]) {

@@ -234,13 +234,15 @@ impl Pending for Appender {
         }
         let mut txn_busy = false;
         if let Some(mut txn) = self.txn.take() {
-            // Barriers whose generation is all appended: the transaction is pre-committed.
+            // Barriers whose generation is all appended: once durable, the transaction is
+            // pre-committed.
             while let Some(&(barrier, generation)) = txn.barriers.front() {
-                if !self.appended_through(generation) {
+                if !self.appended_through(generation)
+                    || !txn.poll_precommit(cx, barrier, generation, &self.sink.failure)
+                {
                     break;
                 }
                 txn.barriers.pop_front();
-                txn.precommit(barrier, generation);
             }
             txn_busy = txn.poll_commits(cx, &self.sink.failure, self.ended);
             self.txn = Some(txn);

@@ -1,7 +1,7 @@
 //! The exactly-once side of a topic sink on one shard: a transaction per generation (the
 //! records between two checkpoint barriers), pre-committed when its barrier's generation
-//! is all appended, committed once that checkpoint completes, and the recovery that
-//! settles what an earlier run left.
+//! is all appended *and durable*, committed once that checkpoint completes, and the
+//! recovery that settles what an earlier run left.
 //!
 //! A transaction is a fresh producer id (allocated by the engine, so never reused): its
 //! batches are transactional and sequenced per partition, and a commit marker in each
@@ -9,6 +9,16 @@
 //! pre-committed and not yet known committed, the one of generation *n* included, so
 //! restoring *n* commits exactly those; anything else still open in the topic was written
 //! after *n* and is aborted.
+//!
+//! **Durability.** A completed checkpoint records window firings and the like as done, so
+//! the records they produced must survive any crash after it. An append is acknowledged
+//! as durable as the topic's fsync policy says, which under `interval` and `never` is not
+//! at all (the bytes may still be in the segment's write buffer when the process dies).
+//! So a transaction is pre-committed (enters the snapshot) only after every partition it
+//! wrote is synced ([`EngineHandle::sync`]), and it leaves the snapshots only after its
+//! commit markers are synced too: until then, a restore commits it again. Transactions a
+//! restore must commit stay in this shard's snapshots until its recovery has committed
+//! them durably, so a checkpoint completed during recovery cannot forget them.
 
 use std::{
     cell::RefCell,
@@ -58,7 +68,12 @@ pub(super) struct Transactions {
     pub(super) barriers: VecDeque<(Barrier, u64)>,
     /// Pre-committed transactions, with the checkpoint that commits them.
     precommitted: VecDeque<(u64, PendingTxn)>,
+    /// The sync that makes a generation's transaction durable before its pre-commit.
+    syncing: Option<(u64, Job<()>)>,
     committing: Option<Job<()>>,
+    /// The restored transactions this shard commits in its recovery: listed in its
+    /// snapshots until the recovery has made their commits durable.
+    restoring: Vec<PendingTxn>,
     recovery: Recovery,
 }
 
@@ -72,6 +87,7 @@ impl Transactions {
         coordinator.sinks.fetch_add(1, Ordering::AcqRel);
         let restored: Vec<PendingTxn> =
             coordinator.restored.as_ref().and_then(|r| r.sinks.get(&id).cloned()).unwrap_or_default();
+        let restoring: Vec<PendingTxn> = restored.iter().skip(shard).step_by(shards.max(1)).cloned().collect();
         let recovery = recover(sink.handle.clone(), sink.topic.clone(), sink.partitions, restored, shard, shards);
         Transactions {
             handle: sink.handle.clone(),
@@ -83,7 +99,9 @@ impl Transactions {
             allocating: None,
             barriers: VecDeque::new(),
             precommitted: VecDeque::new(),
+            syncing: None,
             committing: None,
+            restoring,
             recovery: Recovery::Running(Box::pin(recovery)),
         }
     }
@@ -96,6 +114,8 @@ impl Transactions {
                 Poll::Pending => return false,
                 Poll::Ready(Err(e)) => failure.fail(format_args!("exactly-once topic sink: recovering"), e),
                 Poll::Ready(Ok(())) => {
+                    // Their commit markers are durable: later snapshots need not list them.
+                    self.restoring.clear();
                     self.coordinator.sinks_recovered.fetch_add(1, Ordering::AcqRel);
                     self.recovery = Recovery::Waiting;
                 }
@@ -146,15 +166,40 @@ impl Transactions {
         Some(meta)
     }
 
-    /// Everything before `barrier` is appended: its generation's transaction is
-    /// pre-committed, and the shard gets this sink's part of the snapshot.
-    pub(super) fn precommit(&mut self, barrier: Barrier, generation: u64) {
+    /// Everything before `barrier` is appended: once the partitions its generation's
+    /// transaction wrote are synced, the transaction is pre-committed and the shard gets
+    /// this sink's part of the snapshot. True once that is done.
+    pub(super) fn poll_precommit(
+        &mut self,
+        cx: &mut Context<'_>,
+        barrier: Barrier,
+        generation: u64,
+        failure: &Failure,
+    ) -> bool {
+        if let Some(p) = self.producers.get(&generation) {
+            let job = match &mut self.syncing {
+                Some((g, job)) if *g == generation => job,
+                slot => {
+                    let (handle, topic) = (self.handle.clone(), self.topic.clone());
+                    let partitions: Vec<u32> = p.touched.iter().copied().collect();
+                    &mut slot.insert((generation, Box::pin(sync_all(handle, topic, partitions)))).1
+                }
+            };
+            match job.as_mut().poll(cx) {
+                Poll::Pending => return false,
+                Poll::Ready(Err(e)) => {
+                    failure.fail(format_args!("exactly-once topic sink: making a transaction durable"), e)
+                }
+                Poll::Ready(Ok(())) => self.syncing = None,
+            }
+        }
         if let Some(p) = self.producers.remove(&generation) {
             let txn = PendingTxn { producer: p.id.0, partitions: p.touched.into_iter().collect() };
             self.precommitted.push_back((barrier.id, txn));
         }
-        let pending = self.precommitted.iter().map(|(_, t)| t.clone()).collect();
+        let pending = self.restoring.iter().chain(self.precommitted.iter().map(|(_, t)| t)).cloned().collect();
         self.checkpoint.borrow_mut().report_sink(barrier.id, SinkPart { id: self.id, pending, opaque: Vec::new() });
+        true
     }
 
     /// Commits the transactions whose checkpoint has completed, one at a time; true while
@@ -178,10 +223,11 @@ impl Transactions {
             }
             let (handle, topic, txn) = (self.handle.clone(), self.topic.clone(), txn.clone());
             self.committing = Some(Box::pin(async move {
-                for p in txn.partitions {
+                for &p in &txn.partitions {
                     handle.write_marker(&topic, p, ProducerId(txn.producer), Marker::Commit).await?;
                 }
-                Ok(())
+                // Only a durable commit may leave the snapshots (popped once this is done).
+                sync_all(handle, topic, txn.partitions).await
             }));
         }
     }
@@ -199,17 +245,28 @@ async fn recover(
     shards: usize,
 ) -> Result<()> {
     let keep: HashSet<i64> = restored.iter().map(|t| t.producer).collect();
+    let mut committed = BTreeSet::new();
     for txn in restored.iter().skip(shard).step_by(shards.max(1)) {
         for &p in &txn.partitions {
             handle.write_marker(&topic, p, ProducerId(txn.producer), Marker::Commit).await?;
+            committed.insert(p);
         }
     }
+    sync_all(handle.clone(), topic.clone(), committed.into_iter().collect()).await?;
     for p in (0..partitions).filter(|p| *p as usize % shards.max(1) == shard) {
         let mut open: Vec<ProducerId> = handle.open_transactions(&topic, p).await?.into_keys().collect();
         open.sort();
         for producer in open.into_iter().filter(|id| !keep.contains(&id.0)) {
             handle.write_marker(&topic, p, producer, Marker::Abort).await?;
         }
+    }
+    Ok(())
+}
+
+/// Syncs each of `partitions` of `topic` ([`EngineHandle::sync`]).
+async fn sync_all(handle: EngineHandle, topic: Arc<str>, partitions: Vec<u32>) -> Result<()> {
+    for p in partitions {
+        handle.sync(&topic, p).await?;
     }
     Ok(())
 }
