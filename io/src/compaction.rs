@@ -17,10 +17,10 @@ use std::rc::Rc;
 
 use crate::config::CleanupPolicy;
 use crate::error::{LogError, Result};
-use crate::log::{Log, write_index};
+use crate::log::Log;
 use crate::record::{BatchMeta, Header, MAX_BODY_BYTES, Record, encode_into};
 use crate::segment::appender::Appender;
-use crate::segment::{ReadBatches, SegmentFacts, SegmentIndex, SegmentPaths, read_batches};
+use crate::segment::{ReadBatches, SegmentFacts, SegmentIndex, SegmentPaths, read_batches, write_index};
 use crate::storage::{Storage, StorageFile};
 use crate::types::{Offset, Timestamp};
 

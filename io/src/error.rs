@@ -1,6 +1,10 @@
 //! The log's typed operating errors. Programmer errors are assertions; everything the
 //! world can do to us (a bad disk, a corrupt file, a bad request) is a variant here,
 //! with enough context (operation, path, position, offset) to act on.
+//!
+//! [`IndexError`] says why a segment's index files cannot be trusted; recovery answers it
+//! by rebuilding the index from the segment, so it never reaches a caller as a
+//! [`LogError`].
 
 use std::io;
 use std::path::PathBuf;
@@ -133,6 +137,93 @@ impl LogError {
     #[must_use]
     pub fn is_corruption(&self) -> bool {
         matches!(self, LogError::Corrupt { .. })
+    }
+}
+
+/// Why a segment's index files cannot be trusted (see
+/// [`SegmentIndex::decode`](crate::segment::SegmentIndex::decode)). Recovery rebuilds such
+/// an index from its segment.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum IndexError {
+    /// The file is shorter than its header.
+    #[error("{file} index file of {len} bytes is shorter than its header")]
+    TooShort {
+        /// Which index file.
+        file: IndexFile,
+        /// Its length.
+        len: usize,
+    },
+    /// The file does not start with its magic number.
+    #[error("bad {file} index magic {found:#010x}")]
+    BadMagic {
+        /// Which index file.
+        file: IndexFile,
+        /// The first four bytes, little-endian.
+        found: u32,
+    },
+    /// The header counts more entries than the file holds.
+    #[error("{file} index claims {count} entries but the file is {len} bytes")]
+    Truncated {
+        /// Which index file.
+        file: IndexFile,
+        /// The entries the header counts.
+        count: usize,
+        /// The file's length.
+        len: usize,
+    },
+    /// The CRC does not match the header and entries.
+    #[error("{file} index CRC mismatch (stored {stored:#010x}, computed {computed:#010x})")]
+    CrcMismatch {
+        /// Which index file.
+        file: IndexFile,
+        /// The CRC in the header.
+        stored: u32,
+        /// The CRC of the bytes.
+        computed: u32,
+    },
+    /// The two files' headers disagree about the segment they describe.
+    #[error("offset and time index describe different segments")]
+    Mismatched,
+    /// The files describe a segment with another base offset.
+    #[error("index is for base offset {index}, segment is {segment}")]
+    WrongBase {
+        /// The base offset the index records.
+        index: Offset,
+        /// The segment's base offset.
+        segment: Offset,
+    },
+    /// The files describe a segment of another size (it changed after they were written).
+    #[error("index describes {index} bytes, segment holds {segment}")]
+    WrongSize {
+        /// The segment size the index records.
+        index: u64,
+        /// The segment's size.
+        segment: u64,
+    },
+    /// Entries that are not strictly increasing or point past the segment.
+    #[error("{file} index entries are out of order or out of range")]
+    BadEntries {
+        /// Which index file.
+        file: IndexFile,
+    },
+}
+
+/// One of a segment's two index files.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum IndexFile {
+    /// The offset index (`.index`).
+    Offsets,
+    /// The time index (`.timeindex`).
+    Times,
+}
+
+impl std::fmt::Display for IndexFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            IndexFile::Offsets => "offset",
+            IndexFile::Times => "time",
+        })
     }
 }
 

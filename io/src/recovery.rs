@@ -4,6 +4,9 @@
 //! Closed segments are trusted through a valid index and scanned otherwise; the active
 //! segment is always scanned and cut after its last valid batch. What was cut, rebuilt or
 //! found damaged is reported in a [`RecoveryReport`].
+//!
+//! Recovery builds on `segment/` alone (its files, scan and appender): the log's open
+//! calls it and assembles the log from what it returns; nothing here imports the log.
 
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -11,9 +14,8 @@ use std::time::Instant;
 
 use crate::config::{LogConfig, RecoveryMode};
 use crate::error::{LogError, Result};
-use crate::log::write_index;
 use crate::segment::appender::{Appender, FS_BLOCK_BYTES};
-use crate::segment::{Segment, SegmentIndex, SegmentPaths, read_small_file, scan};
+use crate::segment::{Segment, SegmentIndex, SegmentPaths, first_allocation, load_index, scan, write_index};
 use crate::storage::{Storage, StorageFile};
 use crate::types::{FilePos, Offset};
 
@@ -172,7 +174,7 @@ pub(crate) async fn recover_active<S: Storage>(
     if file_len > facts.size {
         file.truncate(facts.size).await.map_err(|e| LogError::io("truncate", &paths.log, e))?;
     }
-    let allocated = crate::log::first_allocation(config, facts.size);
+    let allocated = first_allocation(config, facts.size);
     if allocated > facts.size {
         file.allocate(allocated).await.map_err(|e| LogError::io("fallocate", &paths.log, e))?;
     }
@@ -201,18 +203,4 @@ pub(crate) async fn recover_active<S: Storage>(
         Appender::new(file.clone(), facts.size, &tail, config.write_buffer_bytes, config.write_behind_buffers);
     let segment = Segment { base, file, paths, index: outcome.index, opened: Instant::now(), damage: None };
     Ok((segment, appender))
-}
-
-async fn load_index<S: Storage>(
-    storage: &S,
-    paths: &SegmentPaths,
-    base: Offset,
-    size: u64,
-) -> Result<Option<SegmentIndex>> {
-    let (Some(offsets), Some(times)) =
-        (read_small_file(storage, &paths.index).await?, read_small_file(storage, &paths.time_index).await?)
-    else {
-        return Ok(None);
-    };
-    Ok(SegmentIndex::decode(base, size, &offsets, &times).ok())
 }

@@ -27,7 +27,7 @@ pub struct CheckpointStore<S: Storage> {
     keep_completed: usize,
     /// Completed checkpoints (a `MANIFEST` on disk) and the bases their parts name, or
     /// why their manifest could not be read.
-    completed: BTreeMap<CheckpointId, Result<BTreeSet<CheckpointId>, String>>,
+    completed: BTreeMap<CheckpointId, Result<BTreeSet<CheckpointId>, LogError>>,
     /// Begun here and neither committed nor aborted.
     pending: BTreeSet<CheckpointId>,
     next_id: CheckpointId,
@@ -116,7 +116,7 @@ impl<S: Storage> CheckpointStore<S> {
                 Err(e) if is_damage(&e) => {
                     eprintln!("sluice-io: checkpoint {id} has an unreadable manifest: {e}");
                     store.opened.unreadable_manifests.push((id, e.to_string()));
-                    Err(e.to_string())
+                    Err(e)
                 }
                 Err(e) => return Err(e),
             };
@@ -327,7 +327,7 @@ impl<S: Storage> CheckpointStore<S> {
     async fn verify_chain(
         &self,
         manifest: &Manifest,
-        verdicts: &mut HashMap<CheckpointId, Result<BTreeSet<CheckpointId>, String>>,
+        verdicts: &mut HashMap<CheckpointId, Result<BTreeSet<CheckpointId>, LogError>>,
     ) -> Result<Option<LogError>> {
         let mut todo: Vec<_> = manifest.bases().into_iter().collect();
         let mut seen = BTreeSet::new();
@@ -339,7 +339,7 @@ impl<S: Storage> CheckpointStore<S> {
                 Entry::Occupied(known) => known.into_mut(),
                 Entry::Vacant(slot) => slot.insert(match self.verify(base).await {
                     Ok(m) => Ok(m.bases()),
-                    Err(e) if is_damage(&e) => Err(e.to_string()),
+                    Err(e) if is_damage(&e) => Err(e),
                     Err(e) => return Err(e),
                 }),
             };

@@ -10,6 +10,7 @@
 //! CRC. An index file whose CRC fails, whose entries are not monotonic, or whose
 //! recorded segment size differs from the segment's is rebuilt from the segment.
 
+use crate::error::{IndexError, IndexFile};
 use crate::record::BatchHeader;
 use crate::types::{Offset, Timestamp};
 
@@ -152,24 +153,28 @@ impl SegmentIndex {
     }
 
     /// Rebuilds an index from both files' bytes, checking them against the segment's
-    /// base offset and size. Returns why they are unusable otherwise.
+    /// base offset and size.
+    ///
+    /// # Errors
+    ///
+    /// Why the files are unusable: an [`IndexError`] naming the failed check.
     pub fn decode(
         base: Offset,
         segment_size: u64,
         offsets_file: &[u8],
         times_file: &[u8],
-    ) -> Result<SegmentIndex, String> {
-        let (o_head, o_body) = parse_file(OFFSET_MAGIC, offsets_file, 8)?;
-        let (t_head, t_body) = parse_file(TIME_MAGIC, times_file, 12)?;
+    ) -> Result<SegmentIndex, IndexError> {
+        let (o_head, o_body) = parse_file(IndexFile::Offsets, OFFSET_MAGIC, offsets_file, 8)?;
+        let (t_head, t_body) = parse_file(IndexFile::Times, TIME_MAGIC, times_file, 12)?;
         if o_head != t_head {
-            return Err("offset and time index describe different segments".into());
+            return Err(IndexError::Mismatched);
         }
         let head = o_head;
         if head.base != base {
-            return Err(format!("index is for base offset {}, segment is {base}", head.base));
+            return Err(IndexError::WrongBase { index: head.base, segment: base });
         }
         if head.facts.size != segment_size {
-            return Err(format!("index describes {} bytes, segment holds {segment_size}", head.facts.size));
+            return Err(IndexError::WrongSize { index: head.facts.size, segment: segment_size });
         }
         let mut index = SegmentIndex::new(base, head.interval_bytes);
         index.facts = head.facts;
@@ -190,8 +195,11 @@ impl SegmentIndex {
         let times_ok =
             index.times.windows(2).all(|w| w[0].max_time_before < w[1].max_time_before && w[0].pos < w[1].pos)
                 && index.times.iter().all(|e| u64::from(e.pos) < size);
-        if !offsets_ok || !times_ok {
-            return Err("index entries are out of order or out of range".into());
+        if !offsets_ok {
+            return Err(IndexError::BadEntries { file: IndexFile::Offsets });
+        }
+        if !times_ok {
+            return Err(IndexError::BadEntries { file: IndexFile::Times });
         }
         Ok(index)
     }
@@ -208,23 +216,23 @@ struct FileHead {
     facts: SegmentFacts,
 }
 
-fn parse_file(magic: u32, bytes: &[u8], entry_bytes: usize) -> Result<(FileHead, &[u8]), String> {
+fn parse_file(file: IndexFile, magic: u32, bytes: &[u8], entry_bytes: usize) -> Result<(FileHead, &[u8]), IndexError> {
     if bytes.len() < FILE_HEADER_BYTES {
-        return Err(format!("index file of {} bytes is shorter than its header", bytes.len()));
+        return Err(IndexError::TooShort { file, len: bytes.len() });
     }
     let u32_at = |i: usize| u32::from_le_bytes(bytes[i..i + 4].try_into().expect("4 bytes"));
     let u64_at = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().expect("8 bytes"));
     if u32_at(0) != magic {
-        return Err("bad index magic".into());
+        return Err(IndexError::BadMagic { file, found: u32_at(0) });
     }
     let count = u32_at(8) as usize;
     let end = FILE_HEADER_BYTES + count * entry_bytes;
     if bytes.len() < end {
-        return Err(format!("index claims {count} entries but the file is {} bytes", bytes.len()));
+        return Err(IndexError::Truncated { file, count, len: bytes.len() });
     }
     let crc = crc32c::crc32c(&bytes[8..end]);
     if crc != u32_at(4) {
-        return Err("index CRC mismatch".into());
+        return Err(IndexError::CrcMismatch { file, stored: u32_at(4), computed: crc });
     }
     let head = FileHead {
         interval_bytes: u32_at(12),
@@ -305,5 +313,23 @@ mod tests {
             assert!(SegmentIndex::decode(Offset(1000), idx.facts().size, &bad, &t).is_err(), "byte {i}");
         }
         assert!(SegmentIndex::decode(Offset(1000), idx.facts().size, &o[..20], &t).is_err());
+    }
+
+    #[test]
+    fn decode_names_the_failed_check() {
+        let idx = built();
+        let (o, t) = (idx.encode_offsets(), idx.encode_times());
+        let size = idx.facts().size;
+        let decode = |base, size, o: &[u8], t: &[u8]| SegmentIndex::decode(Offset(base), size, o, t).unwrap_err();
+        assert_eq!(decode(1000, size + 16, &o, &t), IndexError::WrongSize { index: size, segment: size + 16 });
+        assert_eq!(decode(0, size, &o, &t), IndexError::WrongBase { index: Offset(1000), segment: Offset(0) });
+        assert_eq!(decode(1000, size, &o[..20], &t), IndexError::TooShort { file: IndexFile::Offsets, len: 20 });
+        assert!(matches!(decode(1000, size, &o, &o), IndexError::BadMagic { file: IndexFile::Times, .. }));
+        let mut bad = t.clone();
+        *bad.last_mut().unwrap() ^= 1;
+        assert!(matches!(decode(1000, size, &o, &bad), IndexError::CrcMismatch { file: IndexFile::Times, .. }));
+        let other = SegmentIndex::new(Offset(1000), 4096);
+        assert_eq!(decode(1000, size, &o, &other.encode_times()), IndexError::Mismatched);
+        assert!(decode(1000, size, &o[..o.len() - 1], &t).to_string().contains("claims"));
     }
 }

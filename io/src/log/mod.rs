@@ -1,0 +1,170 @@
+//! A partition log: an ordered set of segments, the last of which is active.
+//!
+//! Contract: a `Log` lives on the executor that opened it (it is `!Send`), and that
+//! executor alone touches its files. No `RefCell` borrow is held across an `.await`:
+//! every method takes what it needs from the state in a synchronous section, awaits
+//! I/O, and writes the outcome back in another.
+//!
+//! Durability: an append is acknowledged only as durable as the policy says. Under
+//! `Always`, appends that arrive while an fdatasync is in flight wait for the next one,
+//! which covers them all (group commit). A failed write or fsync fails the appends that
+//! waited on it and puts the log in a failed state that refuses appends until it is
+//! reopened; what was durable stays readable.
+//!
+//! This file owns the handle ([`Log`]), the state its clones and background tasks share
+//! (`Inner`, `State`), and the accessors. The operations are split by idea into the
+//! files below; each builds on this one, and they use each other without a circle
+//! (`lifecycle`, `append` and `read` use `flush`; `append` uses `roll`):
+//!
+//! - `lifecycle.rs`: open (which assembles the log from what
+//!   [`recovery`](crate::recovery) finds) and close.
+//! - `append.rs`: appending a batch, and waiting until it is as durable as the policy says.
+//! - `roll.rs`: when the active segment rolls, the roll itself, and growing the active
+//!   segment's preallocation.
+//! - `flush.rs`: group commit (`flush`, `sync_to`) and the interval flusher.
+//! - `read.rs`: reads by offset and by time, from disk or from the write-behind buffers.
+//! - `retention.rs`: deleting whole closed segments by age or size.
+
+mod append;
+mod flush;
+mod lifecycle;
+mod read;
+mod retention;
+mod roll;
+
+use std::cell::RefCell;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::task::Waker;
+
+pub use append::AppendInfo;
+pub use retention::RetentionReport;
+
+use crate::config::LogConfig;
+use crate::error::{LogError, Result};
+use crate::segment::Segment;
+use crate::segment::appender::Appender;
+use crate::storage::{Storage, StorageFile, UringStorage};
+use crate::types::Offset;
+
+/// A partition log. Cheap to clone (a handle); lives on one executor.
+#[derive(Debug)]
+pub struct Log<S: Storage = UringStorage> {
+    pub(crate) inner: Rc<Inner<S>>,
+}
+
+impl<S: Storage> Clone for Log<S> {
+    fn clone(&self) -> Self {
+        Log { inner: self.inner.clone() }
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct Inner<S: Storage> {
+    pub(crate) storage: S,
+    pub(crate) dir: PathBuf,
+    pub(crate) config: LogConfig,
+    pub(crate) state: RefCell<State<S::File>>,
+    /// Held while the active segment is rolled or a compaction swaps segments.
+    pub(crate) roll_lock: glommio::sync::Semaphore,
+}
+
+#[derive(Debug)]
+pub(crate) struct State<F: StorageFile> {
+    pub(crate) closed: Vec<Segment<F>>,
+    pub(crate) active: Segment<F>,
+    pub(crate) appender: Appender<F>,
+    pub(crate) next_offset: Offset,
+    pub(crate) start_offset: Offset,
+    durable_offset: Offset,
+    /// Bytes the active segment's file is allocated to, and whether a step is under way.
+    allocated: u64,
+    allocating: bool,
+    /// The next step's size: doubles from 4 MiB up to `preallocate_step_bytes`.
+    allocation_step: u64,
+    sync_running: bool,
+    rolling: bool,
+    failed: Option<String>,
+    is_closed: bool,
+    waiters: Vec<Waker>,
+}
+
+impl<F: StorageFile> State<F> {
+    fn wake_all(&mut self) {
+        for w in self.waiters.drain(..) {
+            w.wake();
+        }
+    }
+
+    /// The segments in offset order, active last.
+    pub(crate) fn segments(&self) -> impl Iterator<Item = &Segment<F>> {
+        self.closed.iter().chain(std::iter::once(&self.active))
+    }
+}
+
+impl<S: Storage> Log<S> {
+    /// The partition directory.
+    #[must_use]
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// The configuration.
+    #[must_use]
+    pub fn config(&self) -> &LogConfig {
+        &self.inner.config
+    }
+
+    /// The first offset still held.
+    #[must_use]
+    pub fn start_offset(&self) -> Offset {
+        self.inner.state.borrow().start_offset
+    }
+
+    /// The offset the next append gets (Kafka's log end offset).
+    #[must_use]
+    pub fn end_offset(&self) -> Offset {
+        self.inner.state.borrow().next_offset
+    }
+
+    /// Every offset below this is durable.
+    #[must_use]
+    pub fn durable_offset(&self) -> Offset {
+        self.inner.state.borrow().durable_offset
+    }
+
+    /// Segments, the active one included.
+    #[must_use]
+    pub fn segment_count(&self) -> usize {
+        self.inner.state.borrow().closed.len() + 1
+    }
+
+    /// Bytes of batches held, over all segments.
+    #[must_use]
+    pub fn size_bytes(&self) -> u64 {
+        self.inner.state.borrow().segments().map(|s| s.facts().size).sum()
+    }
+
+    /// The base offsets of the segments, oldest first.
+    #[must_use]
+    pub fn segment_bases(&self) -> Vec<Offset> {
+        self.inner.state.borrow().segments().map(|s| s.base).collect()
+    }
+
+    fn closed_error(&self) -> LogError {
+        LogError::Closed { path: self.inner.dir.clone() }
+    }
+
+    fn check_writable(&self, st: &State<S::File>) -> Result<()> {
+        if st.is_closed {
+            return Err(self.closed_error());
+        }
+        if let Some(reason) = &st.failed {
+            return Err(LogError::Failed { path: self.inner.dir.clone(), reason: reason.clone() });
+        }
+        if let Some(e) = st.appender.error() {
+            return Err(LogError::Failed { path: self.inner.dir.clone(), reason: format!("write failed: {e}") });
+        }
+        Ok(())
+    }
+}
