@@ -4,8 +4,6 @@ use std::path::PathBuf;
 
 use sluice_io::{LogError, Offset};
 
-use crate::names::NameError;
-
 /// What can go wrong in the engine.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -46,6 +44,9 @@ pub enum EngineError {
     /// differently on different shards).
     #[error("pipeline failed: {0}")]
     Pipeline(String),
+    /// A pipeline's checkpoints could not be opened or restored; it does not start.
+    #[error("checkpoints: {0}")]
+    Checkpoint(#[from] CheckpointError),
     /// Another engine holds the data directory.
     #[error("data directory {} is in use by another sluice process (lock file {})", dir.display(), lock.display())]
     Locked {
@@ -144,3 +145,110 @@ impl EngineError {
 
 /// The engine's result type.
 pub type Result<T, E = EngineError> = std::result::Result<T, E>;
+
+/// The longest name Kafka accepts.
+pub const MAX_NAME_CHARS: usize = 249;
+
+/// Why a name was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum NameError {
+    /// The name is empty.
+    #[error("{kind} name is empty")]
+    Empty {
+        /// What was being named ("topic", "group", ...).
+        kind: &'static str,
+    },
+    /// The name is longer than 249 characters.
+    #[error("{kind} name is {len} characters long; the limit is {MAX_NAME_CHARS}")]
+    TooLong {
+        /// What was being named.
+        kind: &'static str,
+        /// Its length.
+        len: usize,
+    },
+    /// The name has a character outside `[a-zA-Z0-9._-]`, or is `.` or `..`.
+    #[error("{kind} name {name:?} is not valid: use only [a-zA-Z0-9._-], and not \".\" or \"..\"")]
+    Invalid {
+        /// What was being named.
+        kind: &'static str,
+        /// The name as given.
+        name: String,
+    },
+}
+
+/// Why checkpointed state could not be read back.
+#[derive(Debug, thiserror::Error)]
+#[error("checkpointed state: {0}")]
+pub struct StateError(pub String);
+
+/// Why a pipeline's checkpoints could not be opened or restored.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CheckpointError {
+    /// The checkpoint directory's path could not be made absolute.
+    #[error("resolving the checkpoint directory {}: {source}", dir.display())]
+    Resolve {
+        /// The directory as configured.
+        dir: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The checkpoint store could not be opened.
+    #[error("opening the checkpoint store in {}: {source}", dir.display())]
+    Store {
+        /// The directory.
+        dir: PathBuf,
+        /// The store's error.
+        source: sluice_io::LogError,
+    },
+    /// A checkpoint's manifest or part could not be read (missing, damaged, torn).
+    #[error("checkpoint {id}: {source}")]
+    Read {
+        /// The checkpoint.
+        id: u64,
+        /// The store's error.
+        source: sluice_io::LogError,
+    },
+    /// A part was read whole but its contents do not decode.
+    #[error("checkpoint {id}, part {part}: {source}")]
+    Decode {
+        /// The checkpoint.
+        id: u64,
+        /// The part.
+        part: String,
+        /// Why.
+        source: StateError,
+    },
+    /// An incremental part's base checkpoint lacks the part it builds on.
+    #[error("checkpoint {id} has no part {part} for checkpoint {of} to build on")]
+    MissingBase {
+        /// The base checkpoint.
+        id: u64,
+        /// The part.
+        part: String,
+        /// The checkpoint whose part builds on it.
+        of: u64,
+    },
+    /// Checkpoints exist and none can be restored: starting over would replay from the
+    /// beginning and break exactly-once output, so the pipeline refuses to start.
+    #[error("no completed checkpoint can be restored in {}: {}", dir.display(), failures.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    NoneReadable {
+        /// The directory.
+        dir: PathBuf,
+        /// Why each completed checkpoint failed, newest first.
+        failures: Vec<CheckpointError>,
+    },
+    /// The checkpoint was taken with another number of key groups.
+    #[error(
+        "checkpoint {id} was taken with {had} key groups; the pipeline has {has} (key groups are fixed for the life of a pipeline's state)"
+    )]
+    KeyGroups {
+        /// The checkpoint.
+        id: u64,
+        /// Its key groups.
+        had: u32,
+        /// The pipeline's.
+        has: u32,
+    },
+}

@@ -8,30 +8,26 @@
 // branch-free record routing (its SAFETY comments and tests say why it is sound).
 #![deny(unsafe_code)]
 
-pub mod assignor;
+pub mod client;
 pub mod config;
 pub mod connectors;
-pub mod consumer;
-pub mod coordinator;
 pub mod dataflow;
 pub mod engine;
 pub mod error;
-pub mod group_consumer;
+pub mod group;
 pub mod kafka;
-pub mod meta;
-pub mod names;
-pub mod offsets;
-pub mod partitioner;
-pub mod producer;
 pub mod producer_state;
+pub mod record;
 pub mod ring;
-pub mod shard;
+pub(crate) mod shard;
+pub mod topic;
 
+pub use client::consumer::{Consumer, Isolation, Polled, SeekTo};
+pub use client::group_consumer::{GroupConsumer, GroupOptions, OffsetReset, RebalanceListener};
+pub use client::producer::IdempotentProducer;
 pub use config::{EngineConfig, TopicConfig};
-pub use consumer::{Consumer, Isolation, Polled, SeekTo};
-pub use engine::{Engine, EngineHandle, PartitionLag, TopicDescription};
+pub use engine::groups::PartitionLag;
+pub use engine::{Engine, EngineHandle, TopicDescription};
 pub use error::{EngineError, Result};
-pub use group_consumer::{GroupConsumer, GroupOptions, OffsetReset, RebalanceListener};
-pub use names::{NameError, validate_name};
-pub use producer::IdempotentProducer;
-pub use shard::{OwnedRecord, PackedRecords};
+pub use record::{OwnedRecord, PackedRecords};
+pub use topic::names::{NameError, validate_name};

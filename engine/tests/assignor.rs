@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use sluice_engine::assignor::{
+use sluice_engine::group::assignor::{
     ASSIGNOR_NAMES, Assignment, Assignor, MemberId, RangeAssignor, RoundRobinAssignor, StickyAssignor, Subscription,
     TopicPartition, by_name,
 };

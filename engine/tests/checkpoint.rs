@@ -373,24 +373,28 @@ static NEXT_TXN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::ne
 
 impl sluice_engine::dataflow::TwoPhaseCommitSink<String> for Staged {
     type Txn = (u64, Vec<String>);
-    fn begin(&mut self) -> Result<(u64, Vec<String>), String> {
+    fn begin(&mut self) -> Result<(u64, Vec<String>), sluice_engine::dataflow::UserError> {
         Ok((NEXT_TXN.fetch_add(1, std::sync::atomic::Ordering::Relaxed), Vec::new()))
     }
-    fn write(&mut self, txn: &mut Self::Txn, record: sluice_engine::dataflow::Event<String>) -> Result<(), String> {
+    fn write(
+        &mut self,
+        txn: &mut Self::Txn,
+        record: sluice_engine::dataflow::Event<String>,
+    ) -> Result<(), sluice_engine::dataflow::UserError> {
         txn.1.push(record.value);
         Ok(())
     }
-    fn pre_commit(&mut self, _: &mut Self::Txn) -> Result<(), String> {
+    fn pre_commit(&mut self, _: &mut Self::Txn) -> Result<(), sluice_engine::dataflow::UserError> {
         Ok(())
     }
-    fn commit(&mut self, (id, records): Self::Txn) -> Result<(), String> {
+    fn commit(&mut self, (id, records): Self::Txn) -> Result<(), sluice_engine::dataflow::UserError> {
         let mut visible = self.visible.lock().unwrap();
         if visible.0.insert(id) {
             visible.1.extend(records);
         }
         Ok(())
     }
-    fn abort(&mut self, _: Self::Txn) -> Result<(), String> {
+    fn abort(&mut self, _: Self::Txn) -> Result<(), sluice_engine::dataflow::UserError> {
         Ok(())
     }
 }
@@ -653,7 +657,14 @@ fn checkpoints_that_all_fail_to_read_refuse_the_start() {
     }
     assert!(parts >= 1);
     let err = Pipeline::new(PipelineConfig::with_shards(1)).checkpointing(config()).spawn(build).unwrap_err();
-    assert!(matches!(&err, EngineError::Pipeline(m) if m.contains("no completed checkpoint can be restored")), "{err}");
+    assert!(
+        matches!(
+            &err,
+            EngineError::Checkpoint(sluice_engine::dataflow::checkpoint::CheckpointError::NoneReadable { .. })
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("no completed checkpoint can be restored"), "{err}");
 }
 
 /// Copies a checkpoint directory, so one checkpoint can be restored twice.

@@ -68,7 +68,8 @@ fn reference(events: &[Ev], windows: Windows) -> BTreeMap<(u64, Window), u64> {
                 times.sort_unstable();
                 let (mut start, mut end, mut count) = (times[0], times[0] + gap, 0u64);
                 for t in times {
-                    if t > end {
+                    // Closer than the gap joins; exactly a gap after starts a new session.
+                    if t >= end {
                         out.insert((key, window(start, end)), count);
                         (start, count) = (t, 0);
                     }

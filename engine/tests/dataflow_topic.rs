@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use futures_lite::future::block_on;
 use sluice_engine::dataflow::topic::{StartFrom, TopicRecord, TopicSink, TopicSource};
 use sluice_engine::dataflow::{Pipeline, PipelineConfig, WatermarkStrategy};
-use sluice_engine::partitioner::partition_for_key;
+use sluice_engine::topic::partitioner::partition_for_key;
 use sluice_engine::{
     Consumer, Engine, EngineConfig, EngineError, EngineHandle, OffsetReset, OwnedRecord, SeekTo, TopicConfig,
 };

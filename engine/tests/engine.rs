@@ -66,7 +66,7 @@ fn topics_sends_and_restarts_across_shards() {
         let placed: Vec<_> = threads.into_iter().flat_map(|t| t.join().unwrap()).collect();
         assert_eq!(placed.len(), 800);
         for (key, _, p, _) in &placed {
-            assert_eq!(*p, sluice_engine::partitioner::partition_for_key(key.as_bytes(), 6));
+            assert_eq!(*p, sluice_engine::topic::partitioner::partition_for_key(key.as_bytes(), 6));
         }
         let check = |h: &sluice_engine::EngineHandle| {
             for p in 0..6 {

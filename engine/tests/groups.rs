@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_lite::future::block_on;
-use sluice_engine::assignor::TopicPartition;
+use sluice_engine::group::assignor::TopicPartition;
 use sluice_engine::{
     Engine, EngineConfig, EngineError, EngineHandle, GroupConsumer, GroupOptions, OffsetReset, RebalanceListener,
     SeekTo,

@@ -441,7 +441,11 @@ fn exactly_once_across_a_restore(broker: &Broker, name: &str, restore: bool) {
     assert!(values.iter().copied().eq(0..N), "exactly 0..{N}");
     // Keys go where Kafka's murmur2 partitioner puts them.
     for (p, k, _) in &got {
-        assert_eq!(*p as u32, sluice_engine::partitioner::partition_for_key(k.as_bytes(), 3), "partition of key {k}");
+        assert_eq!(
+            *p as u32,
+            sluice_engine::topic::partitioner::partition_for_key(k.as_bytes(), 3),
+            "partition of key {k}"
+        );
     }
 }
 

@@ -6,23 +6,12 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use sluice_io::{Offset, OwnedBatches, Timestamp, txn::ReadCommitted};
+use sluice_io::{Offset, OwnedBatches, txn::ReadCommitted};
 
 use crate::engine::EngineHandle;
 use crate::error::{EngineError, Result};
 
-/// Where to move a consumer's position.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum SeekTo {
-    /// The first offset still held.
-    Earliest,
-    /// The next offset to be written: only new records.
-    Latest,
-    /// A given offset.
-    Offset(Offset),
-    /// The first record at or after an event time (the end if none is).
-    Timestamp(Timestamp),
-}
+pub use crate::topic::SeekTo;
 
 /// Batches polled from one partition.
 #[derive(Debug)]
@@ -245,5 +234,26 @@ impl Consumer {
             out.push(polled);
         }
         Ok(out)
+    }
+}
+
+/// Reading a whole topic, for host code and tests that need "everything written so far"
+/// (defined here, with the consumer it uses, so that the engine does not depend on its
+/// clients).
+impl EngineHandle {
+    /// Every partition of `topic` read from its first offset held up to the end it has
+    /// now, as a [`Consumer`] with `isolation` would deliver it: with
+    /// [`Isolation::ReadCommitted`], only committed
+    /// records, up to each partition's last stable offset. Batches of one partition come
+    /// in offset order, partitions one after another.
+    ///
+    /// # Errors
+    ///
+    /// [`EngineError::UnknownTopic`], or whatever a fetch answers.
+    pub async fn read_to_end(&self, topic: &str, isolation: Isolation) -> Result<Vec<Polled>> {
+        let mut consumer = Consumer::new(self.clone(), 1 << 20).with_isolation(isolation);
+        let partitions = consumer.partitions_of(topic)?;
+        consumer.assign(&partitions, SeekTo::Earliest).await?;
+        consumer.read_to_end().await
     }
 }

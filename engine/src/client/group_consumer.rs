@@ -14,11 +14,11 @@ use std::time::{Duration, Instant};
 
 use sluice_io::Offset;
 
-use crate::assignor::{MemberId, TopicPartition};
-use crate::consumer::{Consumer, Polled, SeekTo};
-use crate::coordinator::JoinRequest;
+use crate::client::consumer::{Consumer, Polled, SeekTo};
 use crate::engine::EngineHandle;
 use crate::error::{EngineError, Result};
+use crate::group::assignor::{MemberId, TopicPartition};
+use crate::group::coordinator::JoinRequest;
 
 /// Where a partition with no committed offset starts (Kafka's `auto.offset.reset`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

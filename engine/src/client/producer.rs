@@ -9,7 +9,7 @@ use sluice_io::{AppendInfo, BatchMeta, ProducerId};
 use crate::engine::EngineHandle;
 use crate::error::Result;
 use crate::producer_state::increment_sequence;
-use crate::shard::OwnedRecord;
+use crate::record::OwnedRecord;
 
 /// Sends batches to partitions with sequence numbers.
 #[derive(Debug)]

@@ -22,7 +22,7 @@ use std::{
 use futures_lite::FutureExt;
 
 use super::{
-    checkpoint::{Barrier, Coordinator},
+    checkpoint::{Barrier, CheckpointCoordinator},
     scope::{Input, Pending, Scope, Ticker},
 };
 
@@ -89,7 +89,7 @@ struct Driver {
     next_tick: Option<Instant>,
     timer: Option<(Instant, glommio::timer::Timer)>,
     /// With checkpoints: the coordinator, and the last checkpoint injected here.
-    coordinator: Option<Arc<Coordinator>>,
+    coordinator: Option<Arc<CheckpointCoordinator>>,
     injected: u64,
     completed: u64,
 }

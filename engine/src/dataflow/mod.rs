@@ -68,6 +68,12 @@ pub use scope::Scope;
 pub use source::{ChannelSource, Generator, ResidueSplit, Source};
 pub use stream::{BoxedKey, KeyedStream, Stream};
 pub use twophase::{TwoPhaseCommitSink, Upsert};
+
+/// An error from code a pipeline calls at its extension points (a two-phase-commit
+/// sink's transaction steps, a source's restore): any error type, boxed, with its
+/// `source()` chain. A `String` or `&str` converts with `.into()` (or `?` on a
+/// `Result<_, String>`).
+pub type UserError = Box<dyn std::error::Error + Send + Sync + 'static>;
 pub use watermark::WatermarkStrategy;
 pub use window::{
     Aggregate, Count, CountTrigger, Firing, LatePolicy, Trigger, TriggerAction, Window, WindowResult, WindowedStream,

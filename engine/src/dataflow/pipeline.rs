@@ -7,7 +7,7 @@ use sluice_io::EventTime;
 
 use super::{
     Output, Scope, Stream,
-    checkpoint::{self, CheckpointConfig, CheckpointStats, Coordinator, ShardCheckpoint, run_coordinator},
+    checkpoint::{self, CheckpointConfig, CheckpointCoordinator, CheckpointStats, ShardCheckpoint, run_coordinator},
     driver::{self, StopFlag},
     metrics::Metrics,
     scope::Shared,
@@ -72,13 +72,22 @@ pub struct Pipeline {
     checkpoints: Option<CheckpointConfig>,
 }
 
+/// Why one shard of a pipeline stopped: the panic of a user function, a graph built
+/// differently there, or an executor that failed.
+#[derive(Debug, thiserror::Error)]
+#[error("pipeline shard {shard}: {message}")]
+pub(crate) struct ShardFailure {
+    shard: usize,
+    message: String,
+}
+
 /// A pipeline started with [`Pipeline::spawn`].
 #[derive(Debug)]
 pub struct RunningPipeline {
-    threads: Vec<JoinHandle<std::result::Result<(), String>>>,
+    threads: Vec<JoinHandle<std::result::Result<(), ShardFailure>>>,
     stop: Arc<StopFlag>,
     shared: Arc<Shared>,
-    coordinator: Option<(Arc<Coordinator>, JoinHandle<()>)>,
+    coordinator: Option<(Arc<CheckpointCoordinator>, JoinHandle<()>)>,
 }
 
 /// glommio's registered I/O memory per pipeline executor: pipelines do no direct I/O of
@@ -106,7 +115,10 @@ impl Pipeline {
 
     /// Starts the checkpoint coordinator's thread: it opens the checkpoint directory,
     /// reads what to restore, and then takes checkpoints.
-    fn start_coordinator(&self, checkpoints: &CheckpointConfig) -> Result<(Arc<Coordinator>, JoinHandle<()>)> {
+    fn start_coordinator(
+        &self,
+        checkpoints: &CheckpointConfig,
+    ) -> Result<(Arc<CheckpointCoordinator>, JoinHandle<()>)> {
         checkpoints.validate()?;
         let shards = self.config.shards;
         let key_groups = self.config.key_groups;
@@ -118,15 +130,14 @@ impl Pipeline {
             .ring_depth(32)
             .spawn(move || async move {
                 let opened = checkpoint::open_store(&config).await.and_then(|(store, restored)| match &restored {
-                    Some(r) if r.key_groups != key_groups => Err(format!(
-                        "checkpoint {} was taken with {} key groups; the pipeline has {key_groups} (key groups are fixed for the life of a pipeline's state)",
-                        r.id, r.key_groups
-                    )),
+                    Some(r) if r.key_groups != key_groups => {
+                        Err(checkpoint::CheckpointError::KeyGroups { id: r.id, had: r.key_groups, has: key_groups })
+                    }
                     _ => Ok((store, restored)),
                 });
                 match opened {
                     Ok((store, restored)) => {
-                        let coordinator = Arc::new(Coordinator::new(shards, restored.map(Arc::new)));
+                        let coordinator = Arc::new(CheckpointCoordinator::new(shards, restored.map(Arc::new)));
                         let _ = tx.send(Ok(coordinator.clone()));
                         run_coordinator(coordinator, config, store).await;
                     }
@@ -139,7 +150,7 @@ impl Pipeline {
         let coordinator = rx
             .recv()
             .map_err(|_| EngineError::Pipeline("the checkpoint coordinator stopped while starting".into()))?
-            .map_err(|e| EngineError::Pipeline(format!("checkpoints in {}: {e}", checkpoints.dir.display())))?;
+            .map_err(EngineError::Checkpoint)?;
         let thread = std::thread::spawn(move || {
             let _ = handle.join();
         });
@@ -222,12 +233,12 @@ impl Pipeline {
                             .map(|s| (*s).to_string())
                             .or_else(|| panic.downcast_ref::<String>().cloned())
                             .unwrap_or_else(|| "a panic without a message".into());
-                        format!("pipeline shard {shard}: {message}")
+                        ShardFailure { shard, message }
                     })
                 })
                 .map_err(|e| EngineError::InvalidConfig(format!("starting pipeline shard {shard}: {e}")))?;
             threads.push(std::thread::spawn(move || {
-                handle.join().map_err(|e| format!("pipeline shard {shard}: {e}")).and_then(|ran| ran)
+                handle.join().map_err(|e| ShardFailure { shard, message: e.to_string() }).and_then(|ran| ran)
             }));
         }
         Ok(RunningPipeline { threads, stop, shared, coordinator })
@@ -302,7 +313,7 @@ impl RunningPipeline {
         for thread in self.threads {
             match thread.join() {
                 Ok(Ok(())) => {}
-                Ok(Err(e)) => failures.push(e),
+                Ok(Err(e)) => failures.push(e.to_string()),
                 Err(_) => failures.push("a pipeline shard's thread panicked".into()),
             }
         }

@@ -23,32 +23,32 @@ use std::{
 use sluice_io::EventTime;
 
 use super::{
-    Data, Event, Operator, Stream,
-    checkpoint::{Barrier, Coordinator, ShardCheckpoint, SinkPart},
+    Data, Event, Operator, Stream, UserError,
+    checkpoint::{Barrier, CheckpointCoordinator, ShardCheckpoint, SinkPart},
     operator::Shared,
     scope::Pending,
 };
 
 /// A sink that writes each epoch's records as one transaction of an external system.
 ///
-/// A failure is returned as a message; the pipeline then fails with it
-/// ([`EngineError::Pipeline`](crate::EngineError::Pipeline)).
+/// A failure is returned as any error ([`UserError`]); the pipeline then fails with it and
+/// its causes ([`EngineError::Pipeline`](crate::EngineError::Pipeline)).
 pub trait TwoPhaseCommitSink<T>: 'static {
     /// One transaction, as the checkpoint stores it between pre-commit and commit: what
     /// `commit` needs to finish it, possibly in another process (an id, a staged file's
     /// name, or the records themselves).
     type Txn: Data;
     /// Opens the transaction of a new epoch.
-    fn begin(&mut self) -> Result<Self::Txn, String>;
+    fn begin(&mut self) -> Result<Self::Txn, UserError>;
     /// Writes one record into the open transaction.
-    fn write(&mut self, txn: &mut Self::Txn, record: Event<T>) -> Result<(), String>;
+    fn write(&mut self, txn: &mut Self::Txn, record: Event<T>) -> Result<(), UserError>;
     /// The epoch has ended at a barrier: make the transaction durable, still invisible.
-    fn pre_commit(&mut self, txn: &mut Self::Txn) -> Result<(), String>;
+    fn pre_commit(&mut self, txn: &mut Self::Txn) -> Result<(), UserError>;
     /// The checkpoint after the transaction completed: make it visible. Called again for
     /// the same transaction after a restore, so it must be idempotent.
-    fn commit(&mut self, txn: Self::Txn) -> Result<(), String>;
+    fn commit(&mut self, txn: Self::Txn) -> Result<(), UserError>;
     /// The transaction will never be committed: discard it.
-    fn abort(&mut self, txn: Self::Txn) -> Result<(), String>;
+    fn abort(&mut self, txn: Self::Txn) -> Result<(), UserError>;
 }
 
 struct TwoPhase<T, S: TwoPhaseCommitSink<T>> {
@@ -56,13 +56,21 @@ struct TwoPhase<T, S: TwoPhaseCommitSink<T>> {
     open: Option<S::Txn>,
     /// Pre-committed transactions and the checkpoint that commits each.
     precommitted: VecDeque<(u64, S::Txn)>,
-    checkpoint: Option<(Rc<RefCell<ShardCheckpoint>>, u32, Arc<Coordinator>)>,
+    checkpoint: Option<(Rc<RefCell<ShardCheckpoint>>, u32, Arc<CheckpointCoordinator>)>,
     ended: bool,
     _in: std::marker::PhantomData<fn(T)>,
 }
 
-fn check<V>(what: &str, r: Result<V, String>) -> V {
-    r.unwrap_or_else(|e| panic!("two-phase-commit sink: {what}: {e}"))
+fn check<V>(what: &str, r: Result<V, UserError>) -> V {
+    r.unwrap_or_else(|e| {
+        let mut message = format!("two-phase-commit sink: {what}: {e}");
+        let mut cause = e.source();
+        while let Some(c) = cause {
+            message.push_str(&format!(": {c}"));
+            cause = c.source();
+        }
+        panic!("{message}")
+    })
 }
 
 impl<T, S: TwoPhaseCommitSink<T>> TwoPhase<T, S> {
@@ -147,7 +155,7 @@ impl<T: 'static> Stream<T> {
                 let txns = restored.sink_txns.get(&id).map(Vec::as_slice).unwrap_or_default();
                 for bytes in txns.iter().skip(shard).step_by(shards.max(1)) {
                     let txn =
-                        check("restoring a transaction", S::Txn::decode(&mut &bytes[..]).map_err(|e| e.to_string()));
+                        check("restoring a transaction", S::Txn::decode(&mut &bytes[..]).map_err(UserError::from));
                     check("commit after restore", sink.commit(txn));
                 }
             }
@@ -182,32 +190,34 @@ impl<K, V, F> std::fmt::Debug for Upsert<K, V, F> {
     }
 }
 
-impl<K, V, F: FnMut(K, V) -> Result<(), String>> Upsert<K, V, F> {
+impl<K, V, F: FnMut(K, V) -> Result<(), UserError>> Upsert<K, V, F> {
     /// An upsert sink calling `upsert(key, value)` for each committed record.
     pub fn new(upsert: F) -> Self {
         Upsert { upsert, _kv: std::marker::PhantomData }
     }
 }
 
-impl<K: Data, V: Data, F: FnMut(K, V) -> Result<(), String> + 'static> TwoPhaseCommitSink<(K, V)> for Upsert<K, V, F> {
+impl<K: Data, V: Data, F: FnMut(K, V) -> Result<(), UserError> + 'static> TwoPhaseCommitSink<(K, V)>
+    for Upsert<K, V, F>
+{
     type Txn = Vec<(K, V)>;
-    fn begin(&mut self) -> Result<Self::Txn, String> {
+    fn begin(&mut self) -> Result<Self::Txn, UserError> {
         Ok(Vec::new())
     }
-    fn write(&mut self, txn: &mut Self::Txn, record: Event<(K, V)>) -> Result<(), String> {
+    fn write(&mut self, txn: &mut Self::Txn, record: Event<(K, V)>) -> Result<(), UserError> {
         txn.push(record.value);
         Ok(())
     }
-    fn pre_commit(&mut self, _: &mut Self::Txn) -> Result<(), String> {
+    fn pre_commit(&mut self, _: &mut Self::Txn) -> Result<(), UserError> {
         Ok(())
     }
-    fn commit(&mut self, txn: Self::Txn) -> Result<(), String> {
+    fn commit(&mut self, txn: Self::Txn) -> Result<(), UserError> {
         for (k, v) in txn {
             (self.upsert)(k, v)?;
         }
         Ok(())
     }
-    fn abort(&mut self, _: Self::Txn) -> Result<(), String> {
+    fn abort(&mut self, _: Self::Txn) -> Result<(), UserError> {
         Ok(())
     }
 }

@@ -16,8 +16,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
-use crate::assignor::{Assignment, MemberId, Subscription, TopicPartition, by_name};
 use crate::error::{EngineError, Result};
+use crate::group::assignor::{Assignment, MemberId, Subscription, TopicPartition, by_name};
 
 /// A member's view after a join or a heartbeat.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -64,7 +64,7 @@ struct Group {
 
 /// Every group this shard coordinates.
 #[derive(Debug, Default)]
-pub struct Coordinator {
+pub struct GroupCoordinator {
     groups: HashMap<String, Group>,
 }
 
@@ -81,7 +81,7 @@ pub struct JoinRequest {
     pub assignor: String,
 }
 
-impl Coordinator {
+impl GroupCoordinator {
     /// A member joins (or rejoins): a new generation with it included.
     pub fn join(
         &mut self,
@@ -308,7 +308,7 @@ mod tests {
         [("a".to_string(), 4), ("b".to_string(), 2)].into_iter().collect()
     }
 
-    fn join(c: &mut Coordinator, member: Option<MemberId>, now: Instant) -> MemberState {
+    fn join(c: &mut GroupCoordinator, member: Option<MemberId>, now: Instant) -> MemberState {
         let req = JoinRequest {
             member,
             topics: vec!["a".into(), "b".into()],
@@ -319,7 +319,7 @@ mod tests {
     }
 
     /// Within the current generation every partition has exactly one owner.
-    fn check_exclusive(c: &Coordinator) {
+    fn check_exclusive(c: &GroupCoordinator) {
         let d = c.describe("g").unwrap();
         let mut owned: Vec<TopicPartition> = d.members.iter().flat_map(|m| m.2.clone()).collect();
         owned.sort();
@@ -340,7 +340,7 @@ mod tests {
 
     #[test]
     fn generations_follow_membership() {
-        let mut c = Coordinator::default();
+        let mut c = GroupCoordinator::default();
         let t0 = Instant::now();
         let a = join(&mut c, None, t0);
         assert_eq!((a.generation, a.assignment.len()), (1, 6));
@@ -381,7 +381,7 @@ mod tests {
 
     #[test]
     fn added_partitions_are_assigned_on_the_next_heartbeat() {
-        let mut c = Coordinator::default();
+        let mut c = GroupCoordinator::default();
         let t0 = Instant::now();
         let a = join(&mut c, None, t0);
         let mut more = parts();
@@ -392,7 +392,7 @@ mod tests {
 
     #[test]
     fn bad_joins_are_typed() {
-        let mut c = Coordinator::default();
+        let mut c = GroupCoordinator::default();
         let t0 = Instant::now();
         let req = |assignor: &str, topics: Vec<String>| JoinRequest {
             member: None,

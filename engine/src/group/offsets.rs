@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use sluice_io::{Log, LogError, Offset, Storage, Timestamp};
 
-use crate::shard::OwnedRecord;
+use crate::record::OwnedRecord;
 
 /// The internal topic's name.
 pub const TOPIC: &str = "__consumer_offsets";

@@ -21,11 +21,11 @@ use kafka_protocol::protocol::StrBytes;
 
 use crate::config::TopicConfig;
 use crate::error::EngineError;
-use crate::names::validate_name;
+use crate::topic::names::validate_name;
 
 use super::NODE_ID;
+use super::context::Context;
 use super::errors::{self, code};
-use super::listener::Context;
 
 fn str_bytes(s: impl Into<String>) -> StrBytes {
     StrBytes::from_string(s.into())
@@ -95,21 +95,35 @@ pub(crate) async fn metadata(ctx: &Arc<Context>, req: MetadataRequest, version: 
     resp
 }
 
+/// Why a CreateTopics setting was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum ConfigRefused {
+    #[error("config {0} has no value")]
+    NoValue(String),
+    #[error("config {key}={value:?} is not a non-negative number")]
+    NotANumber { key: String, value: String },
+    #[error("{key}={value} does not fit this machine's sizes")]
+    TooLarge { key: String, value: String },
+    #[error("config {0} is not supported by sluice")]
+    Unsupported(String),
+}
+
 /// A topic setting from CreateTopics, applied to sluice's topic configuration.
-fn apply_config(config: &mut TopicConfig, key: &str, value: Option<&str>) -> Result<(), String> {
-    let value = value.ok_or_else(|| format!("config {key} has no value"))?;
-    let number = |v: &str| v.parse::<u64>().map_err(|_| format!("config {key}={v:?} is not a non-negative number"));
+fn apply_config(config: &mut TopicConfig, key: &str, value: Option<&str>) -> Result<(), ConfigRefused> {
+    let value = value.ok_or_else(|| ConfigRefused::NoValue(key.into()))?;
+    let number = |v: &str| v.parse::<u64>().map_err(|_| ConfigRefused::NotANumber { key: key.into(), value: v.into() });
     match key {
         "cleanup.policy" => config.cleanup = value.to_string(),
         "retention.ms" => config.retention_ms = if value == "-1" { None } else { Some(number(value)?) },
         "retention.bytes" => config.retention_bytes = if value == "-1" { None } else { Some(number(value)?) },
         "segment.bytes" => config.segment_bytes = number(value)?,
         "max.message.bytes" => {
-            config.max_record_bytes = usize::try_from(number(value)?).map_err(|_| format!("{key}={value}"))?;
+            config.max_record_bytes = usize::try_from(number(value)?)
+                .map_err(|_| ConfigRefused::TooLarge { key: key.into(), value: value.into() })?;
         }
         "flush.messages" if value == "1" => config.fsync = "always".into(),
         "flush.ms" => config.fsync = format!("interval:{}", number(value)?),
-        _ => return Err(format!("config {key} is not supported by sluice")),
+        _ => return Err(ConfigRefused::Unsupported(key.into())),
     }
     Ok(())
 }
@@ -140,7 +154,7 @@ pub(crate) async fn create_topics(ctx: &Arc<Context>, req: CreateTopicsRequest, 
             let mut config = TopicConfig::default();
             for c in &t.configs {
                 apply_config(&mut config, c.name.as_str(), c.value.as_ref().map(StrBytes::as_str))
-                    .map_err(|m| (code::INVALID_CONFIG, m))?;
+                    .map_err(|m| (code::INVALID_CONFIG, m.to_string()))?;
             }
             config.log_config().map_err(|e| (code::INVALID_CONFIG, e.to_string()))?;
             if req.validate_only {
@@ -256,7 +270,7 @@ pub(crate) async fn init_producer_id(
     version: i16,
 ) -> InitProducerIdResponse {
     if let Some(tid) = &req.transactional_id {
-        return super::transactions::init_producer_id(ctx, &req, tid.0.as_str(), version).await;
+        return super::transactions::requests::init_producer_id(ctx, &req, tid.0.as_str(), version).await;
     }
     let mut resp = InitProducerIdResponse::default();
     resp.producer_id = ProducerId(-1);

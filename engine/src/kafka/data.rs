@@ -21,13 +21,10 @@
 //! open transaction, it long-polls until the partition's log grows (its marker, say).
 //! Control batches go out as Kafka control batches, which clients skip.
 
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context as TaskContext, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use futures_lite::Future;
 use kafka_protocol::messages::fetch_response::{AbortedTransaction, FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
@@ -40,64 +37,12 @@ use sluice_io::{Offset, OwnedBatches, Timestamp};
 
 use crate::error::EngineError;
 
+use super::context::Context;
 use super::errors::{self, code};
-use super::listener::Context;
+use super::join::{Boxed, first_of, join_all};
 use super::records;
 use super::stable::Stable;
-
-type Boxed<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
-
-/// Runs futures together; their results in order. Each is first polled in order, so the
-/// requests they send reach their shards in order.
-pub(crate) async fn join_all<'a, T: Unpin + 'a>(futures: Vec<Boxed<'a, T>>) -> Vec<T> {
-    struct JoinAll<'a, T> {
-        futures: Vec<Option<Boxed<'a, T>>>,
-        results: Vec<Option<T>>,
-    }
-    impl<T: Unpin> Future for JoinAll<'_, T> {
-        type Output = Vec<T>;
-        fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Vec<T>> {
-            let this = &mut *self;
-            for (slot, result) in this.futures.iter_mut().zip(this.results.iter_mut()) {
-                if let Some(f) = slot
-                    && let Poll::Ready(v) = f.as_mut().poll(cx)
-                {
-                    *result = Some(v);
-                    *slot = None;
-                }
-            }
-            if this.futures.iter().all(Option::is_none) {
-                Poll::Ready(this.results.iter_mut().filter_map(Option::take).collect())
-            } else {
-                Poll::Pending
-            }
-        }
-    }
-    let results = futures.iter().map(|_| None).collect();
-    JoinAll { futures: futures.into_iter().map(Some).collect(), results }.await
-}
-
-/// Resolves when the first of `futures` does (or at once if there are none).
-async fn first_of<'a>(futures: Vec<Boxed<'a, ()>>) {
-    struct FirstOf<'a> {
-        futures: Vec<Boxed<'a, ()>>,
-    }
-    impl Future for FirstOf<'_> {
-        type Output = ();
-        fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<()> {
-            if self.futures.is_empty() {
-                return Poll::Ready(());
-            }
-            for f in &mut self.futures {
-                if f.as_mut().poll(cx).is_ready() {
-                    return Poll::Ready(());
-                }
-            }
-            Poll::Pending
-        }
-    }
-    FirstOf { futures }.await;
-}
+use super::transactions::Appending;
 
 fn topic_str(name: &StrBytes) -> &str {
     name.as_str()
@@ -144,44 +89,10 @@ pub(crate) async fn produce(
                 work.push(failed(r, code, format!("acks must be 0, 1 or -1, not {acks}")));
                 continue;
             }
-            let Ok(partition) = u32::try_from(part.index) else {
-                work.push(failed(r, code::UNKNOWN_TOPIC_OR_PARTITION, format!("partition {}", part.index)));
-                continue;
-            };
-            let batch = match records::decode_produced(&part.records.clone().unwrap_or_default()) {
-                Ok(b) => b,
-                Err(e) => {
-                    work.push(failed(r, e.code, e.message));
-                    continue;
-                }
-            };
-            // Transactional batches come only with the transactional id whose
-            // transaction holds the partition; plain batches only without one. The
-            // guard holds the transaction's markers back until the append is done.
-            let appending = match (tid, batch.meta.attributes.is_transactional()) {
-                (Some(tid), true) => {
-                    match ctx.txns.check_produce(
-                        tid,
-                        batch.meta.producer_id.0,
-                        batch.meta.producer_epoch,
-                        name,
-                        partition,
-                    ) {
-                        Ok(guard) => Some(guard),
-                        Err((c, m)) => {
-                            work.push(failed(r, c, m));
-                            continue;
-                        }
-                    }
-                }
-                (None, false) => None,
-                (Some(_), false) => {
-                    work.push(failed(r, code::INVALID_REQUEST, "a transactional id with a plain batch".into()));
-                    continue;
-                }
-                (None, true) => {
-                    let msg = "a transactional batch without a transactional id".into();
-                    work.push(failed(r, code::INVALID_REQUEST, msg));
+            let (partition, batch, appending) = match admit(ctx, tid, name, part.index, part.records.as_ref()) {
+                Ok(admitted) => admitted,
+                Err((c, m)) => {
+                    work.push(failed(r, c, m));
                     continue;
                 }
             };
@@ -215,6 +126,34 @@ pub(crate) async fn produce(
     let mut resp = ProduceResponse::default();
     resp.responses = topics;
     Some(resp)
+}
+
+/// Checks one partition's produced data before it is queued: the partition index, the
+/// batch, and its transaction. Transactional batches come only with the transactional id
+/// whose transaction holds the partition, plain batches only without one; the guard
+/// returned holds the transaction's markers back until the append is done. On refusal,
+/// the error code and message.
+fn admit<'a>(
+    ctx: &'a Context,
+    tid: Option<&str>,
+    name: &str,
+    index: i32,
+    data: Option<&bytes::Bytes>,
+) -> Result<(u32, records::ProducedBatch, Option<Appending<'a>>), (i16, String)> {
+    let partition =
+        u32::try_from(index).map_err(|_| (code::UNKNOWN_TOPIC_OR_PARTITION, format!("partition {index}")))?;
+    let batch = records::decode_produced(&data.cloned().unwrap_or_default()).map_err(|e| (e.code, e.message))?;
+    let appending = match (tid, batch.meta.attributes.is_transactional()) {
+        (Some(tid), true) => {
+            Some(ctx.txns.check_produce(tid, batch.meta.producer_id.0, batch.meta.producer_epoch, name, partition)?)
+        }
+        (None, false) => None,
+        (Some(_), false) => return Err((code::INVALID_REQUEST, "a transactional id with a plain batch".into())),
+        (None, true) => {
+            return Err((code::INVALID_REQUEST, "a transactional batch without a transactional id".into()));
+        }
+    };
+    Ok((partition, batch, appending))
 }
 
 /// One partition's share of a fetch.
@@ -349,31 +288,7 @@ pub(crate) async fn fetch(ctx: &Arc<Context>, req: FetchRequest, version: i16) -
             break;
         }
         waited = true;
-        // Long poll: until some partition has data past what was read (for a
-        // read_committed reader held back by an open transaction, that includes its
-        // marker), or the wait ends.
-        let waits: Vec<Boxed<'_, ()>> = wanted
-            .iter()
-            .zip(&reads)
-            .map(|((t, p, _, m), r)| {
-                let at = r.result.as_ref().map_or(Offset(0), OwnedBatches::next_offset);
-                // A read_committed reader waits for the log to grow past its end: what
-                // lies past the stable offset is there already.
-                let at = match r.bounds {
-                    Some((_, end)) if read_committed => at.max(end),
-                    _ => at,
-                };
-                Box::pin(async move {
-                    if let Ok(p) = u32::try_from(*p) {
-                        let _ = ctx.engine.fetch(t, p, at, (*m).max(1), left).await;
-                    }
-                }) as Boxed<'_, ()>
-            })
-            .collect();
-        let timer: Boxed<'_, ()> = Box::pin(glommio::timer::sleep(left));
-        let mut waits = waits;
-        waits.push(timer);
-        first_of(waits).await;
+        wait_for_more(ctx, &wanted, &reads, read_committed, left).await;
         reads = read_all(Duration::ZERO).await;
     }
     let mut committed = committed.into_iter();
@@ -382,62 +297,7 @@ pub(crate) async fn fetch(ctx: &Arc<Context>, req: FetchRequest, version: i16) -
     let mut topics: Vec<FetchableTopicResponse> = Vec::new();
     for ((topic, partition, _, _), read) in wanted.iter().zip(reads) {
         let stable = committed.next().flatten();
-        let mut pd = PartitionData::default();
-        pd.partition_index = *partition;
-        if let Some((start, end)) = read.bounds {
-            pd.high_watermark = end.0 as i64;
-            pd.last_stable_offset = end.0 as i64;
-            pd.log_start_offset = start.0 as i64;
-        } else {
-            pd.high_watermark = -1;
-        }
-        if let Some(c) = &stable {
-            if let Some(e) = c.error {
-                pd.error_code = e;
-            }
-            // The index may have read past this fetch's read (the log grew meanwhile):
-            // never a stable offset above the high watermark reported with it.
-            pd.last_stable_offset = match read.bounds {
-                Some((_, end)) => c.stable.offset.min(end).0 as i64,
-                None => c.stable.offset.0 as i64,
-            };
-            pd.aborted_transactions = Some(
-                c.stable
-                    .aborted
-                    .iter()
-                    .map(|a| {
-                        let mut t = AbortedTransaction::default();
-                        t.producer_id = WireProducerId(a.producer.0);
-                        t.first_offset = a.first.0 as i64;
-                        t
-                    })
-                    .collect(),
-            );
-        }
-        let limit = stable.as_ref().map_or(Offset(u64::MAX), |c| c.stable.offset);
-        let mut out = BytesMut::new();
-        match read.result {
-            Ok(batches) => {
-                let size = stable.as_ref().map_or(batches.bytes().len(), |c| c.bytes);
-                if size > 0 && (first_data || size <= budget) {
-                    for b in batches.batches() {
-                        match b {
-                            Ok(view) if view.header().base_offset >= limit => break,
-                            Ok(view) => records::encode_batch(view, &mut out),
-                            Err(e) => {
-                                pd.error_code = code::KAFKA_STORAGE_ERROR;
-                                eprintln!("sluice kafka listener: fetch of {topic}-{partition}: {e}");
-                                break;
-                            }
-                        }
-                    }
-                    budget = budget.saturating_sub(size);
-                    first_data = false;
-                }
-            }
-            Err(e) => pd.error_code = errors::of(&e),
-        }
-        pd.records = Some(out.freeze());
+        let pd = partition_data(topic, *partition, read, stable, &mut budget, &mut first_data);
         match topics.last_mut() {
             Some(t) if t.topic.0.as_str() == topic => t.partitions.push(pd),
             _ => {
@@ -451,6 +311,103 @@ pub(crate) async fn fetch(ctx: &Arc<Context>, req: FetchRequest, version: i16) -
     let mut resp = FetchResponse::default();
     resp.responses = topics;
     resp
+}
+
+/// One partition's part of a fetch response: its offsets, the stable view of a
+/// read_committed reader, and its batches re-encoded as Kafka's, within what is left of
+/// the response's byte budget (the first partition with data always gets its batches).
+fn partition_data(
+    topic: &str,
+    partition: i32,
+    read: Read,
+    stable: Option<Committed>,
+    budget: &mut usize,
+    first_data: &mut bool,
+) -> PartitionData {
+    let mut pd = PartitionData::default();
+    pd.partition_index = partition;
+    if let Some((start, end)) = read.bounds {
+        pd.high_watermark = end.0 as i64;
+        pd.last_stable_offset = end.0 as i64;
+        pd.log_start_offset = start.0 as i64;
+    } else {
+        pd.high_watermark = -1;
+    }
+    if let Some(c) = &stable {
+        if let Some(e) = c.error {
+            pd.error_code = e;
+        }
+        // The index may have read past this fetch's read (the log grew meanwhile):
+        // never a stable offset above the high watermark reported with it.
+        pd.last_stable_offset = match read.bounds {
+            Some((_, end)) => c.stable.offset.min(end).0 as i64,
+            None => c.stable.offset.0 as i64,
+        };
+        pd.aborted_transactions = Some(
+            c.stable
+                .aborted
+                .iter()
+                .map(|a| {
+                    let mut t = AbortedTransaction::default();
+                    t.producer_id = WireProducerId(a.producer.0);
+                    t.first_offset = a.first.0 as i64;
+                    t
+                })
+                .collect(),
+        );
+    }
+    let limit = stable.as_ref().map_or(Offset(u64::MAX), |c| c.stable.offset);
+    let mut out = BytesMut::new();
+    match read.result {
+        Ok(batches) => {
+            let size = stable.as_ref().map_or(batches.bytes().len(), |c| c.bytes);
+            if size > 0 && (*first_data || size <= *budget) {
+                for b in batches.batches() {
+                    match b {
+                        Ok(view) if view.header().base_offset >= limit => break,
+                        Ok(view) => records::encode_batch(view, &mut out),
+                        Err(e) => {
+                            pd.error_code = code::KAFKA_STORAGE_ERROR;
+                            eprintln!("sluice kafka listener: fetch of {topic}-{partition}: {e}");
+                            break;
+                        }
+                    }
+                }
+                *budget = budget.saturating_sub(size);
+                *first_data = false;
+            }
+        }
+        Err(e) => pd.error_code = errors::of(&e),
+    }
+    pd.records = Some(out.freeze());
+    pd
+}
+
+/// Long poll: waits until some partition has data past what was read (for a
+/// read_committed reader held back by an open transaction, that includes its marker), or
+/// `left` passes.
+async fn wait_for_more(ctx: &Context, wanted: &[Wanted], reads: &[Read], read_committed: bool, left: Duration) {
+    let waits: Vec<Boxed<'_, ()>> = wanted
+        .iter()
+        .zip(reads)
+        .map(|((t, p, _, m), r)| {
+            let at = r.result.as_ref().map_or(Offset(0), OwnedBatches::next_offset);
+            // A read_committed reader waits for the log to grow past its end: what
+            // lies past the stable offset is there already.
+            let at = match r.bounds {
+                Some((_, end)) if read_committed => at.max(end),
+                _ => at,
+            };
+            Box::pin(async move {
+                if let Ok(p) = u32::try_from(*p) {
+                    let _ = ctx.engine.fetch(t, p, at, (*m).max(1), left).await;
+                }
+            }) as Boxed<'_, ()>
+        })
+        .collect();
+    let mut waits = waits;
+    waits.push(Box::pin(glommio::timer::sleep(left)));
+    first_of(waits).await;
 }
 
 /// Handles a ListOffsets request: -2 earliest, -1 latest, otherwise the first record at

@@ -18,13 +18,23 @@ use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{ApiKey, ApiVersionsResponse, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
 use kafka_protocol::protocol::{Decodable, Encodable};
 
+use super::context::Context;
 use super::errors::code;
-use super::listener::Context;
 use super::{admin, data, groups, guard, transactions};
 
 /// The encoded response frame (`None` when the request wants none: Produce with acks=0),
 /// or why the connection must close.
-pub(crate) type Reply = Result<Option<Vec<u8>>, String>;
+pub(crate) type Reply = Result<Option<Vec<u8>>, EncodeFailure>;
+
+/// A response that could not be encoded: the connection is closed with this reason.
+#[derive(Debug, thiserror::Error)]
+#[error("encoding a {api:?} v{version} response{}: {reason}", if *header { " header" } else { "" })]
+pub(crate) struct EncodeFailure {
+    api: ApiKey,
+    version: i16,
+    header: bool,
+    reason: String,
+}
 
 /// What became of a frame.
 pub(crate) enum Handled {
@@ -91,48 +101,71 @@ pub(crate) fn encode(api: ApiKey, version: i16, correlation_id: i32, body: &Resp
     buf.put_i32(0);
     let mut header = ResponseHeader::default();
     header.correlation_id = correlation_id;
-    header
-        .encode(&mut buf, api.response_header_version(version))
-        .map_err(|e| format!("encoding a {api:?} v{version} response header: {e}"))?;
-    body.encode(&mut buf, version).map_err(|e| format!("encoding a {api:?} v{version} response: {e}"))?;
-    let len = i32::try_from(buf.len() - 4).map_err(|_| format!("a {api:?} response of {} bytes", buf.len()))?;
+    header.encode(&mut buf, api.response_header_version(version)).map_err(|e| EncodeFailure {
+        api,
+        version,
+        header: true,
+        reason: e.to_string(),
+    })?;
+    body.encode(&mut buf, version).map_err(|e| EncodeFailure { api, version, header: false, reason: e.to_string() })?;
+    let len = i32::try_from(buf.len() - 4).map_err(|_| EncodeFailure {
+        api,
+        version,
+        header: false,
+        reason: format!("{} bytes do not fit a frame", buf.len()),
+    })?;
     buf[..4].copy_from_slice(&len.to_be_bytes());
     Ok(Some(buf.to_vec()))
 }
 
 /// Parses a frame and starts its handler.
 pub(crate) fn handle(ctx: &Arc<Context>, frame: Bytes) -> Handled {
+    match parse(frame) {
+        Ok((api, version, header, request)) => start(ctx, api, version, header, request),
+        Err(handled) => handled,
+    }
+}
+
+/// A frame's API, version, header and request; or, for a frame that is not one this
+/// listener answers, what to do instead (close the connection, or ApiVersions' v0 error
+/// reply).
+fn parse(frame: Bytes) -> Result<(ApiKey, i16, RequestHeader, RequestKind), Handled> {
     if frame.len() < 8 {
-        return Handled::Close(format!("a request of {} bytes has no header", frame.len()));
+        return Err(Handled::Close(format!("a request of {} bytes has no header", frame.len())));
     }
     let key = i16::from_be_bytes([frame[0], frame[1]]);
     let version = i16::from_be_bytes([frame[2], frame[3]]);
     let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
     let Some((api, min, max)) = supported(key) else {
-        return Handled::Close(format!("unsupported API key {key}"));
+        return Err(Handled::Close(format!("unsupported API key {key}")));
     };
     if api == ApiKey::ApiVersions && version > max {
         let body = ResponseKind::ApiVersions(api_versions_body(code::UNSUPPORTED_VERSION));
-        return Handled::Ready(encode(api, 0, correlation_id, &body));
+        return Err(Handled::Ready(encode(api, 0, correlation_id, &body)));
     }
     if version < min || version > max {
-        return Handled::Close(format!(
+        return Err(Handled::Close(format!(
             "unsupported version {version} of {api:?} (this listener handles {min}..={max})"
-        ));
+        )));
     }
     let mut bytes = frame;
     let header = match RequestHeader::decode(&mut bytes, api.request_header_version(version)) {
         Ok(h) => h,
-        Err(e) => return Handled::Close(format!("malformed {api:?} v{version} request header: {e}")),
+        Err(e) => return Err(Handled::Close(format!("malformed {api:?} v{version} request header: {e}"))),
     };
     if let Err(e) = guard::check_body(key, version, &bytes) {
-        return Handled::Close(format!("malformed {api:?} v{version} request: {e}"));
+        return Err(Handled::Close(format!("malformed {api:?} v{version} request: {e}")));
     }
     let request = match RequestKind::decode(api, &mut bytes, version) {
         Ok(r) => r,
-        Err(e) => return Handled::Close(format!("malformed {api:?} v{version} request: {e}")),
+        Err(e) => return Err(Handled::Close(format!("malformed {api:?} v{version} request: {e}"))),
     };
     // Anything left in `bytes` is ignored on purpose (see the module docs).
+    Ok((api, version, header, request))
+}
+
+/// Starts the handler of a parsed request: its answer now, or the work that makes it.
+fn start(ctx: &Arc<Context>, api: ApiKey, version: i16, header: RequestHeader, request: RequestKind) -> Handled {
     let ctx = ctx.clone();
     let done = move |body: ResponseKind| encode(api, version, header.correlation_id, &body);
     match request {
@@ -169,50 +202,40 @@ pub(crate) fn handle(ctx: &Arc<Context>, frame: Bytes) -> Handled {
             done(ResponseKind::InitProducerId(admin::init_producer_id(&ctx, req, version).await))
         })),
         RequestKind::AddPartitionsToTxn(req) => Handled::Working(Box::pin(async move {
-            done(ResponseKind::AddPartitionsToTxn(transactions::add_partitions(&ctx, req).await))
+            done(ResponseKind::AddPartitionsToTxn(transactions::requests::add_partitions(&ctx, req).await))
         })),
         RequestKind::AddOffsetsToTxn(req) => {
-            Handled::Ready(done(ResponseKind::AddOffsetsToTxn(transactions::add_offsets(&ctx, req))))
+            Handled::Ready(done(ResponseKind::AddOffsetsToTxn(transactions::requests::add_offsets(&ctx, req))))
         }
         RequestKind::TxnOffsetCommit(req) => {
-            Handled::Ready(done(ResponseKind::TxnOffsetCommit(transactions::txn_offset_commit(&ctx, req))))
+            Handled::Ready(done(ResponseKind::TxnOffsetCommit(transactions::requests::txn_offset_commit(&ctx, req))))
         }
-        RequestKind::EndTxn(req) => {
-            Handled::Working(Box::pin(
-                async move { done(ResponseKind::EndTxn(transactions::end_txn(&ctx, req).await)) },
-            ))
-        }
-        RequestKind::JoinGroup(req) => {
-            Handled::Working(Box::pin(
-                async move { done(ResponseKind::JoinGroup(groups::join(&ctx, req, version).await)) },
-            ))
-        }
-        RequestKind::SyncGroup(req) => {
-            Handled::Working(Box::pin(
-                async move { done(ResponseKind::SyncGroup(groups::sync(&ctx, req, version).await)) },
-            ))
-        }
-        RequestKind::Heartbeat(req) => {
-            Handled::Working(Box::pin(async move { done(ResponseKind::Heartbeat(groups::heartbeat(&ctx, req).await)) }))
-        }
+        RequestKind::EndTxn(req) => Handled::Working(Box::pin(async move {
+            done(ResponseKind::EndTxn(transactions::requests::end_txn(&ctx, req).await))
+        })),
+        RequestKind::JoinGroup(req) => Handled::Working(Box::pin(async move {
+            done(ResponseKind::JoinGroup(groups::requests::join(&ctx, req, version).await))
+        })),
+        RequestKind::SyncGroup(req) => Handled::Working(Box::pin(async move {
+            done(ResponseKind::SyncGroup(groups::requests::sync(&ctx, req, version).await))
+        })),
+        RequestKind::Heartbeat(req) => Handled::Working(Box::pin(async move {
+            done(ResponseKind::Heartbeat(groups::requests::heartbeat(&ctx, req).await))
+        })),
         RequestKind::LeaveGroup(req) => Handled::Working(Box::pin(async move {
-            done(ResponseKind::LeaveGroup(groups::leave(&ctx, req, version).await))
+            done(ResponseKind::LeaveGroup(groups::requests::leave(&ctx, req, version).await))
         })),
         RequestKind::OffsetCommit(req) => Handled::Working(Box::pin(async move {
-            done(ResponseKind::OffsetCommit(groups::offset_commit(&ctx, req).await))
+            done(ResponseKind::OffsetCommit(groups::requests::offset_commit(&ctx, req).await))
         })),
-        RequestKind::OffsetFetch(req) => {
-            Handled::Working(Box::pin(
-                async move { done(ResponseKind::OffsetFetch(groups::offset_fetch(&ctx, req).await)) },
-            ))
-        }
-        RequestKind::ListGroups(req) => {
-            Handled::Working(Box::pin(
-                async move { done(ResponseKind::ListGroups(groups::list(&ctx, req, version).await)) },
-            ))
-        }
+        RequestKind::OffsetFetch(req) => Handled::Working(Box::pin(async move {
+            done(ResponseKind::OffsetFetch(groups::requests::offset_fetch(&ctx, req).await))
+        })),
+        RequestKind::ListGroups(req) => Handled::Working(Box::pin(async move {
+            done(ResponseKind::ListGroups(groups::requests::list(&ctx, req, version).await))
+        })),
         RequestKind::DescribeGroups(req) => Handled::Working(Box::pin(async move {
-            done(ResponseKind::DescribeGroups(groups::describe(&ctx, req, version).await))
+            done(ResponseKind::DescribeGroups(groups::requests::describe(&ctx, req, version).await))
         })),
         _ => Handled::Close(format!("no handler for {api:?}")),
     }

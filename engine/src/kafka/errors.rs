@@ -1,8 +1,8 @@
 //! Engine errors as Kafka error codes.
 
 use crate::error::EngineError;
-use crate::names::NameError;
 use crate::producer_state::SequenceError;
+use crate::topic::names::NameError;
 use sluice_io::LogError;
 
 /// The Kafka error codes the listener sends (Kafka's `Errors.java`).

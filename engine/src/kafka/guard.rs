@@ -157,6 +157,52 @@ fn schema(api_key: i16) -> Option<(&'static [F], i16)> {
     })
 }
 
+/// Why a request body was refused before decoding, with the byte it was found at.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Malformed {
+    /// A field runs past the end of the body.
+    #[error("a field of {bytes} bytes at byte {at} runs past the end ({left} left)")]
+    PastEnd {
+        /// Where the field starts.
+        at: usize,
+        /// Its claimed size.
+        bytes: usize,
+        /// Bytes left in the body.
+        left: usize,
+    },
+    /// An unsigned varint of more than 5 bytes.
+    #[error("an unsigned varint longer than 5 bytes at byte {at}")]
+    LongVarint {
+        /// Where it ends.
+        at: usize,
+    },
+    /// A negative length other than -1 (null).
+    #[error("a negative length {length} at byte {at}")]
+    NegativeLength {
+        /// Where it ends.
+        at: usize,
+        /// The length.
+        length: i64,
+    },
+    /// An array claiming more elements than bytes left.
+    #[error("an array of {elements} elements at byte {at} with {left} bytes left")]
+    LongArray {
+        /// Where its count ends.
+        at: usize,
+        /// The claimed count.
+        elements: usize,
+        /// Bytes left in the body.
+        left: usize,
+    },
+    /// The listener has no schema for the API.
+    #[error("no schema for API key {api_key}")]
+    NoSchema {
+        /// The API key.
+        api_key: i16,
+    },
+}
+
 struct Walk<'a> {
     bytes: &'a [u8],
     at: usize,
@@ -169,15 +215,15 @@ impl Walk<'_> {
         self.bytes.len() - self.at
     }
 
-    fn skip(&mut self, n: usize) -> Result<(), String> {
+    fn skip(&mut self, n: usize) -> Result<(), Malformed> {
         if n > self.left() {
-            return Err(format!("a field of {n} bytes at byte {} runs past the end ({} left)", self.at, self.left()));
+            return Err(Malformed::PastEnd { at: self.at, bytes: n, left: self.left() });
         }
         self.at += n;
         Ok(())
     }
 
-    fn fixed<const N: usize>(&mut self) -> Result<[u8; N], String> {
+    fn fixed<const N: usize>(&mut self) -> Result<[u8; N], Malformed> {
         let start = self.at;
         self.skip(N)?;
         let mut b = [0u8; N];
@@ -185,7 +231,7 @@ impl Walk<'_> {
         Ok(b)
     }
 
-    fn uvarint(&mut self) -> Result<u64, String> {
+    fn uvarint(&mut self) -> Result<u64, Malformed> {
         let mut v = 0u64;
         for i in 0..5 {
             let [b] = self.fixed::<1>()?;
@@ -194,11 +240,11 @@ impl Walk<'_> {
                 return Ok(v);
             }
         }
-        Err(format!("an unsigned varint longer than 5 bytes at byte {}", self.at))
+        Err(Malformed::LongVarint { at: self.at })
     }
 
     /// A length or count: `None` for null.
-    fn length(&mut self, wide: bool) -> Result<Option<usize>, String> {
+    fn length(&mut self, wide: bool) -> Result<Option<usize>, Malformed> {
         if self.flexible {
             return Ok(self.uvarint()?.checked_sub(1).map(|n| n as usize));
         }
@@ -209,20 +255,20 @@ impl Walk<'_> {
         };
         match n {
             -1 => Ok(None),
-            n if n < 0 => Err(format!("a negative length {n} at byte {}", self.at)),
+            n if n < 0 => Err(Malformed::NegativeLength { at: self.at, length: n }),
             n => Ok(Some(n as usize)),
         }
     }
 
-    fn count(&mut self) -> Result<usize, String> {
+    fn count(&mut self) -> Result<usize, Malformed> {
         let n = self.length(true)?.unwrap_or(0);
         if n > self.left() {
-            return Err(format!("an array of {n} elements with {} bytes left", self.left()));
+            return Err(Malformed::LongArray { at: self.at, elements: n, left: self.left() });
         }
         Ok(n)
     }
 
-    fn tagged(&mut self) -> Result<(), String> {
+    fn tagged(&mut self) -> Result<(), Malformed> {
         if self.flexible {
             let n = self.uvarint()?;
             for _ in 0..n {
@@ -234,7 +280,7 @@ impl Walk<'_> {
         Ok(())
     }
 
-    fn fields(&mut self, fields: &[F]) -> Result<(), String> {
+    fn fields(&mut self, fields: &[F]) -> Result<(), Malformed> {
         let version = self.version;
         for f in fields.iter().filter(|f| (f.min..=f.max).contains(&version)) {
             match f.t {
@@ -253,7 +299,9 @@ impl Walk<'_> {
                 }
                 ArrI32 => {
                     let n = self.count()?;
-                    self.skip(n.checked_mul(4).ok_or("an array too large")?)?;
+                    let bytes =
+                        n.checked_mul(4).ok_or(Malformed::LongArray { at: self.at, elements: n, left: self.left() })?;
+                    self.skip(bytes)?;
                 }
                 ArrStr => {
                     for _ in 0..self.count()? {
@@ -275,8 +323,8 @@ impl Walk<'_> {
 
 /// Checks a request body (after its header) of `api_key` at `version`. Returns the bytes
 /// the body's fields take (anything after them is ignored by the decoder).
-pub fn check_body(api_key: i16, version: i16, body: &[u8]) -> Result<usize, String> {
-    let (fields, flexible_from) = schema(api_key).ok_or_else(|| format!("no schema for API key {api_key}"))?;
+pub fn check_body(api_key: i16, version: i16, body: &[u8]) -> Result<usize, Malformed> {
+    let (fields, flexible_from) = schema(api_key).ok_or(Malformed::NoSchema { api_key })?;
     let mut w = Walk { bytes: body, at: 0, version, flexible: version >= flexible_from };
     w.fields(fields)?;
     w.tagged()?;

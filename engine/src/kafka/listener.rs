@@ -34,6 +34,7 @@ use glommio::net::{TcpListener, TcpStream};
 
 use crate::engine::EngineHandle;
 
+use super::context::Context;
 use super::dispatch::{self, Handled, Reply};
 use super::{KafkaConfig, KafkaError};
 
@@ -43,30 +44,6 @@ pub struct KafkaServer {
     addr: SocketAddr,
     stop: Option<async_channel::Sender<()>>,
     threads: Vec<JoinHandle<()>>,
-}
-
-/// What every connection of the listener shares.
-#[derive(Debug)]
-pub(crate) struct Context {
-    pub(crate) engine: EngineHandle,
-    pub(crate) config: KafkaConfig,
-    /// The host and port clients are told to connect to.
-    pub(crate) advertised: (String, i32),
-    /// Transactional ids and their transactions (persisted in `__transaction_state`).
-    pub(crate) txns: super::transactions::Coordinator,
-    /// Last stable offsets and aborted transactions for read_committed fetches.
-    pub(crate) stable: super::stable::StableIndex,
-    /// Each group's join barrier (`groups::JoinBarrier`).
-    pub(crate) joins: std::sync::Mutex<std::collections::HashMap<String, super::groups::JoinBarrier>>,
-}
-
-impl Context {
-    /// The groups' join barriers, locked (a panic elsewhere leaves them usable).
-    pub(crate) fn joins(
-        &self,
-    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, super::groups::JoinBarrier>> {
-        self.joins.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
 }
 
 impl KafkaServer {
@@ -216,7 +193,7 @@ async fn accept_loop(
                 if stopped.await {
                     return;
                 }
-                super::transactions::expire(&ctx).await;
+                super::transactions::requests::expire(&ctx).await;
             }
         })
         .detach();

@@ -7,11 +7,15 @@
 //!   deadlines, and answered in request order with a bounded number in flight.
 //! - [`dispatch`]: request headers, the ApiVersions table (and its v0 fallback), decoding
 //!   with the `kafka-protocol` crate and encoding the responses.
+//! - `context`: what every request handler may reach (the handle, the configuration and
+//!   the listener-wide state); handlers take it, never the listener.
 //! - [`data`] (Produce, Fetch, ListOffsets), [`admin`] (Metadata, CreateTopics,
 //!   DeleteTopics, FindCoordinator, InitProducerId), [`groups`] (the classic consumer group
-//!   protocol mapped onto the engine's coordinator).
-//! - [`transactions`]: the transaction coordinator (transactional ids, AddPartitionsToTxn,
-//!   AddOffsetsToTxn, TxnOffsetCommit, EndTxn writing the markers), in memory.
+//!   protocol mapped onto the engine's group coordinator; its requests in `groups::requests`).
+//! - `transactions`: the transaction coordinator (transactional ids, AddPartitionsToTxn,
+//!   AddOffsetsToTxn, TxnOffsetCommit, EndTxn writing the markers), its state persisted
+//!   in the internal topic `__transaction_state` and recovered when the listener starts;
+//!   its requests in `transactions::requests`.
 //! - [`stable`]: last stable offsets and aborted transactions for read_committed Fetch.
 //! - [`records`]: Kafka's record batch v2 to and from sluice's records, CRC-32C checked.
 //! - [`guard`]: every request body is walked by its schema, and counts checked against
@@ -24,11 +28,13 @@
 //! (or gets the protocol's error code) and nothing else.
 
 pub mod admin;
+mod context;
 pub mod data;
 pub mod dispatch;
 pub mod errors;
 pub mod groups;
 pub mod guard;
+mod join;
 pub mod listener;
 pub mod records;
 mod stable;

@@ -19,7 +19,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use sluice_io::record::Attributes;
 use sluice_io::{BatchMeta, BatchView, ProducerId, Timestamp};
 
-use crate::shard::PackedRecords;
+use crate::record::PackedRecords;
 
 use super::errors::code;
 
@@ -369,7 +369,7 @@ pub fn encode_batch(view: BatchView<'_>, out: &mut BytesMut) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shard::OwnedRecord;
+    use crate::record::OwnedRecord;
 
     fn decode(bytes: &[u8]) -> Result<ProducedBatch, BatchRejected> {
         decode_produced(&Bytes::copy_from_slice(bytes))

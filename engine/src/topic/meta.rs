@@ -96,7 +96,7 @@ impl Metadata {
             )));
         }
         for name in meta.topics.keys() {
-            crate::names::validate_name("topic", name)?;
+            crate::topic::names::validate_name("topic", name)?;
         }
         Ok(meta)
     }
@@ -125,7 +125,7 @@ impl Metadata {
 /// topic's name, so that the first partitions of many topics do not all land on shard 0.
 #[must_use]
 pub fn assign_shards(topic: &str, first_partition: u32, count: u32, shards: usize) -> Vec<u32> {
-    let start = crate::partitioner::murmur2(topic.as_bytes()) as u32 & 0x7fff_ffff;
+    let start = crate::topic::partitioner::murmur2(topic.as_bytes()) as u32 & 0x7fff_ffff;
     (first_partition..first_partition + count).map(|p| ((start as u64 + p as u64) % shards as u64) as u32).collect()
 }
 

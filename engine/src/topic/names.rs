@@ -4,36 +4,12 @@
 //! Because such a name becomes part of a path under the data directory, this rule is
 //! also what keeps a client from naming a path outside it.
 
-/// The longest name Kafka accepts.
-pub const MAX_NAME_CHARS: usize = 249;
+pub use crate::error::{MAX_NAME_CHARS, NameError};
 
-/// Why a name was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum NameError {
-    /// The name is empty.
-    #[error("{kind} name is empty")]
-    Empty {
-        /// What was being named ("topic", "group", ...).
-        kind: &'static str,
-    },
-    /// The name is longer than 249 characters.
-    #[error("{kind} name is {len} characters long; the limit is {MAX_NAME_CHARS}")]
-    TooLong {
-        /// What was being named.
-        kind: &'static str,
-        /// Its length.
-        len: usize,
-    },
-    /// The name has a character outside `[a-zA-Z0-9._-]`, or is `.` or `..`.
-    #[error("{kind} name {name:?} is not valid: use only [a-zA-Z0-9._-], and not \".\" or \"..\"")]
-    Invalid {
-        /// What was being named.
-        kind: &'static str,
-        /// The name as given.
-        name: String,
-    },
-}
+/// The internal compacted topic holding every transactional id's state of the Kafka
+/// listener (one partition), as Kafka's of the same name. Named here, with the topic
+/// names, because the engine refuses to let clients delete or write internal topics.
+pub const TRANSACTION_STATE_TOPIC: &str = "__transaction_state";
 
 /// Checks a name from outside against Kafka's rule.
 pub fn validate_name(kind: &'static str, name: &str) -> Result<(), NameError> {

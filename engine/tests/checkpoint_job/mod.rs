@@ -15,7 +15,7 @@ use sluice_engine::dataflow::{
     Aggregate, CheckpointConfig, CheckpointMode, Event, KeyedProcessFunction, ListState, Pipeline, PipelineConfig,
     ProcessContext, RunningPipeline, Stream, Timer, WatermarkStrategy, Windows,
 };
-use sluice_engine::partitioner::partition_for_key;
+use sluice_engine::topic::partitioner::partition_for_key;
 use sluice_engine::{Engine, EngineConfig, EngineHandle, Isolation, OwnedRecord, TopicConfig};
 use sluice_io::{BatchMeta, EventTime, Timestamp};
 
@@ -245,7 +245,8 @@ pub fn expected(records: &[In]) -> Vec<String> {
         es.sort_unstable();
         let (mut start, mut last, mut values) = (es[0].0, es[0].0, Vec::new());
         for (t, v) in es {
-            if t > last + SESSION_GAP {
+            // Closer than the gap joins; exactly a gap after starts a new session.
+            if t >= last + SESSION_GAP {
                 out.push(format!("G|{key}|{start}|{}|{}", last + SESSION_GAP, stats(&values)));
                 (start, values) = (t, Vec::new());
             }

@@ -67,7 +67,7 @@ pub enum KafkaConnectorError {
     Config(String),
     /// A topic or group name Kafka would refuse.
     #[error("Kafka connector: {0}")]
-    Name(#[from] crate::names::NameError),
+    Name(#[from] crate::topic::names::NameError),
     /// librdkafka refused or failed an operation.
     #[error("Kafka connector: {op}: {source}")]
     Client {
@@ -86,7 +86,7 @@ pub enum KafkaConnectorError {
     },
     /// A background committer failed; the sink's transactions after it were not written.
     #[error("Kafka sink: {0}")]
-    Commit(String),
+    Commit(#[source] sink::SinkFailure),
 }
 
 impl KafkaConnectorError {
@@ -110,7 +110,7 @@ fn validate_common(bootstrap_servers: &str, topic: &str, timeout: Duration) -> R
     if bootstrap_servers.trim().is_empty() {
         return Err(KafkaConnectorError::Config("bootstrap servers are empty".into()));
     }
-    crate::names::validate_name("topic", topic)?;
+    crate::topic::names::validate_name("topic", topic)?;
     if timeout.is_zero() {
         return Err(KafkaConnectorError::Config("the request timeout is zero".into()));
     }
@@ -120,6 +120,6 @@ fn validate_common(bootstrap_servers: &str, topic: &str, timeout: Duration) -> R
 /// A group name (Kafka takes any non-empty string of at most 249 characters here; sluice
 /// keeps to the topic rule so names stay printable).
 fn validate_group(kind: &'static str, group: &str) -> Result<(), KafkaConnectorError> {
-    crate::names::validate_name(kind, group)?;
+    crate::topic::names::validate_name(kind, group)?;
     Ok(())
 }

@@ -17,10 +17,7 @@ use sluice_io::Timestamp;
 
 use crate::dataflow::{Event, Firing, Window, WindowResult, topic::TopicRecord};
 
-/// Why checkpointed state could not be read back.
-#[derive(Debug, thiserror::Error)]
-#[error("checkpointed state: {0}")]
-pub struct StateError(pub String);
+pub use crate::error::StateError;
 
 fn short(what: &str) -> StateError {
     StateError(format!("truncated while reading {what}"))

@@ -12,7 +12,9 @@ use std::{
 
 use sluice_io::{CheckpointStore, Manifest, PartInfo, UringStorage};
 
-use super::{CheckpointConfig, CheckpointStats, Restored, ShardPart, decode_part, encode_part, part_name};
+use super::{
+    CheckpointConfig, CheckpointError, CheckpointStats, Restored, ShardPart, decode_part, encode_part, part_name,
+};
 
 /// A shard's answer for one checkpoint: its part, or why it has none.
 #[derive(Debug)]
@@ -32,7 +34,7 @@ pub(crate) struct Ack {
 /// What the coordinator and the shards share. The shards only read atomics and send
 /// acknowledgements; nothing here is on the record path.
 #[derive(Debug)]
-pub(crate) struct Coordinator {
+pub(crate) struct CheckpointCoordinator {
     /// The checkpoint whose barriers sources inject (0: none yet).
     pub(crate) trigger: AtomicU64,
     /// The checkpoint that is the final one of bounded inputs, once it begins (0: none);
@@ -62,9 +64,9 @@ pub(crate) struct Coordinator {
     stop: AtomicBool,
 }
 
-impl Coordinator {
-    pub(crate) fn new(shards: usize, restored: Option<Arc<Restored>>) -> Coordinator {
-        Coordinator {
+impl CheckpointCoordinator {
+    pub(crate) fn new(shards: usize, restored: Option<Arc<Restored>>) -> CheckpointCoordinator {
+        CheckpointCoordinator {
             trigger: AtomicU64::new(0),
             final_trigger: AtomicU64::new(0),
             completed: AtomicU64::new(0),
@@ -146,10 +148,13 @@ impl Coordinator {
 /// start: starting over would replay from the beginning and break exactly-once output.
 pub(crate) async fn open_store(
     config: &CheckpointConfig,
-) -> Result<(CheckpointStore<UringStorage>, Option<Restored>), String> {
+) -> Result<(CheckpointStore<UringStorage>, Option<Restored>), CheckpointError> {
     // Absolute, so that fsyncing a directory's parent never meets an empty path.
-    let dir = std::path::absolute(&config.dir).map_err(|e| format!("resolving {}: {e}", config.dir.display()))?;
-    let store = CheckpointStore::open(UringStorage, &dir, config.keep).await.map_err(|e| e.to_string())?;
+    let dir = std::path::absolute(&config.dir)
+        .map_err(|source| CheckpointError::Resolve { dir: config.dir.clone(), source })?;
+    let store = CheckpointStore::open(UringStorage, &dir, config.keep)
+        .await
+        .map_err(|source| CheckpointError::Store { dir: dir.clone(), source })?;
     let completed = store.completed();
     let mut failures = Vec::new();
     for &id in completed.iter().rev() {
@@ -165,15 +170,11 @@ pub(crate) async fn open_store(
                 eprintln!(
                     "sluice: checkpoint {id} is damaged, falling back to an older one (results an exactly-once sink committed after it are written again): {e}"
                 );
-                failures.push(format!("{id}: {e}"));
+                failures.push(e);
             }
         }
     }
-    if failures.is_empty() {
-        Ok((store, None))
-    } else {
-        Err(format!("no completed checkpoint can be restored: {}", failures.join("; ")))
-    }
+    if failures.is_empty() { Ok((store, None)) } else { Err(CheckpointError::NoneReadable { dir, failures }) }
 }
 
 struct ReadCheckpoint {
@@ -185,8 +186,9 @@ struct ReadCheckpoint {
 async fn read_checkpoint(
     store: &CheckpointStore<UringStorage>,
     id: sluice_io::CheckpointId,
-) -> Result<ReadCheckpoint, String> {
-    let manifest = store.manifest(id).await.map_err(|e| e.to_string())?;
+) -> Result<ReadCheckpoint, CheckpointError> {
+    let io = |at: sluice_io::CheckpointId| move |source| CheckpointError::Read { id: at.0, source };
+    let manifest = store.manifest(id).await.map_err(io(id))?;
     let mut restored = Restored { id: id.0, ..Restored::default() };
     let mut parts = 0;
     for info in &manifest.parts {
@@ -194,14 +196,20 @@ async fn read_checkpoint(
         let mut chain = Vec::new();
         let (mut at, mut info) = (id, info.clone());
         loop {
-            let body = store.read_part(at, &info).await.map_err(|e| e.to_string())?;
+            let body = store.read_part(at, &info).await.map_err(io(at))?;
             parts += 1;
-            let part = decode_part(body).map_err(|e| format!("checkpoint {at}, part {}: {e}", info.name))?;
+            let part = decode_part(body).map_err(|source| CheckpointError::Decode {
+                id: at.0,
+                part: info.name.clone(),
+                source,
+            })?;
             chain.push(part);
             let Some(base) = info.base else { break };
-            let older = store.manifest(base).await.map_err(|e| e.to_string())?;
-            info = older.part(&info.name).cloned().ok_or_else(|| {
-                format!("checkpoint {base} has no part {} for checkpoint {at} to build on", info.name)
+            let older = store.manifest(base).await.map_err(io(base))?;
+            info = older.part(&info.name).cloned().ok_or_else(|| CheckpointError::MissingBase {
+                id: base.0,
+                part: info.name.clone(),
+                of: at.0,
             })?;
             at = base;
         }
@@ -218,7 +226,7 @@ async fn sleep(d: Duration) {
 
 /// Takes checkpoints until stopped (or until the final one of bounded inputs completes).
 pub(crate) async fn run_coordinator(
-    coordinator: Arc<Coordinator>,
+    coordinator: Arc<CheckpointCoordinator>,
     config: CheckpointConfig,
     store: CheckpointStore<UringStorage>,
 ) {
@@ -226,31 +234,107 @@ pub(crate) async fn run_coordinator(
     coordinator.finish();
 }
 
+/// What waiting for the interval decided.
+enum Next {
+    /// Take a checkpoint; `true` when it is the final one of bounded inputs.
+    Take(bool),
+    /// The pipeline is stopping.
+    Stop,
+}
+
+/// Waits out the interval, or less when every bounded source has run out.
+async fn wait_for_next(coordinator: &CheckpointCoordinator, interval: Duration) -> Next {
+    let due = Instant::now() + interval;
+    loop {
+        if coordinator.stop.load(Ordering::Acquire) {
+            return Next::Stop;
+        }
+        if coordinator.all_exhausted() {
+            return Next::Take(true);
+        }
+        let now = Instant::now();
+        if now >= due {
+            return Next::Take(false);
+        }
+        sleep((due - now).min(Duration::from_millis(5))).await;
+    }
+}
+
+/// Every shard's part of one checkpoint, as written, and the figures of its acks.
+#[derive(Default)]
+struct Collected {
+    parts: BTreeMap<usize, (PartInfo, u64)>,
+    keys: u64,
+    inflight_records: u64,
+    alignment: Duration,
+}
+
+/// How collecting a checkpoint's parts ended.
+enum Collect {
+    Done(Collected),
+    Failed(String),
+    Stopped,
+}
+
+/// Collects every shard's acknowledgement of checkpoint `id` and writes its part, until
+/// all are written, one fails, the deadline passes, or the pipeline stops.
+async fn collect_parts(
+    coordinator: &CheckpointCoordinator,
+    store: &mut CheckpointStore<UringStorage>,
+    id: sluice_io::CheckpointId,
+    deadline: Instant,
+    timeout: Duration,
+) -> Collect {
+    let rx = &coordinator.acks.1;
+    let mut got = Collected::default();
+    while got.parts.len() < coordinator.shards {
+        if coordinator.stop.load(Ordering::Acquire) {
+            return Collect::Stopped;
+        }
+        let wait = deadline.saturating_duration_since(Instant::now());
+        if wait.is_zero() {
+            return Collect::Failed(format!("timed out after {timeout:?}"));
+        }
+        let ack = futures_lite::future::or(async { rx.recv().await.ok() }, async {
+            sleep(wait.min(Duration::from_millis(20))).await;
+            None
+        })
+        .await;
+        let Some(ack) = ack else { continue };
+        if ack.id != id.0 {
+            continue;
+        }
+        let written = match encode_part(&ack.part) {
+            Ok(body) => store
+                .write_part(id, &part_name(ack.shard), ack.base.map(sluice_io::CheckpointId), &body)
+                .await
+                .map(|info| (info, body.len() as u64))
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        match written {
+            Ok(part) => {
+                got.keys += ack.keys;
+                got.inflight_records += ack.inflight;
+                got.alignment = got.alignment.max(ack.alignment);
+                got.parts.insert(ack.shard, part);
+            }
+            Err(e) => return Collect::Failed(format!("shard {}'s snapshot: {e}", ack.shard)),
+        }
+    }
+    Collect::Done(got)
+}
+
 async fn take_checkpoints(
-    coordinator: &Arc<Coordinator>,
+    coordinator: &Arc<CheckpointCoordinator>,
     config: CheckpointConfig,
     mut store: CheckpointStore<UringStorage>,
 ) {
-    let shards = coordinator.shards;
-    let rx = coordinator.acks.1.clone();
     loop {
-        // Wait out the interval, or less when every bounded source has run out.
-        let due = Instant::now() + config.interval;
-        let mut last = false;
-        loop {
-            if coordinator.stop.load(Ordering::Acquire) {
-                return;
-            }
-            if coordinator.all_exhausted() {
-                last = true;
-                break;
-            }
-            let now = Instant::now();
-            if now >= due {
-                break;
-            }
-            sleep((due - now).min(Duration::from_millis(5))).await;
-        }
+        let last = match wait_for_next(coordinator, config.interval).await {
+            Next::Stop => return,
+            Next::Take(last) => last,
+        };
         let started = Instant::now();
         let id = match store.begin().await {
             Ok(id) => id,
@@ -260,66 +344,31 @@ async fn take_checkpoints(
                 continue;
             }
         };
-        while rx.try_recv().is_ok() {}
+        while coordinator.acks.1.try_recv().is_ok() {}
         if last {
             coordinator.final_trigger.store(id.0, Ordering::Release);
         }
         coordinator.trigger.store(id.0, Ordering::Release);
-        let deadline = started + config.timeout;
-        let mut parts: BTreeMap<usize, (PartInfo, u64)> = BTreeMap::new();
-        let mut keys = 0;
-        let mut inflight_records = 0;
-        let mut alignment = Duration::ZERO;
-        let mut failure = None;
-        while parts.len() < shards && failure.is_none() {
-            if coordinator.stop.load(Ordering::Acquire) {
+        let got = match collect_parts(coordinator, &mut store, id, started + config.timeout, config.timeout).await {
+            Collect::Done(got) => got,
+            Collect::Stopped => {
                 let _ = store.abort(id).await;
                 return;
             }
-            let wait = deadline.saturating_duration_since(Instant::now());
-            if wait.is_zero() {
-                failure = Some(format!("timed out after {:?}", config.timeout));
-                break;
-            }
-            let ack = futures_lite::future::or(async { rx.recv().await.ok() }, async {
-                sleep(wait.min(Duration::from_millis(20))).await;
-                None
-            })
-            .await;
-            let Some(ack) = ack else { continue };
-            if ack.id != id.0 {
+            Collect::Failed(reason) => {
+                eprintln!("sluice: checkpoint {id} aborted: {reason}");
+                if let Err(e) = store.abort(id).await {
+                    eprintln!("sluice: removing aborted checkpoint {id} failed: {e}");
+                }
                 continue;
             }
-            let written = match encode_part(&ack.part) {
-                Ok(body) => store
-                    .write_part(id, &part_name(ack.shard), ack.base.map(sluice_io::CheckpointId), &body)
-                    .await
-                    .map(|info| (info, body.len() as u64))
-                    .map_err(|e| e.to_string()),
-                Err(e) => Err(e.to_string()),
-            };
-            match written {
-                Ok(part) => {
-                    keys += ack.keys;
-                    inflight_records += ack.inflight;
-                    alignment = alignment.max(ack.alignment);
-                    parts.insert(ack.shard, part);
-                }
-                Err(e) => failure = Some(format!("shard {}'s snapshot: {e}", ack.shard)),
-            }
-        }
-        if let Some(reason) = failure {
-            eprintln!("sluice: checkpoint {id} aborted: {reason}");
-            if let Err(e) = store.abort(id).await {
-                eprintln!("sluice: removing aborted checkpoint {id} failed: {e}");
-            }
-            continue;
-        }
-        let bytes = parts.values().map(|(_, b)| b).sum();
-        let manifest = Manifest::new(id, parts.into_values().map(|(info, _)| info).collect(), Vec::new());
+        };
+        let bytes = got.parts.values().map(|(_, b)| b).sum();
+        let manifest = Manifest::new(id, got.parts.into_values().map(|(info, _)| info).collect(), Vec::new());
         match store.commit(&manifest).await {
             Ok(_) => {
                 coordinator.completed.store(id.0, Ordering::Release);
+                let (alignment, keys, inflight_records) = (got.alignment, got.keys, got.inflight_records);
                 let stats =
                     CheckpointStats { id: id.0, duration: started.elapsed(), alignment, bytes, keys, inflight_records };
                 coordinator.stats.lock().unwrap_or_else(PoisonError::into_inner).push(stats);

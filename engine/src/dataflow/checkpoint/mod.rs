@@ -66,8 +66,9 @@ use std::{collections::HashMap, path::PathBuf, sync::Arc, time::Duration};
 
 use rkyv::util::AlignedVec;
 
+pub use crate::error::CheckpointError;
 pub use codec::{Data, EntryWriter, StateError, read_entries, take};
-pub(crate) use coordinator::{Coordinator, open_store, run_coordinator};
+pub(crate) use coordinator::{CheckpointCoordinator, open_store, run_coordinator};
 pub(crate) use shard::{ChannelHandle, GroupWriter, ShardCheckpoint, StateHandle};
 
 use crate::error::{EngineError, Result};

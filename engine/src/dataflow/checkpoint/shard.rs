@@ -15,7 +15,7 @@ use sluice_io::EventTime;
 use super::{
     Barrier, ChannelPart, CheckpointMode, Data, EntryWriter, GroupPart, OperatorPart, ShardPart, SinkPart, SourcePart,
     StateError,
-    coordinator::{Ack, Coordinator},
+    coordinator::{Ack, CheckpointCoordinator},
 };
 use crate::dataflow::{Event, key_group, shard_of_group};
 
@@ -34,7 +34,7 @@ pub(crate) struct ShardCheckpoint {
     shard: usize,
     shards: usize,
     key_groups: u32,
-    pub(crate) coordinator: Arc<Coordinator>,
+    pub(crate) coordinator: Arc<CheckpointCoordinator>,
     participants: u32,
     next_operator: u32,
     next_source: u32,
@@ -57,7 +57,7 @@ impl ShardCheckpoint {
         shard: usize,
         shards: usize,
         key_groups: u32,
-        coordinator: Arc<Coordinator>,
+        coordinator: Arc<CheckpointCoordinator>,
         full_every: u32,
         mode: CheckpointMode,
     ) -> ShardCheckpoint {

@@ -12,6 +12,7 @@ use rustc_hash::FxHashMap;
 use sluice_io::EventTime;
 
 use super::JoinCore;
+use crate::dataflow::window::buckets::{Bucketed, find_or_insert};
 use crate::dataflow::{Event, Window, Windows};
 
 /// One key's records of both sides in one window.
@@ -29,6 +30,12 @@ impl<L, R> Default for Sides<L, R> {
 struct Bucket<K, L, R> {
     window: Window,
     keys: FxHashMap<K, Sides<L, R>>,
+}
+
+impl<K, L, R> Bucketed for Bucket<K, L, R> {
+    fn window(&self) -> Window {
+        self.window
+    }
 }
 
 pub(super) struct WindowJoin<K, L, R, O, F> {
@@ -68,20 +75,7 @@ where
 
     /// The index of `window`'s bucket, created if need be.
     fn bucket(&mut self, window: Window) -> usize {
-        if let Some(b) = self.buckets.get(self.hint)
-            && b.window == window
-        {
-            return self.hint;
-        }
-        let i = match self.buckets.binary_search_by(|b| b.window.cmp(&window)) {
-            Ok(i) => i,
-            Err(i) => {
-                self.buckets.insert(i, Bucket { window, keys: FxHashMap::default() });
-                i
-            }
-        };
-        self.hint = i;
-        i
+        find_or_insert(&mut self.buckets, &mut self.hint, window, || Bucket { window, keys: FxHashMap::default() }).0
     }
 
     /// Puts `value` into each of its windows still open, cloned for all but the last, on

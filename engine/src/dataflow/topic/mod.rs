@@ -46,10 +46,10 @@ pub use sink::TopicSink;
 
 use super::{Scope, Stream, WatermarkStrategy};
 use crate::{
-    consumer::Isolation,
+    client::consumer::Isolation,
+    client::group_consumer::OffsetReset,
     engine::EngineHandle,
     error::{EngineError, Result},
-    group_consumer::OffsetReset,
 };
 
 /// One record read from a topic, with where it was read.

@@ -19,7 +19,7 @@ use sluice_io::{Offset, OwnedBatches, txn::ReadCommitted};
 
 use super::{Failure, PartitionPlan, TopicRecord, TopicSource};
 use crate::{
-    consumer::Isolation,
+    client::consumer::Isolation,
     dataflow::Source,
     engine::EngineHandle,
     error::{EngineError, Result},

@@ -31,8 +31,8 @@ use crate::{
     dataflow::{Event, Operator, Stream, checkpoint::Barrier, scope::Pending},
     engine::EngineHandle,
     error::{EngineError, Result},
-    partitioner::partition_for_key,
-    shard::OwnedRecord,
+    record::OwnedRecord,
+    topic::partitioner::partition_for_key,
 };
 
 /// The most bytes (keys plus values) the sink puts in one append: the engine's own batch

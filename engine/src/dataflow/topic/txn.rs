@@ -34,7 +34,7 @@ use sluice_io::{BatchMeta, ProducerId, txn::Marker};
 
 use super::{Failure, TopicSink};
 use crate::{
-    dataflow::checkpoint::{Barrier, Coordinator, PendingTxn, ShardCheckpoint, SinkPart},
+    dataflow::checkpoint::{Barrier, CheckpointCoordinator, PendingTxn, ShardCheckpoint, SinkPart},
     engine::EngineHandle,
     error::Result,
 };
@@ -59,7 +59,7 @@ pub(super) struct Transactions {
     handle: EngineHandle,
     topic: Arc<str>,
     checkpoint: Rc<RefCell<ShardCheckpoint>>,
-    coordinator: Arc<Coordinator>,
+    coordinator: Arc<CheckpointCoordinator>,
     /// This sink's id among the shard's checkpoint participants.
     id: u32,
     producers: HashMap<u64, Producer>,

@@ -6,10 +6,8 @@
 //! then dropped, or, when late updates are allowed, kept until the lateness has passed.
 
 use std::{
-    cell::RefCell,
     hash::{BuildHasher, Hash},
     rc::Rc,
-    time::Instant,
 };
 
 use std::collections::VecDeque;
@@ -17,12 +15,16 @@ use std::collections::VecDeque;
 use rustc_hash::{FxHashMap, FxHashSet};
 use sluice_io::EventTime;
 
-use super::{Firing, Window, Windows, emit::Emit, function::WindowFunction};
+use super::{
+    Firing, Window, Windows,
+    buckets::{Bucketed, find_or_insert},
+    emit::Emit,
+    function::WindowFunction,
+    skeleton::{self, WindowKind},
+};
 use crate::dataflow::{
-    Event, Operator, Port, Scope,
+    Event, Port, Scope,
     checkpoint::{Barrier, Data, StateError, StateHandle},
-    operator::Shared,
-    scope::Ticker,
 };
 
 struct Bucket<K, A> {
@@ -32,6 +34,12 @@ struct Bucket<K, A> {
     /// Created since the last snapshot: the next one writes it whole, so its keys are not
     /// tracked one by one.
     fresh: bool,
+}
+
+impl<K, A> Bucketed for Bucket<K, A> {
+    fn window(&self) -> Window {
+        self.window
+    }
 }
 
 impl<K, A> Bucket<K, A> {
@@ -99,9 +107,7 @@ pub(crate) struct Aligned<K, T, F: WindowFunction<K, T>, KS> {
     emit: Emit<K, T, F::Out>,
     buckets: Vec<Bucket<K, F::Acc>>,
     hint: usize,
-    watermark: EventTime,
     assigned: Vec<Window>,
-    state: Option<StateHandle>,
     changes: Option<Changes<K>>,
 }
 
@@ -119,7 +125,6 @@ pub(crate) fn attach<K, T, F, KS>(
     F::Acc: Data,
     KS: Fn(&T) -> K + 'static,
 {
-    let early = emit.spec.early;
     let state = scope.state_handle();
     let mut op = Aligned {
         key,
@@ -128,16 +133,28 @@ pub(crate) fn attach<K, T, F, KS>(
         emit,
         buckets: Vec::new(),
         hint: 0,
-        watermark: EventTime::MIN,
         assigned: Vec::new(),
         changes: state.as_ref().map(|_| Changes {
             keys: FxHashSet::default(),
             windows: FxHashSet::default(),
             history: VecDeque::new(),
         }),
-        state,
     };
-    if let Some(state) = op.state.clone() {
+    let watermark = state.as_ref().map_or(EventTime::MIN, |state| op.restore(state));
+    skeleton::attach(scope, input, op, state, watermark);
+}
+
+impl<K, T, F, KS> Aligned<K, T, F, KS>
+where
+    K: Hash + Eq + Clone + Data,
+    T: 'static,
+    F: WindowFunction<K, T>,
+    F::Acc: Data,
+    KS: Fn(&T) -> K + 'static,
+{
+    /// Rebuilds the windows from the restored snapshot's entries; returns the restored
+    /// watermark.
+    fn restore(&mut self, state: &StateHandle) -> EventTime {
         // Entries come oldest first within each key group (a whole snapshot, then deltas):
         // later ones win. A dropped window drops the keys of its own group only: restored
         // at another shard count, a window's other groups come from other shards' parts,
@@ -206,23 +223,18 @@ pub(crate) fn attach<K, T, F, KS>(
             }
         }
         for (window, (fired, entries)) in windows {
-            let b = op.bucket(window);
-            op.buckets[b].fired = fired;
-            op.buckets[b].keys.reserve(entries);
+            let b = self.bucket(window);
+            self.buckets[b].fired = fired;
+            self.buckets[b].keys.reserve(entries);
         }
         let groups: Vec<Vec<Entry<K, F::Acc>>> = groups.into_values().collect();
-        op.fill_in_table_order(groups);
-        for b in &mut op.buckets {
+        self.fill_in_table_order(groups);
+        for b in &mut self.buckets {
             b.fresh = false;
         }
-        op.hint = op.buckets.len().saturating_sub(1);
-        op.watermark = watermark.unwrap_or(EventTime::MIN);
+        self.hint = self.buckets.len().saturating_sub(1);
+        watermark.unwrap_or(EventTime::MIN)
     }
-    let op = Rc::new(RefCell::new(op));
-    if early.is_some() {
-        scope.add_ticker(op.clone());
-    }
-    input.borrow_mut().attach(Box::new(Shared(op)));
 }
 
 impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>, KS: Fn(&T) -> K + 'static>
@@ -275,22 +287,11 @@ impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>, KS: Fn
     /// The index of `window`'s bucket, created if need be.
     #[inline]
     fn bucket(&mut self, window: Window) -> usize {
-        if let Some(b) = self.buckets.get(self.hint)
-            && b.window == window
-        {
-            return self.hint;
+        let make = || Bucket { window, keys: FxHashMap::default(), fired: false, fresh: true };
+        let (i, made) = find_or_insert(&mut self.buckets, &mut self.hint, window, make);
+        if made && let Some(c) = &mut self.changes {
+            c.windows.insert(window);
         }
-        let i = match self.buckets.binary_search_by(|b| b.window.cmp(&window)) {
-            Ok(i) => i,
-            Err(i) => {
-                self.buckets.insert(i, Bucket { window, keys: FxHashMap::default(), fired: false, fresh: true });
-                if let Some(c) = &mut self.changes {
-                    c.windows.insert(window);
-                }
-                i
-            }
-        };
-        self.hint = i;
         i
     }
 
@@ -305,7 +306,7 @@ impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>, KS: Fn
     /// a window): those are checked in one pass over their times and then read in place,
     /// with no record moved and no per-record window check.
     #[inline(always)]
-    fn add_tumbling(&mut self, batch: &mut Vec<Event<T>>) {
+    fn add_tumbling(&mut self, batch: &mut Vec<Event<T>>, watermark: EventTime) {
         let (first, last) =
             batch.iter().fold((EventTime::MAX, EventTime::MIN), |(lo, hi), e| (lo.min(e.time), hi.max(e.time)));
         if let Some(bucket) = self.buckets.get_mut(self.hint).filter(|b| b.open_for(first, last)) {
@@ -323,7 +324,7 @@ impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>, KS: Fn
         while let Some(first) = next.take() {
             let Some(bucket) = self.buckets.get_mut(self.hint).filter(|b| b.open_for(first.time, first.time)) else {
                 let key = (self.key)(&first.value);
-                self.add_slow(key, first);
+                self.add_slow(key, first, watermark);
                 next = events.next();
                 continue;
             };
@@ -344,7 +345,7 @@ impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>, KS: Fn
         }
     }
 
-    fn add_slow(&mut self, key: K, event: Event<T>) {
+    fn add_slow(&mut self, key: K, event: Event<T>, watermark: EventTime) {
         self.assigned.clear();
         let assigned = &mut self.assigned;
         self.windows.assign(event.time, |w| assigned.push(w));
@@ -352,13 +353,13 @@ impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>, KS: Fn
         for i in 0..self.assigned.len() {
             let window = self.assigned[i];
             let max = window.max_timestamp();
-            if max > self.watermark {
+            if max > watermark {
                 let b = self.bucket(window);
                 self.changed(b, &key);
                 let acc = self.buckets[b].keys.entry(key.clone()).or_insert_with(|| self.function.create());
                 self.function.add(acc, &event);
                 taken = true;
-            } else if self.emit.keeps_fired() && max.0.saturating_add(self.emit.spec.lateness) > self.watermark.0 {
+            } else if self.emit.keeps_fired() && max.0.saturating_add(self.emit.spec.lateness) > watermark.0 {
                 let b = self.bucket(window);
                 self.changed(b, &key);
                 let acc = self.buckets[b].keys.entry(key.clone()).or_insert_with(|| self.function.create());
@@ -382,7 +383,7 @@ impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>, KS: Fn
         }
     }
 
-    fn fire(&mut self, watermark: EventTime) {
+    fn fire_due(&mut self, watermark: EventTime) {
         let keep = self.emit.keeps_fired();
         let lateness = self.emit.spec.lateness;
         let mut i = 0;
@@ -425,112 +426,99 @@ impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>, KS: Fn
     }
 }
 
-impl<K: Hash + Eq + Clone + Data, T: 'static, F: WindowFunction<K, T>, KS: Fn(&T) -> K + 'static> Operator<T>
+impl<K: Hash + Eq + Clone + Data, T: 'static, F: WindowFunction<K, T>, KS: Fn(&T) -> K + 'static> WindowKind<T>
     for Aligned<K, T, F, KS>
 where
     F::Acc: Data,
 {
+    type Key = K;
+    type Out = F::Out;
+
+    fn emit(&mut self) -> &mut Emit<K, T, F::Out> {
+        &mut self.emit
+    }
+
     #[inline]
-    fn on_batch(&mut self, batch: &mut Vec<Event<T>>) {
+    fn add(&mut self, batch: &mut Vec<Event<T>>, watermark: EventTime) {
         if let Windows::Tumbling { .. } = self.windows {
-            self.add_tumbling(batch);
+            self.add_tumbling(batch, watermark);
         } else {
             for event in batch.drain(..) {
                 let key = (self.key)(&event.value);
-                self.add_slow(key, event);
+                self.add_slow(key, event, watermark);
             }
         }
-        self.emit.flush();
     }
 
-    fn on_watermark(&mut self, watermark: EventTime) {
-        self.watermark = self.watermark.max(watermark);
-        self.fire(self.watermark);
-        self.emit.watermark(self.watermark);
+    fn fire(&mut self, watermark: EventTime) {
+        self.fire_due(watermark);
     }
 
-    fn on_idle(&mut self, idle: bool) {
-        self.emit.idle(idle);
-    }
-
-    fn on_end(&mut self) {
-        self.emit.end();
-    }
-
-    fn on_barrier(&mut self, barrier: Barrier) {
-        if let (Some(state), Some(changes)) = (self.state.clone(), self.changes.as_mut()) {
-            let mut w = state.writer();
-            let base = state.base(barrier);
-            let keep_after = base.unwrap_or(u64::MAX).min(state.completed());
-            changes.history.retain(|(id, _)| *id > keep_after);
-            let keys = std::mem::take(&mut changes.keys);
-            let windows = std::mem::take(&mut changes.windows);
-            let write_key =
-                |w: &mut crate::dataflow::checkpoint::GroupWriter, b: &Bucket<K, F::Acc>, key: &K, acc: &F::Acc| {
-                    w.push_with(key, |out| {
-                        (KEY_ENTRY, b.window.start.millis(), b.window.end.millis(), b.fired).encode(out);
-                        key.encode(out);
-                        acc.encode(out);
-                    });
-                };
-            let delta = match base {
-                None => {
-                    for b in &self.buckets {
-                        for (key, acc) in &b.keys {
-                            write_key(&mut w, b, key, acc);
-                        }
-                    }
-                    false
-                }
-                Some(base) => {
-                    // Windows created, fired or dropped since the base: whole, or dropped.
-                    let mut all_windows: FxHashSet<Window> = windows.clone();
-                    let mut all_keys: FxHashSet<(Window, K)> = keys.clone();
-                    for (_, (k, ws)) in changes.history.iter().filter(|(id, _)| *id > base) {
-                        all_windows.extend(ws.iter().copied());
-                        all_keys.extend(k.iter().cloned());
-                    }
-                    for window in &all_windows {
-                        match self.buckets.iter().find(|b| b.window == *window) {
-                            Some(b) => b.keys.iter().for_each(|(key, acc)| write_key(&mut w, b, key, acc)),
-                            None => state.for_owned_groups(&mut w, |out| {
-                                (DROPPED_WINDOW, window.start.millis(), window.end.millis()).encode(out);
-                            }),
-                        }
-                    }
-                    for (window, key) in all_keys.iter().filter(|(window, _)| !all_windows.contains(window)) {
-                        if let Some(b) = self.buckets.iter().find(|b| b.window == *window)
-                            && let Some(acc) = b.keys.get(key)
-                        {
-                            write_key(&mut w, b, key, acc);
-                        }
-                    }
-                    true
-                }
+    fn snapshot(&mut self, state: &StateHandle, barrier: Barrier, watermark: EventTime) {
+        let Some(changes) = self.changes.as_mut() else { return };
+        let mut w = state.writer();
+        let base = state.base(barrier);
+        let keep_after = base.unwrap_or(u64::MAX).min(state.completed());
+        changes.history.retain(|(id, _)| *id > keep_after);
+        let keys = std::mem::take(&mut changes.keys);
+        let windows = std::mem::take(&mut changes.windows);
+        let write_key =
+            |w: &mut crate::dataflow::checkpoint::GroupWriter, b: &Bucket<K, F::Acc>, key: &K, acc: &F::Acc| {
+                w.push_with(key, |out| {
+                    (KEY_ENTRY, b.window.start.millis(), b.window.end.millis(), b.fired).encode(out);
+                    key.encode(out);
+                    acc.encode(out);
+                });
             };
-            changes.history.push_back((barrier.id, (keys, windows)));
-            for b in &mut self.buckets {
-                b.fresh = false;
+        let delta = match base {
+            None => {
+                for b in &self.buckets {
+                    for (key, acc) in &b.keys {
+                        write_key(&mut w, b, key, acc);
+                    }
+                }
+                false
             }
-            state.report_delta(barrier, self.watermark, w, delta);
+            Some(base) => {
+                // Windows created, fired or dropped since the base: whole, or dropped.
+                let mut all_windows: FxHashSet<Window> = windows.clone();
+                let mut all_keys: FxHashSet<(Window, K)> = keys.clone();
+                for (_, (k, ws)) in changes.history.iter().filter(|(id, _)| *id > base) {
+                    all_windows.extend(ws.iter().copied());
+                    all_keys.extend(k.iter().cloned());
+                }
+                for window in &all_windows {
+                    match self.buckets.iter().find(|b| b.window == *window) {
+                        Some(b) => b.keys.iter().for_each(|(key, acc)| write_key(&mut w, b, key, acc)),
+                        None => state.for_owned_groups(&mut w, |out| {
+                            (DROPPED_WINDOW, window.start.millis(), window.end.millis()).encode(out);
+                        }),
+                    }
+                }
+                for (window, key) in all_keys.iter().filter(|(window, _)| !all_windows.contains(window)) {
+                    if let Some(b) = self.buckets.iter().find(|b| b.window == *window)
+                        && let Some(acc) = b.keys.get(key)
+                    {
+                        write_key(&mut w, b, key, acc);
+                    }
+                }
+                true
+            }
+        };
+        changes.history.push_back((barrier.id, (keys, windows)));
+        for b in &mut self.buckets {
+            b.fresh = false;
         }
-        self.emit.barrier(barrier);
+        state.report_delta(barrier, watermark, w, delta);
     }
-}
 
-impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>, KS: Fn(&T) -> K + 'static> Ticker
-    for Aligned<K, T, F, KS>
-{
-    fn tick(&mut self, now: Instant) -> Option<Instant> {
-        let interval = self.emit.spec.early?;
+    fn early(&mut self) {
         for bucket in self.buckets.iter().filter(|b| !b.fired) {
             for (key, acc) in &bucket.keys {
                 let value = self.function.result(key, &bucket.window, acc);
                 self.emit.result(key.clone(), bucket.window, value, Firing::Early);
             }
         }
-        self.emit.flush();
-        Some(now + interval)
     }
 }
 
@@ -543,7 +531,7 @@ mod tests {
     use super::{DROPPED_WINDOW, KEY_ENTRY};
     use crate::dataflow::{
         CheckpointMode, Output, PipelineConfig, Scope, Windows,
-        checkpoint::{Coordinator, Data, EntryWriter, Restored, RestoredGroup, ShardCheckpoint},
+        checkpoint::{CheckpointCoordinator, Data, EntryWriter, Restored, RestoredGroup, ShardCheckpoint},
         key_group,
         scope::Shared,
         shard_of_group,
@@ -559,7 +547,7 @@ mod tests {
     /// the watermark to `until_ms`: the results, as sorted (window start, key, count).
     fn fire_restored(restored: Restored, until_ms: i64) -> Vec<(i64, u64, u64)> {
         let groups = restored.key_groups;
-        let coordinator = Arc::new(Coordinator::new(1, Some(Arc::new(restored))));
+        let coordinator = Arc::new(CheckpointCoordinator::new(1, Some(Arc::new(restored))));
         let config = Arc::new(PipelineConfig::with_shards(1));
         let checkpoint = ShardCheckpoint::new(0, 1, groups, coordinator, 10, CheckpointMode::Aligned);
         let scope = Scope::new(0, config, Arc::new(Shared::default()), Some(checkpoint));

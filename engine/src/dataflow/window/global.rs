@@ -2,17 +2,20 @@
 //! each record (for example every `n` records, [`CountTrigger`]). It never fires on the
 //! watermark, so nothing is ever late for it.
 
-use std::{cell::RefCell, hash::Hash, rc::Rc, time::Instant};
+use std::hash::Hash;
 
 use rustc_hash::FxHashMap;
 use sluice_io::EventTime;
 
-use super::{Firing, Window, emit::Emit, function::WindowFunction};
+use super::{
+    Firing, Window,
+    emit::Emit,
+    function::WindowFunction,
+    skeleton::{self, WindowKind},
+};
 use crate::dataflow::{
-    Event, Operator, Port, Scope,
+    Event, Port, Scope,
     checkpoint::{Barrier, Data, StateHandle},
-    operator::Shared,
-    scope::Ticker,
 };
 
 /// What a trigger decides after a record joins a key's global window.
@@ -50,7 +53,6 @@ pub(crate) struct Global<K, T, F: WindowFunction<K, T>> {
     function: F,
     emit: Emit<K, T, F::Out>,
     keys: FxHashMap<K, (F::Acc, u64)>,
-    state: Option<StateHandle>,
 }
 
 pub(crate) fn attach<K, T, F>(
@@ -65,7 +67,6 @@ pub(crate) fn attach<K, T, F>(
     F: WindowFunction<K, T>,
     F::Acc: Data,
 {
-    let early = emit.spec.early;
     let state = scope.state_handle();
     let mut keys = FxHashMap::default();
     if let Some(state) = &state {
@@ -75,18 +76,22 @@ pub(crate) fn attach<K, T, F>(
             })
             .unwrap_or_else(|e| panic!("restoring a global window operator: {e}"));
     }
-    let op = Rc::new(RefCell::new(Global { trigger, function, emit, keys, state }));
-    if early.is_some() {
-        scope.add_ticker(op.clone());
-    }
-    input.borrow_mut().attach(Box::new(Shared(op)));
+    // The global window never fires on the watermark: the restored one does not matter.
+    skeleton::attach(scope, input, Global { trigger, function, emit, keys }, state, EventTime::MIN);
 }
 
-impl<K: Hash + Eq + Clone + Data, T: 'static, F: WindowFunction<K, T>> Operator<T> for Global<K, T, F>
+impl<K: Hash + Eq + Clone + Data, T: 'static, F: WindowFunction<K, T>> WindowKind<T> for Global<K, T, F>
 where
     F::Acc: Data,
 {
-    fn on_batch(&mut self, batch: &mut Vec<Event<T>>) {
+    type Key = K;
+    type Out = F::Out;
+
+    fn emit(&mut self) -> &mut Emit<K, T, F::Out> {
+        &mut self.emit
+    }
+
+    fn add(&mut self, batch: &mut Vec<Event<T>>, _: EventTime) {
         for event in batch.drain(..) {
             let key = (self.emit.spec.key)(&event.value);
             let (acc, count) = self.keys.entry(key.clone()).or_insert_with(|| (self.function.create(), 0));
@@ -105,45 +110,27 @@ where
                 }
             }
         }
-        self.emit.flush();
     }
 
-    fn on_watermark(&mut self, watermark: EventTime) {
-        self.emit.watermark(watermark);
-    }
+    /// The global window fires on its trigger only.
+    fn fire(&mut self, _: EventTime) {}
 
-    fn on_idle(&mut self, idle: bool) {
-        self.emit.idle(idle);
-    }
-
-    fn on_end(&mut self) {
-        self.emit.end();
-    }
-
-    fn on_barrier(&mut self, barrier: Barrier) {
-        if let Some(state) = &self.state {
-            let mut w = state.writer();
-            for (key, (acc, count)) in &self.keys {
-                w.push_with(key, |out| {
-                    count.encode(out);
-                    key.encode(out);
-                    acc.encode(out);
-                });
-            }
-            state.report(barrier, EventTime::MIN, w);
+    fn snapshot(&mut self, state: &StateHandle, barrier: Barrier, _: EventTime) {
+        let mut w = state.writer();
+        for (key, (acc, count)) in &self.keys {
+            w.push_with(key, |out| {
+                count.encode(out);
+                key.encode(out);
+                acc.encode(out);
+            });
         }
-        self.emit.barrier(barrier);
+        state.report(barrier, EventTime::MIN, w);
     }
-}
 
-impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>> Ticker for Global<K, T, F> {
-    fn tick(&mut self, now: Instant) -> Option<Instant> {
-        let interval = self.emit.spec.early?;
+    fn early(&mut self) {
         for (key, (acc, _)) in &self.keys {
             let value = self.function.result(key, &GLOBAL, acc);
             self.emit.result(key.clone(), GLOBAL, value, Firing::Early);
         }
-        self.emit.flush();
-        Some(now + interval)
     }
 }

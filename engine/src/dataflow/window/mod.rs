@@ -17,10 +17,12 @@
 //! still open every processing-time interval, marked [`Firing::Early`], for dashboards.
 
 mod aligned;
+pub(crate) mod buckets;
 mod emit;
 mod function;
 mod global;
 mod session;
+mod skeleton;
 
 use std::{marker::PhantomData, rc::Rc, time::Duration};
 

@@ -1,21 +1,25 @@
 //! Session windows: per key, records closer than the gap form one session `[first, last +
-//! gap)`; a record whose own window `[t, t + gap)` touches several sessions merges them.
+//! gap)`; a record whose own window `[t, t + gap)` overlaps several sessions merges them
+//! (a record exactly a gap after a session starts a new one: see [`touches`]).
 //!
 //! Each key keeps its sessions sorted by start. Firing is driven by a timer map from a
 //! session's last instant to its keys; entries made stale by a merge or an extension are
 //! skipped when they come due, since the session they named has moved on.
 
-use std::{cell::RefCell, collections::BTreeMap, hash::Hash, rc::Rc, time::Instant};
+use std::{collections::BTreeMap, hash::Hash};
 
 use rustc_hash::FxHashMap;
 use sluice_io::EventTime;
 
-use super::{Firing, Window, WindowEntry, emit::Emit, function::WindowFunction};
+use super::{
+    Firing, Window, WindowEntry,
+    emit::Emit,
+    function::WindowFunction,
+    skeleton::{self, WindowKind},
+};
 use crate::dataflow::{
-    Event, Operator, Port, Scope,
+    Event, Port, Scope,
     checkpoint::{Barrier, Data, StateHandle},
-    operator::Shared,
-    scope::Ticker,
 };
 
 struct Session<A> {
@@ -33,8 +37,6 @@ pub(crate) struct Sessions<K, T, F: WindowFunction<K, T>> {
     due: BTreeMap<EventTime, Vec<K>>,
     /// Keys with a fired session kept for late updates until this time (may be stale).
     cleanup: BTreeMap<EventTime, Vec<K>>,
-    watermark: EventTime,
-    state: Option<StateHandle>,
 }
 
 pub(crate) fn attach<K, T, F>(scope: &Scope, input: &Port<T>, gap: i64, function: F, emit: Emit<K, T, F::Out>)
@@ -44,21 +46,13 @@ where
     F: WindowFunction<K, T>,
     F::Acc: Data,
 {
-    let early = emit.spec.early;
     let state = scope.state_handle();
-    let mut op = Sessions {
-        gap,
-        function,
-        emit,
-        keys: FxHashMap::default(),
-        due: BTreeMap::new(),
-        cleanup: BTreeMap::new(),
-        watermark: EventTime::MIN,
-        state,
-    };
-    if let Some(state) = &op.state {
+    let mut op =
+        Sessions { gap, function, emit, keys: FxHashMap::default(), due: BTreeMap::new(), cleanup: BTreeMap::new() };
+    let mut watermark = EventTime::MIN;
+    if let Some(state) = &state {
         let mut restored: Vec<(WindowEntry<K>, F::Acc)> = Vec::new();
-        let watermark = state
+        let restored_watermark = state
             .restore(|key, acc| restored.push((key, acc)))
             .unwrap_or_else(|e| panic!("restoring a session window operator: {e}"));
         let lateness = op.emit.spec.lateness;
@@ -74,24 +68,29 @@ where
             let at = sessions.partition_point(|s| s.window.start < window.start);
             sessions.insert(at, Session { window, acc, fired });
         }
-        op.watermark = watermark.unwrap_or(EventTime::MIN);
+        watermark = restored_watermark.unwrap_or(EventTime::MIN);
     }
-    let op = Rc::new(RefCell::new(op));
-    if early.is_some() {
-        scope.add_ticker(op.clone());
-    }
-    input.borrow_mut().attach(Box::new(Shared(op)));
+    skeleton::attach(scope, input, op, state, watermark);
 }
 
+/// Whether two windows share an instant (half-open: `[s, e)` and `[e, ..)` do not).
+///
+/// A record joins a session only if it is closer than the gap to one of its records, so
+/// a record exactly a gap after a session's last one starts a new session. That keeps
+/// sessions a function of the records alone: a session fires when the watermark reaches
+/// `last + gap - 1`, and any record still on time then is at `last + gap` or later, so
+/// no on-time record could have joined a session that already fired. (With touching
+/// windows merged, as Flink's `TimeWindow.intersects` does, such a record merges or
+/// not depending on whether the watermark got there first: a run and its replay after a
+/// crash could cut different sessions.)
 fn touches(a: &Window, b: &Window) -> bool {
-    a.start <= b.end && b.start <= a.end
+    a.start < b.end && b.start < a.end
 }
 
 impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>> Sessions<K, T, F> {
-    fn add(&mut self, event: Event<T>) {
+    fn add_one(&mut self, event: Event<T>, watermark: EventTime) {
         let key = (self.emit.spec.key)(&event.value);
         let own = Window { start: event.time, end: EventTime::from_millis(event.time.0.saturating_add(self.gap)) };
-        let watermark = self.watermark;
         let keeps_fired = self.emit.keeps_fired();
         let lateness = self.emit.spec.lateness;
         let sessions = self.keys.entry(key.clone()).or_default();
@@ -135,7 +134,7 @@ impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>> Sessio
         sessions.insert(at, Session { window: merged, acc, fired });
     }
 
-    fn fire(&mut self, watermark: EventTime) {
+    fn fire_due(&mut self, watermark: EventTime) {
         let keep = self.emit.keeps_fired();
         let lateness = self.emit.spec.lateness;
         while let Some(entry) = self.due.first_entry() {
@@ -185,59 +184,47 @@ impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>> Sessio
     }
 }
 
-impl<K: Hash + Eq + Clone + Data, T: 'static, F: WindowFunction<K, T>> Operator<T> for Sessions<K, T, F>
+impl<K: Hash + Eq + Clone + Data, T: 'static, F: WindowFunction<K, T>> WindowKind<T> for Sessions<K, T, F>
 where
     F::Acc: Data,
 {
-    fn on_batch(&mut self, batch: &mut Vec<Event<T>>) {
+    type Key = K;
+    type Out = F::Out;
+
+    fn emit(&mut self) -> &mut Emit<K, T, F::Out> {
+        &mut self.emit
+    }
+
+    fn add(&mut self, batch: &mut Vec<Event<T>>, watermark: EventTime) {
         for event in batch.drain(..) {
-            self.add(event);
+            self.add_one(event, watermark);
         }
-        self.emit.flush();
     }
 
-    fn on_watermark(&mut self, watermark: EventTime) {
-        self.watermark = self.watermark.max(watermark);
-        self.fire(self.watermark);
-        self.emit.watermark(self.watermark);
+    fn fire(&mut self, watermark: EventTime) {
+        self.fire_due(watermark);
     }
 
-    fn on_idle(&mut self, idle: bool) {
-        self.emit.idle(idle);
-    }
-
-    fn on_end(&mut self) {
-        self.emit.end();
-    }
-
-    fn on_barrier(&mut self, barrier: Barrier) {
-        if let Some(state) = &self.state {
-            let mut w = state.writer();
-            for (key, sessions) in &self.keys {
-                for s in sessions {
-                    w.push_with(key, |out| {
-                        (s.window.start.millis(), s.window.end.millis(), s.fired).encode(out);
-                        key.encode(out);
-                        s.acc.encode(out);
-                    });
-                }
+    fn snapshot(&mut self, state: &StateHandle, barrier: Barrier, watermark: EventTime) {
+        let mut w = state.writer();
+        for (key, sessions) in &self.keys {
+            for s in sessions {
+                w.push_with(key, |out| {
+                    (s.window.start.millis(), s.window.end.millis(), s.fired).encode(out);
+                    key.encode(out);
+                    s.acc.encode(out);
+                });
             }
-            state.report(barrier, self.watermark, w);
         }
-        self.emit.barrier(barrier);
+        state.report(barrier, watermark, w);
     }
-}
 
-impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>> Ticker for Sessions<K, T, F> {
-    fn tick(&mut self, now: Instant) -> Option<Instant> {
-        let interval = self.emit.spec.early?;
+    fn early(&mut self) {
         for (key, sessions) in &self.keys {
             for s in sessions.iter().filter(|s| !s.fired) {
                 let value = self.function.result(key, &s.window, &s.acc);
                 self.emit.result(key.clone(), s.window, value, Firing::Early);
             }
         }
-        self.emit.flush();
-        Some(now + interval)
     }
 }

@@ -16,6 +16,7 @@ use std::{
 use rdkafka::{
     Offset, TopicPartitionList,
     consumer::{BaseConsumer, Consumer},
+    error::KafkaError,
     producer::{BaseProducer, BaseRecord, Producer},
 };
 
@@ -45,27 +46,56 @@ pub(super) struct Committer {
     pub(super) highest_epoch: AtomicU64,
 }
 
+/// Why a committer (or the sink's producer) failed: what it was doing, and the Kafka
+/// client's error when there is one. Cloned to every caller that asks after a failure.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{context}")]
+pub struct SinkFailure {
+    context: String,
+    #[source]
+    source: Option<Arc<KafkaError>>,
+}
+
+impl SinkFailure {
+    pub(crate) fn new(context: impl Into<String>) -> SinkFailure {
+        SinkFailure { context: context.into(), source: None }
+    }
+
+    /// Wraps a client error with what was being done.
+    pub(crate) fn kafka(context: String) -> impl FnOnce(KafkaError) -> SinkFailure {
+        move |e| SinkFailure { context, source: Some(Arc::new(e)) }
+    }
+
+    /// The same failure, said to have happened while doing `context`.
+    fn context(self, context: String) -> SinkFailure {
+        SinkFailure { context: format!("{context}: {}", self.context), source: self.source }
+    }
+}
+
 #[derive(Debug, Default)]
 struct CommitterState {
     /// Set once the thread has started its producer and read the marker.
-    started: Option<Result<(), String>>,
+    started: Option<Result<(), SinkFailure>>,
     queued: u64,
     done: u64,
-    error: Option<String>,
+    error: Option<SinkFailure>,
 }
 
 impl Committer {
-    pub(super) fn error(&self) -> Option<String> {
+    pub(super) fn error(&self) -> Option<SinkFailure> {
         lock(&self.state).error.clone()
     }
 
-    pub(super) fn wait_started(&self, timeout: Duration) -> Result<(), String> {
+    pub(super) fn wait_started(&self, timeout: Duration) -> Result<(), SinkFailure> {
         let state = lock(&self.state);
         let (state, _) = self
             .changed
             .wait_timeout_while(state, timeout, |s| s.started.is_none())
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        state.started.clone().unwrap_or_else(|| Err(format!("committer {} did not start in {timeout:?}", self.origin)))
+        state
+            .started
+            .clone()
+            .unwrap_or_else(|| Err(SinkFailure::new(format!("committer {} did not start in {timeout:?}", self.origin))))
     }
 
     /// Waits until every txn queued so far is committed or skipped (or failed).
@@ -74,17 +104,17 @@ impl Committer {
         drop(self.changed.wait_while(state, |s| s.done < s.queued).unwrap_or_else(std::sync::PoisonError::into_inner));
     }
 
-    pub(super) fn enqueue(&self, txn: KafkaTxn) -> Result<(), String> {
+    pub(super) fn enqueue(&self, txn: KafkaTxn) -> Result<(), SinkFailure> {
         if let Some(e) = self.error() {
             return Err(e);
         }
         self.highest_epoch.fetch_max(txn.epoch, Ordering::AcqRel);
-        let tx = lock(&self.tx).clone().ok_or_else(|| "the Kafka sink has finished".to_string())?;
+        let tx = lock(&self.tx).clone().ok_or_else(|| SinkFailure::new("the Kafka sink has finished"))?;
         lock(&self.state).queued += 1;
         tx.send(txn).map_err(|_| {
             let mut state = lock(&self.state);
             state.queued -= 1;
-            state.error.clone().unwrap_or_else(|| format!("committer {} stopped", self.origin))
+            state.error.clone().unwrap_or_else(|| SinkFailure::new(format!("committer {} stopped", self.origin)))
         })
     }
 }
@@ -113,7 +143,7 @@ impl SinkShared {
                     Ok(t) => *lock(&committer.thread) = Some(t),
                     Err(e) => {
                         let mut state = lock(&committer.state);
-                        let e = format!("starting committer {origin}: {e}");
+                        let e = SinkFailure::new(format!("starting committer {origin}: {e}"));
                         state.started = Some(Err(e.clone()));
                         state.error = Some(e);
                     }
@@ -123,7 +153,7 @@ impl SinkShared {
             .clone()
     }
 
-    pub(super) fn check(&self) -> Result<(), String> {
+    pub(super) fn check(&self) -> Result<(), SinkFailure> {
         for c in lock(&self.committers).values() {
             if let Some(e) = c.error() {
                 return Err(e);
@@ -185,19 +215,21 @@ impl Worker {
     /// Starts the producer (`init_transactions` fences a previous run's and aborts its
     /// open transaction), reads the marker and reserves this run's epoch range; returns
     /// the highest epoch this run must stay above.
-    fn start(config: &KafkaSinkConfig, origin: u32) -> Result<(Worker, u64), String> {
+    fn start(config: &KafkaSinkConfig, origin: u32) -> Result<(Worker, u64), SinkFailure> {
         let id = config.id(origin);
         let mut client = config.producer_config();
         client.set("transactional.id", &id).set("client.id", format!("sluice-sink-{origin}"));
-        let producer: BaseProducer = client.create().map_err(|e| format!("creating producer {id}: {e}"))?;
-        producer.init_transactions(config.request_timeout).map_err(|e| format!("init_transactions of {id}: {e}"))?;
+        let producer: BaseProducer = client.create().map_err(SinkFailure::kafka(format!("creating producer {id}")))?;
+        producer
+            .init_transactions(config.request_timeout)
+            .map_err(SinkFailure::kafka(format!("init_transactions of {id}")))?;
         let marker: BaseConsumer = client_config(&config.bootstrap_servers, &[])
             .set("group.id", &id)
             .set("enable.auto.commit", "false")
             .set("isolation.level", "read_committed")
             .set("client.id", format!("sluice-sink-marker-{origin}"))
             .create()
-            .map_err(|e| format!("creating the marker consumer of {id}: {e}"))?;
+            .map_err(SinkFailure::kafka(format!("creating the marker consumer of {id}")))?;
         let worker = Worker { producer, marker, topic: config.topic.clone(), id, timeout: config.request_timeout };
         let committed = worker.committed_epoch()?;
         let run = worker.reserve_run(config, origin)?;
@@ -206,43 +238,43 @@ impl Worker {
 
     /// Reserves the next run number of this origin: reads the last one from the group
     /// `{prefix}-{origin}-runs` and commits it plus one (a plain, synchronous commit).
-    fn reserve_run(&self, config: &KafkaSinkConfig, origin: u32) -> Result<u64, String> {
+    fn reserve_run(&self, config: &KafkaSinkConfig, origin: u32) -> Result<u64, SinkFailure> {
         let group = config.runs_group(origin);
         let runs: BaseConsumer = client_config(&config.bootstrap_servers, &[])
             .set("group.id", &group)
             .set("enable.auto.commit", "false")
             .set("client.id", format!("sluice-sink-runs-{origin}"))
             .create()
-            .map_err(|e| format!("creating the run consumer of {group}: {e}"))?;
+            .map_err(SinkFailure::kafka(format!("creating the run consumer of {group}")))?;
         let mut tpl = TopicPartitionList::new();
         let _ = tpl.add_partition(&self.topic, MARKER_PARTITION);
         let last = runs
             .committed_offsets(tpl, self.timeout)
-            .map_err(|e| format!("reading the run number of {group}: {e}"))?
+            .map_err(SinkFailure::kafka(format!("reading the run number of {group}")))?
             .find_partition(&self.topic, MARKER_PARTITION)
             .and_then(|e| e.offset().to_raw())
             .filter(|&n| n >= 0)
             .unwrap_or(0);
         let run = u64::try_from(last).unwrap_or(0) + 1;
         if run >= 1 << 31 {
-            return Err(format!("{group}: run number {run} out of range"));
+            return Err(SinkFailure::new(format!("{group}: run number {run} out of range")));
         }
         let mut next = TopicPartitionList::new();
         next.add_partition_offset(&self.topic, MARKER_PARTITION, Offset::Offset(run as i64))
-            .map_err(|e| format!("run number offset: {e}"))?;
+            .map_err(SinkFailure::kafka("run number offset".into()))?;
         runs.commit(&next, rdkafka::consumer::CommitMode::Sync)
-            .map_err(|e| format!("reserving run {run} in {group}: {e}"))?;
+            .map_err(SinkFailure::kafka(format!("reserving run {run} in {group}")))?;
         Ok(run)
     }
 
     /// The last epoch committed for this origin: the marker group's committed offset.
-    fn committed_epoch(&self) -> Result<u64, String> {
+    fn committed_epoch(&self) -> Result<u64, SinkFailure> {
         let mut tpl = TopicPartitionList::new();
         let _ = tpl.add_partition(&self.topic, MARKER_PARTITION);
         let committed = self
             .marker
             .committed_offsets(tpl, self.timeout)
-            .map_err(|e| format!("reading the marker of {}: {e}", self.id))?;
+            .map_err(SinkFailure::kafka(format!("reading the marker of {}", self.id)))?;
         let offset =
             committed.find_partition(&self.topic, MARKER_PARTITION).map(|e| e.offset()).unwrap_or(Offset::Invalid);
         Ok(match offset {
@@ -252,24 +284,24 @@ impl Worker {
     }
 
     /// Commits `txn` unless its epoch is already committed; returns whether it wrote.
-    fn commit(&mut self, txn: &KafkaTxn) -> Result<bool, String> {
+    fn commit(&mut self, txn: &KafkaTxn) -> Result<bool, SinkFailure> {
         if self.committed_epoch()? >= txn.epoch {
             return Ok(false);
         }
         let id = self.id.clone();
-        self.producer.begin_transaction().map_err(|e| format!("begin_transaction of {id}: {e}"))?;
+        self.producer.begin_transaction().map_err(SinkFailure::kafka(format!("begin_transaction of {id}")))?;
         match self.write(txn) {
             Ok(()) => Ok(true),
             Err(e) => {
                 // Leave nothing open behind; a fatal error makes the producer unusable,
                 // which the error already says.
                 let _ = self.producer.abort_transaction(self.timeout);
-                Err(format!("transaction of {id} for epoch {}: {e}", txn.epoch))
+                Err(e.context(format!("transaction of {id} for epoch {}", txn.epoch)))
             }
         }
     }
 
-    fn write(&mut self, txn: &KafkaTxn) -> Result<(), String> {
+    fn write(&mut self, txn: &KafkaTxn) -> Result<(), SinkFailure> {
         for r in &txn.records {
             let mut record = BaseRecord::<[u8], [u8]>::to(&self.topic).payload(&r.value[..]);
             if let Some(k) = &r.key {
@@ -278,17 +310,18 @@ impl Worker {
             if let Some(ts) = r.timestamp {
                 record = record.timestamp(ts);
             }
-            send_with_backpressure(&self.producer, record).map_err(|e| format!("producing: {e}"))?;
+            send_with_backpressure(&self.producer, record).map_err(SinkFailure::kafka("producing".into()))?;
         }
         let mut offsets = TopicPartitionList::new();
-        let epoch = i64::try_from(txn.epoch).map_err(|_| format!("epoch {} out of range", txn.epoch))?;
+        let epoch =
+            i64::try_from(txn.epoch).map_err(|_| SinkFailure::new(format!("epoch {} out of range", txn.epoch)))?;
         offsets
             .add_partition_offset(&self.topic, MARKER_PARTITION, Offset::Offset(epoch))
-            .map_err(|e| format!("marker offset: {e}"))?;
-        let group = self.marker.group_metadata().ok_or_else(|| "no group metadata for the marker".to_string())?;
+            .map_err(SinkFailure::kafka("marker offset".into()))?;
+        let group = self.marker.group_metadata().ok_or_else(|| SinkFailure::new("no group metadata for the marker"))?;
         self.producer
             .send_offsets_to_transaction(&offsets, &group, self.timeout)
-            .map_err(|e| format!("send_offsets_to_transaction: {e}"))?;
-        self.producer.commit_transaction(self.timeout).map_err(|e| format!("commit_transaction: {e}"))
+            .map_err(SinkFailure::kafka("send_offsets_to_transaction".into()))?;
+        self.producer.commit_transaction(self.timeout).map_err(SinkFailure::kafka("commit_transaction".into()))
     }
 }

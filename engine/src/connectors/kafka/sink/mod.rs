@@ -70,10 +70,11 @@ use rdkafka::{
     types::RDKafkaErrorCode,
 };
 
+pub use self::committer::SinkFailure;
 use self::committer::{Committer, SinkShared};
 pub use self::records::{KafkaTxn, OutRecord};
 use super::{KafkaConnectorError, client_config, validate_common, validate_group};
-use crate::dataflow::{Event, TwoPhaseCommitSink};
+use crate::dataflow::{Event, TwoPhaseCommitSink, UserError};
 
 /// What a [`KafkaSink`] promises.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -365,11 +366,11 @@ impl<T, F> std::fmt::Debug for KafkaSink<T, F> {
 }
 
 impl<T, F> KafkaSink<T, F> {
-    fn flush(&self) -> Result<(), String> {
+    fn flush(&self) -> Result<(), SinkFailure> {
         let Some(p) = &self.producer else { return Ok(()) };
-        p.flush(self.shared.config.request_timeout).map_err(|e| format!("Kafka sink flush: {e}"))?;
+        p.flush(self.shared.config.request_timeout).map_err(SinkFailure::kafka("Kafka sink flush".into()))?;
         match lock(&p.context().first).clone() {
-            Some(e) => Err(format!("Kafka sink: {e}")),
+            Some(e) => Err(SinkFailure::new(format!("Kafka sink: {e}"))),
             None => Ok(()),
         }
     }
@@ -378,12 +379,12 @@ impl<T, F> KafkaSink<T, F> {
 impl<T: 'static, F: FnMut(Event<T>) -> OutRecord + 'static> TwoPhaseCommitSink<T> for KafkaSink<T, F> {
     type Txn = KafkaTxn;
 
-    fn begin(&mut self) -> Result<KafkaTxn, String> {
+    fn begin(&mut self) -> Result<KafkaTxn, UserError> {
         self.shared.check()?;
         Ok(KafkaTxn { epoch: 0, origin_shard: self.origin, records: Vec::new() })
     }
 
-    fn write(&mut self, txn: &mut KafkaTxn, record: Event<T>) -> Result<(), String> {
+    fn write(&mut self, txn: &mut KafkaTxn, record: Event<T>) -> Result<(), UserError> {
         let r = (self.map)(record);
         match &self.producer {
             None => txn.records.push(r),
@@ -395,16 +396,16 @@ impl<T: 'static, F: FnMut(Event<T>) -> OutRecord + 'static> TwoPhaseCommitSink<T
                 if let Some(ts) = r.timestamp {
                     record = record.timestamp(ts);
                 }
-                send_with_backpressure(p, record).map_err(|e| format!("Kafka sink: producing: {e}"))?;
+                send_with_backpressure(p, record).map_err(SinkFailure::kafka("Kafka sink: producing".into()))?;
                 p.poll(Duration::ZERO);
             }
         }
         Ok(())
     }
 
-    fn pre_commit(&mut self, txn: &mut KafkaTxn) -> Result<(), String> {
+    fn pre_commit(&mut self, txn: &mut KafkaTxn) -> Result<(), UserError> {
         if self.producer.is_some() {
-            return self.flush();
+            return Ok(self.flush()?);
         }
         // Above everything this origin has committed (the marker at start), above every
         // epoch an earlier run numbered (this run's reserved range) and above what this
@@ -417,18 +418,18 @@ impl<T: 'static, F: FnMut(Event<T>) -> OutRecord + 'static> TwoPhaseCommitSink<T
         Ok(())
     }
 
-    fn commit(&mut self, txn: KafkaTxn) -> Result<(), String> {
+    fn commit(&mut self, txn: KafkaTxn) -> Result<(), UserError> {
         if self.producer.is_some() {
-            return self.flush();
+            return Ok(self.flush()?);
         }
         if txn.epoch == 0 {
             return Err("Kafka sink: a transaction committed without pre-commit".into());
         }
         self.shared.check()?;
-        self.shared.committer(txn.origin_shard).enqueue(txn)
+        Ok(self.shared.committer(txn.origin_shard).enqueue(txn)?)
     }
 
-    fn abort(&mut self, _: KafkaTxn) -> Result<(), String> {
+    fn abort(&mut self, _: KafkaTxn) -> Result<(), UserError> {
         // Nothing reached Kafka (exactly once) or it already has (at least once).
         Ok(())
     }

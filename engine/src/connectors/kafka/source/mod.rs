@@ -408,6 +408,34 @@ impl<T, F> KafkaSource<T, F> {
             }
         }
     }
+
+    /// Ends a bounded read once every partition reached its end: commits the end
+    /// positions, leaves the group, and wakes the other shards' instances.
+    fn end_bounded(&mut self) {
+        // Commit the end positions now, while every shard is still in the group
+        // (an ended source keeps serving its consumer until dropped). With
+        // checkpoints this runs ahead of the final checkpoint by moments: its
+        // completion is not always reported to sources before the pipeline ends
+        // (the driver may finish first), and a restore seeks to checkpointed
+        // positions anyway, as after a revocation's commit.
+        self.commit_at_end(&self.positions_now());
+        self.uncommitted = false;
+        // Leave the group now rather than when dropped: shards are dropped one by
+        // one as the pipeline ends, and a member closing while the group
+        // rebalances around one that is already gone can wait out the session
+        // timeout.
+        self.consumer.context().leaving.store(true, std::sync::atomic::Ordering::Release);
+        self.consumer.unsubscribe();
+        self.ended = true;
+        // Shards idle on their consumers learn of the end from here.
+        let others: Vec<Waker> = lock(&self.shared.progress)
+            .wakers
+            .iter()
+            .filter(|(s, _)| **s != self.shard)
+            .filter_map(|(_, w)| lock(w).take())
+            .collect();
+        others.into_iter().for_each(Waker::wake);
+    }
 }
 
 impl<T: 'static, F: FnMut(KafkaRecord<'_>) -> T + 'static> Source<T> for KafkaSource<T, F> {
@@ -497,29 +525,7 @@ impl<T: 'static, F: FnMut(KafkaRecord<'_>) -> T + 'static> Source<T> for KafkaSo
         if ends.is_some() {
             self.mark_reached();
             if self.bounded_done() {
-                // Commit the end positions now, while every shard is still in the group
-                // (an ended source keeps serving its consumer until dropped). With
-                // checkpoints this runs ahead of the final checkpoint by moments: its
-                // completion is not always reported to sources before the pipeline ends
-                // (the driver may finish first), and a restore seeks to checkpointed
-                // positions anyway, as after a revocation's commit.
-                self.commit_at_end(&self.positions_now());
-                self.uncommitted = false;
-                // Leave the group now rather than when dropped: shards are dropped one by
-                // one as the pipeline ends, and a member closing while the group
-                // rebalances around one that is already gone can wait out the session
-                // timeout.
-                self.consumer.context().leaving.store(true, std::sync::atomic::Ordering::Release);
-                self.consumer.unsubscribe();
-                self.ended = true;
-                // Shards idle on their consumers learn of the end from here.
-                let others: Vec<Waker> = lock(&self.shared.progress)
-                    .wakers
-                    .iter()
-                    .filter(|(s, _)| **s != self.shard)
-                    .filter_map(|(_, w)| lock(w).take())
-                    .collect();
-                others.into_iter().for_each(Waker::wake);
+                self.end_bounded();
                 return Poll::Ready(None);
             }
         }

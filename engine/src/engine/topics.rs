@@ -1,0 +1,99 @@
+//! Topic administration through the handle: create, list, describe, delete, and add
+//! partitions. Metadata changes are serialized by the handle's admin lock and stored
+//! before the shards open or close partitions.
+
+use crate::config::TopicConfig;
+use crate::error::{EngineError, Result};
+use crate::shard::Request;
+use crate::topic::meta::{TopicMeta, assign_shards};
+use crate::topic::names::validate_name;
+
+use super::{EngineHandle, TopicDescription, is_internal};
+
+impl EngineHandle {
+    /// Creates a topic with `partitions` partitions and the given settings (the engine's
+    /// defaults when `None`).
+    pub async fn create_topic(
+        &self,
+        name: &str,
+        partitions: u32,
+        config: Option<TopicConfig>,
+    ) -> Result<TopicDescription> {
+        validate_name("topic", name)?;
+        if partitions == 0 || partitions > 10_000 {
+            return Err(EngineError::InvalidConfig(format!("partitions must be within 1..=10000, not {partitions}")));
+        }
+        let config = config.unwrap_or_else(|| self.inner.topic_defaults.clone());
+        config.log_config()?;
+        let _admin = self.inner.admin.acquire().await;
+        let topic = TopicMeta { config, shards: assign_shards(name, 0, partitions, self.inner.shards.len()) };
+        {
+            let mut meta = self.inner.meta.write().unwrap_or_else(|e| e.into_inner());
+            if meta.topics.contains_key(name) {
+                return Err(EngineError::TopicExists(name.to_string()));
+            }
+            let mut next = meta.clone();
+            next.topics.insert(name.to_string(), topic.clone());
+            next.store(&self.inner.layout)?;
+            *meta = next;
+        }
+        self.open_partitions(name, &topic, 0).await?;
+        Ok(TopicDescription { name: name.to_string(), config: topic.config, shards: topic.shards })
+    }
+
+    /// The topics, by name, without internal ones (`__consumer_offsets`, `__transaction_state`).
+    #[must_use]
+    pub fn list_topics(&self) -> Vec<String> {
+        let meta = self.inner.meta.read().unwrap_or_else(|e| e.into_inner());
+        meta.topics.keys().filter(|t| !is_internal(t)).cloned().collect()
+    }
+
+    /// A topic's settings and partitions.
+    pub fn describe_topic(&self, name: &str) -> Result<TopicDescription> {
+        let t = self.topic(name)?;
+        Ok(TopicDescription { name: name.to_string(), config: t.config, shards: t.shards })
+    }
+
+    /// Deletes a topic and its data.
+    pub async fn delete_topic(&self, name: &str) -> Result<()> {
+        if is_internal(name) {
+            return Err(EngineError::InvalidConfig(format!("{name} is internal and cannot be deleted")));
+        }
+        let _admin = self.inner.admin.acquire().await;
+        let topic = self.topic(name)?;
+        {
+            let mut meta = self.inner.meta.write().unwrap_or_else(|e| e.into_inner());
+            let mut next = meta.clone();
+            next.topics.remove(name);
+            next.store(&self.inner.layout)?;
+            *meta = next;
+        }
+        for (p, &shard) in topic.shards.iter().enumerate() {
+            let topic_name = name.to_string();
+            self.call(shard, |reply| Request::Delete { topic: topic_name, partition: p as u32, reply }).await?;
+        }
+        Ok(())
+    }
+
+    /// Grows a topic to `partitions` partitions (never shrinks, as in Kafka).
+    pub async fn add_partitions(&self, name: &str, partitions: u32) -> Result<TopicDescription> {
+        let _admin = self.inner.admin.acquire().await;
+        let mut topic = self.topic(name)?;
+        let have = topic.partitions();
+        if partitions <= have || partitions > 10_000 {
+            return Err(EngineError::InvalidConfig(format!(
+                "topic {name:?} has {have} partitions; the new count must be larger (and at most 10000), not {partitions}"
+            )));
+        }
+        topic.shards.extend(assign_shards(name, have, partitions - have, self.inner.shards.len()));
+        {
+            let mut meta = self.inner.meta.write().unwrap_or_else(|e| e.into_inner());
+            let mut next = meta.clone();
+            next.topics.insert(name.to_string(), topic.clone());
+            next.store(&self.inner.layout)?;
+            *meta = next;
+        }
+        self.open_partitions(name, &topic, have).await?;
+        Ok(TopicDescription { name: name.to_string(), config: topic.config, shards: topic.shards })
+    }
+}

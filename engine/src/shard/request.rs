@@ -1,0 +1,85 @@
+//! What the engine handle asks of a shard: the [`Request`] protocol, its replies, and a
+//! partition's batching settings. Requests cross threads through each shard's bounded
+//! queue; replies come back on a channel per request.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use sluice_io::{AppendInfo, BatchMeta, LogConfig, Offset, OwnedBatches, Timestamp};
+
+use crate::error::Result;
+use crate::group::assignor::MemberId;
+use crate::group::coordinator::{GroupDescription, JoinRequest, MemberState};
+use crate::group::offsets::Committed;
+use crate::record::{AppendRecords, OwnedRecord};
+
+/// A reply channel for one request.
+pub(crate) type Reply<T> = async_channel::Sender<Result<T>>;
+
+/// How a partition batches single-record sends.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Batching {
+    pub(crate) linger: Duration,
+    pub(crate) max_records: usize,
+    pub(crate) max_bytes: usize,
+}
+
+/// What the handle asks of a shard.
+pub(crate) enum Request {
+    /// Open (creating if needed) a partition log.
+    Open { topic: String, partition: u32, dir: PathBuf, config: LogConfig, batching: Batching, reply: Reply<()> },
+    /// Close a partition log and delete its directory.
+    Delete { topic: String, partition: u32, reply: Reply<()> },
+    /// Append one record, batched with others per the partition's linger.
+    Send { topic: String, partition: u32, record: OwnedRecord, reply: Reply<Offset> },
+    /// Append records as one batch, now.
+    Append { topic: String, partition: u32, records: AppendRecords, meta: BatchMeta, reply: Reply<AppendInfo> },
+    /// Read batches from an offset, waiting up to `wait` for data at the end of the log.
+    Fetch {
+        topic: String,
+        partition: u32,
+        offset: Offset,
+        max_bytes: usize,
+        wait: Duration,
+        reply: Reply<OwnedBatches>,
+    },
+    /// The log start and end offsets.
+    Offsets { topic: String, partition: u32, reply: Reply<(Offset, Offset)> },
+    /// Make everything appended so far durable (written and fdatasync'd), whatever the
+    /// partition's fsync policy; answers the durable end.
+    Sync { topic: String, partition: u32, reply: Reply<Offset> },
+    /// The first offset at or after a time.
+    OffsetForTime { topic: String, partition: u32, time: Timestamp, reply: Reply<Option<Offset>> },
+    /// A member joins a group this shard coordinates.
+    GroupJoin { group: String, req: JoinRequest, partitions: BTreeMap<String, u32>, reply: Reply<MemberState> },
+    /// A member fetches its assignment for a generation.
+    GroupSync { group: String, member: MemberId, generation: u32, reply: Reply<MemberState> },
+    /// A member's heartbeat.
+    GroupHeartbeat { group: String, member: MemberId, partitions: BTreeMap<String, u32>, reply: Reply<MemberState> },
+    /// A member leaves.
+    GroupLeave { group: String, member: MemberId, reply: Reply<()> },
+    /// Commit offsets to the group's partition of the offsets topic.
+    GroupCommit {
+        group: String,
+        member: Option<(MemberId, u32)>,
+        offsets_partition: u32,
+        offsets: Vec<(String, u32, Offset)>,
+        reply: Reply<()>,
+    },
+    /// A group's committed offsets.
+    GroupOffsets { group: String, reply: Reply<Committed> },
+    /// A group's members and assignment.
+    GroupDescribe { group: String, reply: Reply<Option<GroupDescription>> },
+    /// The groups this shard coordinates or holds offsets of.
+    GroupList { reply: Reply<Vec<String>> },
+    /// Run host code on this shard's executor ([`EngineHandle::run_on`]).
+    ///
+    /// [`EngineHandle::run_on`]: crate::EngineHandle::run_on
+    Run { task: LocalTask },
+    /// Flush and close every log, then stop.
+    Shutdown { reply: Reply<()> },
+}
+
+/// A task sent to a shard: built on the shard's thread, then polled there.
+pub(crate) type LocalTask = Box<dyn FnOnce() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>> + Send>;
