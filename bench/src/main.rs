@@ -27,7 +27,9 @@ enum Workload {
     /// Events per second and result latency of a windowed keyed count through the
     /// processor, against the same job written with timely dataflow (--compare timely)
     Pipeline(pipeline::PipelineArgs),
-    /// Events per second and result latency of a Nexmark query (q0-q9, q11, q14-q17, q20-q22)
+    // Events per second and result latency of a Nexmark query (the queries of the table,
+    // `Query::ALL`, listed: q0-q9, ...).
+    #[command(about = nexmark::about())]
     Nexmark(nexmark::NexmarkArgs),
     /// Produce throughput through the Kafka listener with kcat (librdkafka) against the
     /// embedded log, and produce-to-consume latency with confluent-kafka at a fixed rate

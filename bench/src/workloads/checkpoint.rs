@@ -1,19 +1,20 @@
 //! `sluice-bench checkpoint`: what checkpoints cost the windowed keyed count, and how long
 //! large state takes to checkpoint and to restore.
 //!
-//! **Latency mode** (the default). The `pipeline` workload's latency job
-//! ([`pipeline_sluice`]): an open-loop source sends event `i` at `i / --rate` seconds, keyed
-//! `i mod --keys`, into one-second tumbling counts, and each window result's latency runs
-//! from the scheduled send time of its window's last event to the result reaching the sink
-//! (coordinated omission corrected: a stalled source is charged to every event it
-//! delayed). It runs twice in one process, first taking a checkpoint every
-//! `--interval-ms` (into a fresh directory under the work directory), then with
-//! checkpoints off, and reports both latency distributions, their p99.9 ratio, and the
-//! figures of every checkpoint taken ([`RunningPipeline::checkpoints`]: duration,
-//! alignment, bytes, keys). Window results only sample the moments windows end (all keys
-//! of a window at once), so each run also records every event's *arrival* latency, from
-//! its scheduled send time to being counted into its window, which sees a checkpoint's
-//! stall whenever it happens.
+//! **Latency mode** (the default, module `latency`). The `pipeline` workload's latency job
+//! ([`pipeline_sluice`](super::pipeline_sluice)): an open-loop source sends event `i` at
+//! `i / --rate` seconds, keyed `i mod --keys`, into one-second tumbling counts, and each
+//! window result's latency runs from the scheduled send time of its window's last event to
+//! the result reaching the sink (coordinated omission corrected: a stalled source is
+//! charged to every event it delayed). Each of `--rounds` rounds runs it twice in one
+//! process, once taking a checkpoint every `--interval-ms` (into a fresh directory under
+//! the work directory) and once with checkpoints off (which goes first alternates from
+//! round to round); the report has both latency distributions, merged over the rounds,
+//! their p99.9 ratio, and the figures of every checkpoint taken
+//! ([`RunningPipeline::checkpoints`]: duration, alignment, bytes, keys). Window results
+//! only sample the moments windows end (all keys of a window at once), so each run also
+//! records every event's *arrival* latency, from its scheduled send time to being counted
+//! into its window, which sees a checkpoint's stall whenever it happens.
 //!
 //! **State mode** (`--state-keys N`, module `state`): N keys of window state, one record each in
 //! one long window; the first checkpoint holding all of them is timed, then
@@ -30,6 +31,7 @@
 //!
 //! [`RunningPipeline::checkpoints`]: sluice_engine::dataflow::RunningPipeline::checkpoints
 
+mod latency;
 mod state;
 
 use std::time::Duration;
@@ -37,11 +39,11 @@ use std::time::Duration;
 use anyhow::{Context, ensure};
 use clap::{Args, builder::RangedU64ValueParser};
 use serde::Serialize;
-use sluice_engine::dataflow::{CheckpointConfig, CheckpointMode, CheckpointStats, PipelineConfig};
+use sluice_engine::dataflow::{CheckpointMode, CheckpointStats, PipelineConfig};
 
 pub use self::state::StateReport;
-use super::{DirArgs, pipeline_job::Job, pipeline_sluice};
-use crate::harness::{LatencyRecorder, LatencySummary, RateSearch, RunArgs, RunInfo, Table};
+use super::DirArgs;
+use crate::harness::{LatencySummary, RateSearch, RunArgs, RunInfo, Table};
 
 /// `--rate` of the latency mode when not given, events per second.
 pub const DEFAULT_RATE: u64 = 200_000;
@@ -320,70 +322,9 @@ pub struct CheckpointReport {
 pub fn run(args: &CheckpointArgs) -> anyhow::Result<CheckpointReport> {
     let work = args.dirs.work_dir("checkpoint").context("creating the work directory")?;
     let opts = &args.run;
-    let shards = args.shards();
-    let mut report = CheckpointReport {
-        workload: "checkpoint",
-        mode: args.mode,
-        shards,
-        run: opts.info(None),
-        keys: args.keys,
-        rate: None,
-        interval_ms: args.interval_ms,
-        events: None,
-        rounds: 0,
-        load_average: None,
-        round_p999_ratio: Vec::new(),
-        round_arrival_p999_ratio: Vec::new(),
-        latency_us: None,
-        baseline_latency_us: None,
-        latency_curve: None,
-        baseline_latency_curve: None,
-        p999_ratio: None,
-        arrival_latency_us: None,
-        baseline_arrival_latency_us: None,
-        arrival_p999_ratio: None,
-        events_per_sec: None,
-        baseline_events_per_sec: None,
-        checkpoints: 0,
-        checkpoint_duration_ms: MillisSummary::default(),
-        alignment_ms: MillisSummary::default(),
-        bytes_per_checkpoint: CountSummary::default(),
-        keys_per_checkpoint: CountSummary::default(),
-        inflight_records_per_checkpoint: CountSummary::default(),
-        checkpoint_list: Vec::new(),
-        state: None,
-        search: RateSearch::default(),
-    };
-    let interval = Duration::from_millis(args.interval_ms);
+    let mut report = CheckpointReport::empty(args);
     if let Some(keys) = args.state_keys {
-        ensure!(
-            opts.rate.is_none()
-                && opts.duration.is_none()
-                && args.seconds.is_none()
-                && opts.warmup == 0.0
-                && !opts.find_max_rate
-                && !opts.wants_latency_files(),
-            "the state mode (--state-keys) times checkpoints and a restore of a fixed state: it takes none of \
-             --rate, --duration, --warmup, --find-max-rate, --plot, --hlog"
-        );
-        ensure!(
-            args.changed_percent.is_finite() && (0.0..=100.0).contains(&args.changed_percent),
-            "--changed-percent must be between 0 and 100"
-        );
-        let dir = fresh_subdir(work.path(), "state-checkpoints")?;
-        let state = state::run(&state::StateJob {
-            keys,
-            changed: (keys as f64 * args.changed_percent / 100.0).round() as u64,
-            mode: args.mode.into(),
-            shards,
-            batch: args.batch,
-            interval,
-            dir,
-        })?;
-        report.keys = keys;
-        report.set_checkpoints(&state.checkpoints.iter().map(|s| (0, *s)).collect::<Vec<_>>());
-        report.state = Some(state.report);
-        return Ok(report);
+        return state_mode(args, work.path(), keys, report);
     }
 
     ensure!(
@@ -395,169 +336,87 @@ pub fn run(args: &CheckpointArgs) -> anyhow::Result<CheckpointReport> {
     report.run.duration = Some(seconds);
     report.load_average = load_average();
     if opts.find_max_rate {
-        return find_max_rate(args, work.path(), seconds, report);
+        return latency::find_max_rate(args, work.path(), seconds, report);
     }
-    let rate = args.rate();
-    let job = paced_job(args, rate, seconds)?;
-    let events = job.events;
-    let mut rounds = Rounds::default();
-    for round in 0..args.rounds {
-        // Alternate which run goes first, so neither always follows the other.
-        let dir = fresh_subdir(work.path(), &format!("checkpoints-{round}"))?;
-        let with = || {
-            let config = CheckpointConfig::new(&dir).interval(interval).mode(args.mode.into());
-            pipeline_sluice::run_checkpointed(&job, shards, Some(config))
-                .with_context(|| format!("round {round}: the run with checkpoints"))
-        };
-        let without = || {
-            pipeline_sluice::run_checkpointed(&job, shards, None)
-                .with_context(|| format!("round {round}: the run without checkpoints"))
-        };
-        let (checkpointed, baseline) = if round % 2 == 0 {
-            let c = with()?;
-            (c, without()?)
-        } else {
-            let b = without()?;
-            (with()?, b)
-        };
-        ensure!(
-            !checkpointed.checkpoints.is_empty(),
-            "round {round}: no checkpoint completed in the checkpointing run ({events} events, interval {} ms)",
-            args.interval_ms
-        );
-        rounds.add(checkpointed, baseline);
-    }
-    let measured = (job.events - job.warmup_events()) * args.rounds as u64;
-    let warmups = job.warmup * args.rounds as u32;
-    let achieved = |elapsed: Duration| measured as f64 / elapsed.saturating_sub(warmups).as_secs_f64().max(1e-9);
-    report.rate = Some(rate);
-    report.events = Some(events);
-    report.rounds = args.rounds;
-    report.events_per_sec = Some(achieved(rounds.elapsed.0));
-    report.baseline_events_per_sec = Some(achieved(rounds.elapsed.1));
-    let (latency, baseline_latency) = (rounds.latency.0.summary(), rounds.latency.1.summary());
-    report.p999_ratio = ratio(&latency, &baseline_latency);
-    report.latency_us = Some(latency);
-    report.baseline_latency_us = Some(baseline_latency);
-    let (arrivals, baseline_arrivals) = (rounds.arrivals.0.summary(), rounds.arrivals.1.summary());
-    report.arrival_p999_ratio = ratio(&arrivals, &baseline_arrivals);
-    report.arrival_latency_us = Some(arrivals);
-    report.baseline_arrival_latency_us = Some(baseline_arrivals);
-    let label = |with: &str| format!("{with}, {rate} events/s, {} keys", args.keys);
-    let with = rounds.latency.0.curve(&label("checkpoints every second"));
-    let without = rounds.latency.1.curve(&label("no checkpoints"));
-    if let Some(path) = &opts.plot {
-        crate::harness::write_percentile_plot(
-            path,
-            "result latency with and without checkpoints",
-            &[with.clone(), without.clone()],
-        )?;
-    }
-    if let Some(path) = &opts.hlog {
-        // The checkpointed runs' latencies; with several rounds, their intervals add up by
-        // position.
-        rounds.latency.0.write_hlog(path)?;
-    }
-    report.latency_curve = Some(with);
-    report.baseline_latency_curve = Some(without);
-    report.round_p999_ratio = rounds.p999_ratio;
-    report.round_arrival_p999_ratio = rounds.arrival_p999_ratio;
-    report.set_checkpoints(&rounds.checkpoints);
-    Ok(report)
+    latency::run(args, work.path(), seconds, report)
 }
 
-/// The latency job at `rate` for `seconds` after `--warmup`'s events.
-fn paced_job(args: &CheckpointArgs, rate: u64, seconds: f64) -> anyhow::Result<Job> {
-    let events = ((rate as f64 * (seconds + args.run.warmup)) as u64).max(1);
-    Ok(Job::new(events, Some(rate), args.out_of_orderness_ms, args.batch)?
-        .with_keys(args.keys)?
-        .with_warmup(args.run.warmup()))
-}
-
-/// `--find-max-rate`: ramps the offered rate ([`RunArgs::find_max_rate`]) with the
-/// checkpointing run only, and reports the highest rate whose result p99 stays within the
-/// bound, with that step's checkpoints.
-fn find_max_rate(
+/// The state mode (`--state-keys keys`): the checkpoints and the restore of `keys` keys of
+/// state, in a fresh directory under `work`.
+fn state_mode(
     args: &CheckpointArgs,
     work: &std::path::Path,
-    seconds: f64,
+    keys: u64,
     mut report: CheckpointReport,
 ) -> anyhow::Result<CheckpointReport> {
     let opts = &args.run;
-    let interval = Duration::from_millis(args.interval_ms);
-    let mut steps: Vec<(u64, pipeline_sluice::SluiceRun)> = Vec::new();
-    let title = "result latency with checkpoints per offered rate";
-    let search = opts.find_max_rate(DEFAULT_RATE, title, "events/s", |rate| {
-        let job = paced_job(args, rate, seconds)?;
-        let dir = fresh_subdir(work, &format!("checkpoints-{}", steps.len()))?;
-        let run = pipeline_sluice::run_checkpointed(
-            &job,
-            args.shards(),
-            Some(CheckpointConfig::new(&dir).interval(interval).mode(args.mode.into())),
-        )
-        .with_context(|| format!("the run at {rate} events/s"))?;
-        let latency = run.latency.clone().unwrap_or_default();
-        let measured = job.events - job.warmup_events();
-        let achieved = measured as f64 / run.elapsed.saturating_sub(job.warmup).as_secs_f64().max(1e-9);
-        steps.push((rate, run));
-        Ok((achieved, latency))
+    ensure!(
+        opts.rate.is_none()
+            && opts.duration.is_none()
+            && args.seconds.is_none()
+            && opts.warmup == 0.0
+            && !opts.find_max_rate
+            && !opts.wants_latency_files(),
+        "the state mode (--state-keys) times checkpoints and a restore of a fixed state: it takes none of \
+         --rate, --duration, --warmup, --find-max-rate, --plot, --hlog"
+    );
+    ensure!(
+        args.changed_percent.is_finite() && (0.0..=100.0).contains(&args.changed_percent),
+        "--changed-percent must be between 0 and 100"
+    );
+    let dir = fresh_subdir(work, "state-checkpoints")?;
+    let state = state::run(&state::StateJob {
+        keys,
+        changed: (keys as f64 * args.changed_percent / 100.0).round() as u64,
+        mode: args.mode.into(),
+        shards: report.shards,
+        batch: args.batch,
+        interval: Duration::from_millis(args.interval_ms),
+        dir,
     })?;
-    let (rate, run) = steps.swap_remove(search.kept_step(&steps, |s| s.0));
-    let latency = run.latency.clone().unwrap_or_default();
-    report.rate = Some(rate);
-    report.events = Some(paced_job(args, rate, seconds)?.events);
-    report.rounds = 1;
-    report.latency_us = Some(latency.summary());
-    report.latency_curve = Some(latency.curve(&format!("checkpoints, {rate} events/s, {} keys", args.keys)));
-    report.arrival_latency_us = run.arrivals.as_ref().map(LatencyRecorder::summary);
-    report.events_per_sec = Some(search.best_achieved());
-    report.set_checkpoints(&run.checkpoints.iter().map(|s| (0, *s)).collect::<Vec<_>>());
-    report.search = search;
+    report.keys = keys;
+    report.set_checkpoints(&state.checkpoints.iter().map(|s| (0, *s)).collect::<Vec<_>>());
+    report.state = Some(state.report);
     Ok(report)
 }
 
-/// `with.p999 / without.p999`, when both were measured.
-fn ratio(with: &LatencySummary, without: &LatencySummary) -> Option<f64> {
-    (without.p999 > 0 && with.count > 0).then(|| with.p999 as f64 / without.p999 as f64)
-}
-
-/// The latency runs' figures, merged over the rounds: `.0` with checkpoints, `.1` without.
-#[derive(Default)]
-struct Rounds {
-    /// Rounds added so far.
-    latency: (LatencyRecorder, LatencyRecorder),
-    arrivals: (LatencyRecorder, LatencyRecorder),
-    elapsed: (Duration, Duration),
-    rounds: usize,
-    checkpoints: Vec<(usize, CheckpointStats)>,
-    p999_ratio: Vec<f64>,
-    arrival_p999_ratio: Vec<f64>,
-}
-
-impl Rounds {
-    fn add(&mut self, with: pipeline_sluice::SluiceRun, without: pipeline_sluice::SluiceRun) {
-        let empty = LatencyRecorder::new();
-        let pair = |a: &Option<LatencyRecorder>, b: &Option<LatencyRecorder>| {
-            (a.as_ref().unwrap_or(&empty).clone(), b.as_ref().unwrap_or(&empty).clone())
-        };
-        let latency = pair(&with.latency, &without.latency);
-        let arrivals = pair(&with.arrivals, &without.arrivals);
-        self.p999_ratio.extend(ratio(&latency.0.summary(), &latency.1.summary()));
-        self.arrival_p999_ratio.extend(ratio(&arrivals.0.summary(), &arrivals.1.summary()));
-        if self.rounds == 0 {
-            // The first round's recorders as they are (they keep latency intervals).
-            self.latency = latency;
-        } else {
-            self.latency.0.merge(&latency.0);
-            self.latency.1.merge(&latency.1);
+impl CheckpointReport {
+    /// The report of `args` before anything ran: the options, and no figures.
+    fn empty(args: &CheckpointArgs) -> CheckpointReport {
+        let opts = &args.run;
+        CheckpointReport {
+            workload: "checkpoint",
+            mode: args.mode,
+            shards: args.shards(),
+            run: opts.info(None),
+            keys: args.keys,
+            rate: None,
+            interval_ms: args.interval_ms,
+            events: None,
+            rounds: 0,
+            load_average: None,
+            round_p999_ratio: Vec::new(),
+            round_arrival_p999_ratio: Vec::new(),
+            latency_us: None,
+            baseline_latency_us: None,
+            latency_curve: None,
+            baseline_latency_curve: None,
+            p999_ratio: None,
+            arrival_latency_us: None,
+            baseline_arrival_latency_us: None,
+            arrival_p999_ratio: None,
+            events_per_sec: None,
+            baseline_events_per_sec: None,
+            checkpoints: 0,
+            checkpoint_duration_ms: MillisSummary::default(),
+            alignment_ms: MillisSummary::default(),
+            bytes_per_checkpoint: CountSummary::default(),
+            keys_per_checkpoint: CountSummary::default(),
+            inflight_records_per_checkpoint: CountSummary::default(),
+            checkpoint_list: Vec::new(),
+            state: None,
+            search: RateSearch::default(),
         }
-        self.arrivals.0.merge(&arrivals.0);
-        self.arrivals.1.merge(&arrivals.1);
-        self.elapsed.0 += with.elapsed;
-        self.elapsed.1 += without.elapsed;
-        let round = self.rounds;
-        self.checkpoints.extend(with.checkpoints.iter().map(|s| (round, *s)));
-        self.rounds += 1;
     }
 }
 

@@ -399,6 +399,38 @@ fn median(values: &[f64]) -> f64 {
     }
 }
 
+/// Produces `--records` records into `topic` through the listener at `addr` with
+/// `--client`: the records per second, and the client's CPU time before its clock started
+/// (making the records; zero for kcat, whose input files are made beforehand).
+// `partitions` is rskafka's only.
+#[cfg_attr(not(feature = "rskafka-client"), allow(unused_variables))]
+fn produce_via_listener(
+    args: &KafkaArgs,
+    addr: &str,
+    topic: &str,
+    partitions: u32,
+    work_dir: &std::path::Path,
+) -> anyhow::Result<(f64, Duration)> {
+    Ok(match args.client {
+        Client::Kcat => (through_kcat(addr, topic, args, work_dir)?, Duration::ZERO),
+        #[cfg(feature = "kafka-client")]
+        Client::Rdkafka => {
+            let bytes = args.record_bytes as usize;
+            super::kafka_rdkafka::produce(addr, topic, args.records, args.producers, |i| value(i, bytes))?
+        }
+        #[cfg(not(feature = "kafka-client"))]
+        Client::Rdkafka => bail!("--client rdkafka needs sluice-bench built with --features kafka-client"),
+        #[cfg(feature = "rskafka-client")]
+        Client::Rskafka => {
+            let bytes = args.record_bytes as usize;
+            let (records, batch) = (args.records, args.batch_records);
+            super::kafka_rskafka::produce(addr, topic, records, partitions, args.producers, batch, |i| value(i, bytes))?
+        }
+        #[cfg(not(feature = "rskafka-client"))]
+        Client::Rskafka => bail!("--client rskafka needs sluice-bench built with --features rskafka-client"),
+    })
+}
+
 /// Runs the workload.
 pub fn run(args: &KafkaArgs) -> anyhow::Result<KafkaReport> {
     ensure!(args.records > 0, "--records must be positive");
@@ -442,26 +474,7 @@ pub fn run(args: &KafkaArgs) -> anyhow::Result<KafkaReport> {
         let (self_before, children_before) = (cpu(libc::RUSAGE_SELF), cpu(libc::RUSAGE_CHILDREN));
         // An in-process client's CPU before its clock starts (making the records, as
         // kcat's input files are made): not the listener's.
-        let (rate, before_clock) = match args.client {
-            Client::Kcat => (through_kcat(&addr, &kafka_topic, args, work_dir.path())?, Duration::ZERO),
-            #[cfg(feature = "kafka-client")]
-            Client::Rdkafka => {
-                let bytes = args.record_bytes as usize;
-                super::kafka_rdkafka::produce(&addr, &kafka_topic, args.records, args.producers, |i| value(i, bytes))?
-            }
-            #[cfg(not(feature = "kafka-client"))]
-            Client::Rdkafka => bail!("--client rdkafka needs sluice-bench built with --features kafka-client"),
-            #[cfg(feature = "rskafka-client")]
-            Client::Rskafka => {
-                let bytes = args.record_bytes as usize;
-                let (records, batch) = (args.records, args.batch_records);
-                super::kafka_rskafka::produce(&addr, &kafka_topic, records, partitions, args.producers, batch, |i| {
-                    value(i, bytes)
-                })?
-            }
-            #[cfg(not(feature = "rskafka-client"))]
-            Client::Rskafka => bail!("--client rskafka needs sluice-bench built with --features rskafka-client"),
-        };
+        let (rate, before_clock) = produce_via_listener(args, &addr, &kafka_topic, partitions, work_dir.path())?;
         kafka_rates.push(rate);
         listener_cpu += cpu(libc::RUSAGE_SELF).saturating_sub(self_before).saturating_sub(before_clock);
         kcat_cpu += cpu(libc::RUSAGE_CHILDREN).saturating_sub(children_before);

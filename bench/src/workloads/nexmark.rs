@@ -32,22 +32,20 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Context as _, ensure};
+use anyhow::{Context as _, anyhow, ensure};
 use clap::{Args, builder::RangedU64ValueParser};
 use serde::Serialize;
-use sluice_engine::dataflow::{Event as Timed, Operator, Pipeline, PipelineConfig, Stream};
-use sluice_io::EventTime;
+use sluice_engine::dataflow::{Pipeline, PipelineConfig};
 
 use crate::{
     harness::{Curve, LatencyRecorder, LatencySummary, RateSearch, RunArgs, RunInfo, Table, TimeBound},
-    nexmark::{self, NexmarkConfig, NexmarkGenerator, NexmarkSource, Query, QueryParams, ResultSink},
+    nexmark::{
+        NexmarkConfig, NexmarkGenerator, NexmarkSource, Query, QueryParams, ResultSink, SinkEnd, sink::HLOG_INTERVAL,
+    },
 };
 
 /// How long after the pipeline starts a paced schedule begins, so every shard is up first.
 const PACED_START_DELAY: Duration = Duration::from_millis(50);
-
-/// The interval of `--hlog` logs.
-const HLOG_INTERVAL: Duration = Duration::from_secs(1);
 
 /// What `nexmark` makes of the shared options (`--help`).
 const SHARED_HELP: &str = "Shared options here: --shards defaults to 1. Without --rate the run is the closed loop \
@@ -57,6 +55,13 @@ releases the events on the wall clock at R per second (event time advancing at t
 --duration seconds, after --warmup seconds whose results are not measured. --find-max-rate ramps --rate (default \
 100 000) with steps of --duration (default --latency-seconds, at least two window spans and a second). --seed seeds \
 the generator.";
+
+/// `sluice-bench nexmark`'s line in `sluice-bench --help`, naming the queries of
+/// [`Query::ALL`].
+#[must_use]
+pub fn about() -> String {
+    format!("Events per second and result latency of a Nexmark query ({})", Query::listing())
+}
 
 /// Options of `sluice-bench nexmark` (its `--help` says what it makes of the shared ones).
 #[derive(Debug, Clone, Args)]
@@ -168,16 +173,11 @@ pub struct QueryRun {
 ///
 /// Bad options or a pipeline that failed.
 pub fn run(args: &NexmarkArgs) -> anyhow::Result<NexmarkReport> {
-    ensure!(
-        args.query != Query::Q5 || args.slide_ms <= args.window_ms,
-        "q5: --slide-ms ({}) must not exceed --window-ms ({})",
-        args.slide_ms,
-        args.window_ms
-    );
+    let params = QueryParams { window_ms: args.window_ms, slide_ms: args.slide_ms, ..QueryParams::default() };
+    args.query.check(&params).map_err(|problem| anyhow!("{}: {problem}", args.query))?;
     ensure!(args.latency_seconds.is_finite() && args.latency_seconds >= 0.0, "--latency-seconds must be 0 or more");
     let opts = &args.run;
     let shards = args.shards();
-    let params = QueryParams { window_ms: args.window_ms, slide_ms: args.slide_ms, ..QueryParams::default() };
     let mut report = NexmarkReport {
         workload: "nexmark",
         query: args.query,
@@ -351,13 +351,9 @@ pub fn run_query(
                 }
                 None => NexmarkSource::stream(scope, generator, events, paced.then_some(epoch)),
             };
-            let sink = BenchSink {
-                generator,
-                latency: warmup.map(|warmup| (epoch, warmup)),
-                delay_ms: query.completion_delay_ms(),
-                ends: sink_ends.clone(),
-            };
-            nexmark::build(query, events, &params, &sink);
+            let latency = warmup.map(|warmup| (epoch, warmup));
+            let sink = ResultSink::new(generator, latency, query.completion_delay_ms(), sink_ends.clone());
+            query.build(events, &params, &sink);
             ready.wait();
             shard_starts.lock().unwrap_or_else(PoisonError::into_inner).push(Instant::now());
         })
@@ -382,84 +378,6 @@ pub fn run_query(
     let ended = ends.iter().map(|e| e.at).max().context("no shard ended")?;
     let events = if limit.is_some() { emitted.load(Ordering::Relaxed) } else { events };
     Ok(QueryRun { elapsed: ended.saturating_duration_since(started), results, events, latency, incomplete })
-}
-
-/// What each shard's sink hands back when its stream ends.
-#[derive(Debug)]
-struct SinkEnd {
-    results: u64,
-    incomplete: u64,
-    latency: Option<LatencyRecorder>,
-    at: Instant,
-}
-
-/// Attaches a [`CountingSink`] to whatever a query produces.
-struct BenchSink {
-    generator: NexmarkGenerator,
-    /// When paced: the schedule's start and its warm-up.
-    latency: Option<(Instant, Duration)>,
-    delay_ms: i64,
-    ends: Arc<Mutex<Vec<SinkEnd>>>,
-}
-
-impl ResultSink for BenchSink {
-    fn attach<T: 'static>(&self, results: Stream<T>) {
-        results.attach(CountingSink {
-            generator: self.generator,
-            latency: self
-                .latency
-                .map(|(epoch, warmup)| (epoch, warmup, LatencyRecorder::with_intervals(epoch, HLOG_INTERVAL))),
-            delay_ms: self.delay_ms,
-            results: 0,
-            incomplete: 0,
-            ends: self.ends.clone(),
-        });
-    }
-}
-
-/// Counts results and, when paced, records each one's latency from the schedule.
-struct CountingSink {
-    generator: NexmarkGenerator,
-    /// When paced: the schedule's start, its warm-up, and the latencies.
-    latency: Option<(Instant, Duration, LatencyRecorder)>,
-    delay_ms: i64,
-    results: u64,
-    incomplete: u64,
-    ends: Arc<Mutex<Vec<SinkEnd>>>,
-}
-
-impl<T> Operator<T> for CountingSink {
-    fn on_batch(&mut self, batch: &mut Vec<Timed<T>>) {
-        self.results += batch.len() as u64;
-        if let Some((epoch, warmup, latency)) = &mut self.latency {
-            let now = Instant::now();
-            for result in batch.iter() {
-                let complete = EventTime::from_millis(result.time.millis().saturating_add(self.delay_ms));
-                let due = NexmarkSource::scheduled_at(&self.generator, *epoch, complete);
-                if due > now {
-                    // Fired by the end of the input before its window ended.
-                    self.incomplete += 1;
-                } else if due >= *epoch + *warmup {
-                    latency.record_at(now, now - due);
-                }
-            }
-        }
-        batch.clear();
-    }
-
-    fn on_watermark(&mut self, _: EventTime) {}
-
-    fn on_idle(&mut self, _: bool) {}
-
-    fn on_end(&mut self) {
-        let end = SinkEnd {
-            results: self.results,
-            incomplete: self.incomplete,
-            latency: self.latency.as_ref().map(|(_, _, l)| l.clone()),
-            at: Instant::now(),
-        };
-        self.ends.lock().unwrap_or_else(PoisonError::into_inner).push(end);
-    }
 }
 
 impl NexmarkReport {

@@ -221,24 +221,7 @@ pub fn run(args: &PipelineArgs) -> anyhow::Result<PipelineReport> {
         return find_max_rate(args, report);
     }
     if let Some(rate) = opts.rate {
-        ensure!(args.compare.is_none(), "--compare measures throughput: run it without --rate");
-        let events = match opts.duration {
-            Some(seconds) => ((rate as f64 * seconds) as u64).max(1),
-            None => args.events,
-        };
-        let job = paced_job(args, rate, events)?;
-        let sluice;
-        (sluice, report.machine_wake_latency_us) =
-            WakeProbe::around(!args.no_wake_probe, || pipeline_sluice::run(&job, shards, true))?;
-        report.events = job.events;
-        report.events_per_sec = achieved(&job, sluice.elapsed);
-        report.round_events_per_sec.push(report.events_per_sec);
-        (report.results, report.results_sum) = (sluice.tally.results, sluice.tally.sum);
-        report.late_events = job.events - sluice.tally.sum;
-        if let Some(l) = &sluice.latency {
-            keep_latency(args, &mut report, l, rate)?;
-        }
-        return Ok(report);
+        return rate_run(args, report, rate);
     }
     let cpus: Vec<usize> = core_affinity::get_core_ids()
         .filter(|ids| !ids.is_empty())
@@ -291,6 +274,30 @@ pub fn run(args: &PipelineArgs) -> anyhow::Result<PipelineReport> {
         report.latency_rate = Some(rate);
     } else {
         opts.refuse_latency_files("--latency-seconds 0 skips the latency phase")?;
+    }
+    Ok(report)
+}
+
+/// `--rate R`: one open-loop run at `rate` for `--events` events (or `--duration`
+/// seconds) after `--warmup`'s, its latency in `report`.
+fn rate_run(args: &PipelineArgs, mut report: PipelineReport, rate: u64) -> anyhow::Result<PipelineReport> {
+    let (opts, shards) = (&args.run, report.shards);
+    ensure!(args.compare.is_none(), "--compare measures throughput: run it without --rate");
+    let events = match opts.duration {
+        Some(seconds) => ((rate as f64 * seconds) as u64).max(1),
+        None => args.events,
+    };
+    let job = paced_job(args, rate, events)?;
+    let sluice;
+    (sluice, report.machine_wake_latency_us) =
+        WakeProbe::around(!args.no_wake_probe, || pipeline_sluice::run(&job, shards, true))?;
+    report.events = job.events;
+    report.events_per_sec = achieved(&job, sluice.elapsed);
+    report.round_events_per_sec.push(report.events_per_sec);
+    (report.results, report.results_sum) = (sluice.tally.results, sluice.tally.sum);
+    report.late_events = job.events - sluice.tally.sum;
+    if let Some(l) = &sluice.latency {
+        keep_latency(args, &mut report, l, rate)?;
     }
     Ok(report)
 }

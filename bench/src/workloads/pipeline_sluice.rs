@@ -182,8 +182,36 @@ fn run_with(
         })
         .context("starting the sluice pipeline")?;
     // `join` consumes the pipeline: read its checkpoints once every shard has ended.
+    wait_for_shards(&running_token, &live, paced);
+    let checkpoints = running.checkpoints();
+    running.join().context("running the sluice pipeline")?;
+
+    let ends = std::mem::take(&mut *ends.lock().unwrap_or_else(PoisonError::into_inner));
+    anyhow::ensure!(ends.len() == shards, "{} of {shards} shards' sinks ended", ends.len());
+    let (tally, latency, all_arrivals) = merge_ends(&ends, paced.then_some(epoch), arrivals);
+    let events = checked_events(&job, limit, &tally, &emitted)?;
+    let started = if paced {
+        epoch
+    } else {
+        let starts = starts.lock().unwrap_or_else(PoisonError::into_inner);
+        starts.iter().copied().min().context("no shard started")?
+    };
+    let ended = ends.iter().map(|e| e.at).max().context("no shard ended")?;
+    Ok(SluiceRun {
+        elapsed: ended.saturating_duration_since(started),
+        tally,
+        events,
+        latency,
+        checkpoints,
+        arrivals: all_arrivals,
+    })
+}
+
+/// Waits until every shard has finished (the build closure's copy of `running_token` is
+/// dropped), drawing the progress line from `live`.
+fn wait_for_shards(running_token: &Arc<()>, live: &Live, paced: bool) {
     let progress = crate::harness::Progress::start(if paced { "pipeline latency run" } else { "pipeline" });
-    while Arc::strong_count(&running_token) > 1 {
+    while Arc::strong_count(running_token) > 1 {
         std::thread::sleep(Duration::from_millis(2));
         if progress.is_drawn() {
             let p99 = live.p99_us.iter().map(|p| p.load(Ordering::Relaxed)).max().filter(|_| paced);
@@ -191,15 +219,19 @@ fn run_with(
         }
     }
     progress.finish();
-    let checkpoints = running.checkpoints();
-    running.join().context("running the sluice pipeline")?;
+}
 
-    let ends = std::mem::take(&mut *ends.lock().unwrap_or_else(PoisonError::into_inner));
-    anyhow::ensure!(ends.len() == shards, "{} of {shards} shards' sinks ended", ends.len());
+/// The shards' sink figures merged: the tally, the result latencies (when `paced` from
+/// the schedule starting at `Some(epoch)`), and the arrival latencies (when `arrivals`).
+fn merge_ends(
+    ends: &[SinkEnd],
+    paced: Option<Instant>,
+    arrivals: bool,
+) -> (Tally, Option<LatencyRecorder>, Option<LatencyRecorder>) {
     let mut tally = Tally::default();
-    let mut latency = paced.then(|| LatencyRecorder::with_intervals(epoch, HLOG_INTERVAL));
+    let mut latency = paced.map(|epoch| LatencyRecorder::with_intervals(epoch, HLOG_INTERVAL));
     let mut all_arrivals = arrivals.then(LatencyRecorder::new);
-    for end in &ends {
+    for end in ends {
         tally.merge(&end.tally);
         if let (Some(all), Some(shard)) = (&mut latency, &end.latency) {
             all.merge(shard);
@@ -208,7 +240,14 @@ fn run_with(
             all.merge(shard);
         }
     }
-    let events = match limit {
+    (tally, latency, all_arrivals)
+}
+
+/// The events the run counted, once `tally` is checked against them: with a `limit`, the
+/// `emitted` events' sum; with a pause, at most the job's (records the pause made late are
+/// dropped); otherwise the job's results exactly.
+fn checked_events(job: &Job, limit: Option<Duration>, tally: &Tally, emitted: &AtomicU64) -> anyhow::Result<u64> {
+    Ok(match limit {
         Some(_) => {
             // Each shard stopped at its own point: the counts add up, but not to the job's.
             let emitted = emitted.load(Ordering::Relaxed);
@@ -226,24 +265,9 @@ fn run_with(
             job.events
         }
         None => {
-            tally.check(&job, "sluice")?;
+            tally.check(job, "sluice")?;
             job.events
         }
-    };
-    let started = if paced {
-        epoch
-    } else {
-        let starts = starts.lock().unwrap_or_else(PoisonError::into_inner);
-        starts.iter().copied().min().context("no shard started")?
-    };
-    let ended = ends.iter().map(|e| e.at).max().context("no shard ended")?;
-    Ok(SluiceRun {
-        elapsed: ended.saturating_duration_since(started),
-        tally,
-        events,
-        latency,
-        checkpoints,
-        arrivals: all_arrivals,
     })
 }
 
@@ -263,8 +287,6 @@ fn count_windows<KS: Fn(&u64) -> u64 + 'static>(
     }
 }
 
-/// The counting sink: checks and counts each result; in the latency mode, also records its
-/// latency. Hands its figures over when the stream ends.
 /// Figures the sinks publish for the progress line while the run lasts.
 #[derive(Debug)]
 struct Live {
@@ -272,6 +294,8 @@ struct Live {
     p99_us: Vec<AtomicU64>,
 }
 
+/// The counting sink: checks and counts each result; in the latency mode, also records its
+/// latency. Hands its figures over when the stream ends.
 struct CountingSink {
     live: Arc<Live>,
     shard: usize,

@@ -1,0 +1,90 @@
+//! q5, hot items: in every sliding window, the auctions with the most bids (counted per
+//! auction and window, then the highest counts per window, [`HottestAuctions`]); and
+//! [`check`], that the slide is no longer than the window.
+
+use sluice_engine::dataflow::{
+    Event as Timed, KeyedProcessFunction, ProcessContext, Stream, Timer, ValueState, WindowResult, Windows,
+};
+
+use super::{QueryParams, bids, ms};
+use crate::nexmark::model::Event;
+
+/// q5's result: an auction with the most bids in a window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Q5Row {
+    /// The window's start, ms.
+    pub window_start: i64,
+    /// Auction id.
+    pub auction: u64,
+    /// Its bids in the window.
+    pub bids: u64,
+}
+
+/// q5's second step, per window: the auctions whose count is the window's highest,
+/// emitted when the window's counts are all in (the watermark passes its last instant).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HottestAuctions;
+
+impl KeyedProcessFunction<i64, WindowResult<u64, u64>> for HottestAuctions {
+    type State = ValueState<(u64, Vec<u64>)>;
+    type Out = Q5Row;
+
+    fn process_element(
+        &mut self,
+        _: &i64,
+        event: Timed<WindowResult<u64, u64>>,
+        hottest: &mut Self::State,
+        ctx: &mut ProcessContext<'_, i64, Q5Row>,
+    ) {
+        let (most, auctions) = hottest.get_or_insert_with(|| (0, Vec::new()));
+        let count = event.value.value;
+        if count > *most {
+            *most = count;
+            auctions.clear();
+        }
+        if count == *most {
+            auctions.push(event.value.key);
+        }
+        ctx.register_event_time_timer(event.value.window.max_timestamp());
+    }
+
+    fn on_timer(&mut self, start: &i64, _: Timer, hottest: &mut Self::State, ctx: &mut ProcessContext<'_, i64, Q5Row>) {
+        if let Some((bids, auctions)) = hottest.take() {
+            for auction in auctions {
+                ctx.emit(Q5Row { window_start: *start, auction, bids });
+            }
+        }
+    }
+}
+
+/// q5, hot items: in every sliding window, the auctions with the most bids.
+///
+/// ```sql
+/// SELECT AuctionBids.auction, AuctionBids.num FROM (
+///   SELECT auction, count(*) AS num, window_start, window_end
+///   FROM TABLE(HOP(TABLE bid, DESCRIPTOR(dateTime), INTERVAL '2' SECOND, INTERVAL '10' SECOND))
+///   GROUP BY auction, window_start, window_end) AS AuctionBids
+/// JOIN (SELECT max(num) AS maxn, window_start, window_end FROM ... GROUP BY window_start, window_end) AS MaxBids
+/// ON AuctionBids.window_start = MaxBids.window_start AND AuctionBids.num >= MaxBids.maxn
+/// ```
+pub fn query(events: Stream<Event>, params: &QueryParams) -> Stream<Q5Row> {
+    bids(events)
+        .key_by(|b| b.auction)
+        .window(Windows::sliding(ms(params.window_ms), ms(params.slide_ms)))
+        .count()
+        .key_by(|r| r.window.start.millis())
+        .process(HottestAuctions)
+}
+
+/// q5's check: the slide must not exceed the window.
+///
+/// # Errors
+///
+/// A slide longer than the window.
+pub fn check(params: &QueryParams) -> Result<(), String> {
+    if params.slide_ms <= params.window_ms {
+        Ok(())
+    } else {
+        Err(format!("--slide-ms ({}) must not exceed --window-ms ({})", params.slide_ms, params.window_ms))
+    }
+}
