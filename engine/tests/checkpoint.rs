@@ -743,7 +743,10 @@ impl sluice_engine::dataflow::Source<u64> for TwoSplits {
         Some(self.splits.iter().map(|(k, next)| (*k, *next as i64)).collect())
     }
 
-    fn restore(&mut self, positions: &std::collections::HashMap<u64, i64>) -> Result<(), String> {
+    fn restore(
+        &mut self,
+        positions: &std::collections::HashMap<u64, i64>,
+    ) -> Result<(), sluice_engine::dataflow::UserError> {
         for (k, next) in &mut self.splits {
             let at = positions.get(k).ok_or_else(|| format!("no position for split {k}"))?;
             *next = u64::try_from(*at).map_err(|_| format!("split {k} at {at}"))?;

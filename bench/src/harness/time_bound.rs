@@ -10,7 +10,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use sluice_engine::dataflow::Source;
+use sluice_engine::dataflow::{Source, UserError};
 
 /// Wraps a closed-loop source (one that is never `Pending` for long): emits what it emits
 /// until `limit` has passed since the first poll, then ends. Adds every record it let
@@ -64,7 +64,7 @@ impl<T, S: Source<T>> Source<T> for TimeBound<S> {
         self.inner.positions()
     }
 
-    fn restore(&mut self, positions: &std::collections::HashMap<u64, i64>) -> Result<(), String> {
+    fn restore(&mut self, positions: &std::collections::HashMap<u64, i64>) -> Result<(), UserError> {
         self.inner.restore(positions)
     }
 

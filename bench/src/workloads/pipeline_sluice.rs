@@ -38,7 +38,7 @@ use std::{
 use anyhow::Context as _;
 use sluice_engine::dataflow::{
     Aggregate, CheckpointConfig, CheckpointStats, Event, Generator, Operator, Pipeline, PipelineConfig, ResidueSplit,
-    Source, Stream, WatermarkStrategy, WindowResult, Windows,
+    Source, Stream, UserError, WatermarkStrategy, WindowResult, Windows,
 };
 use sluice_io::EventTime;
 
@@ -455,7 +455,7 @@ impl Source<u64> for PacedGenerator {
         Some(self.split().positions(self.next))
     }
 
-    fn restore(&mut self, positions: &std::collections::HashMap<u64, i64>) -> Result<(), String> {
+    fn restore(&mut self, positions: &std::collections::HashMap<u64, i64>) -> Result<(), UserError> {
         if let Some(next) = self.split().restore("a paced source", positions)? {
             self.next = next;
             self.timer = None;

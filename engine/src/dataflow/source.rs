@@ -18,6 +18,7 @@ use std::{
 use futures_lite::Stream as _;
 use sluice_io::EventTime;
 
+use super::UserError;
 use super::{
     Event, Port,
     checkpoint::{Barrier, ShardCheckpoint, SourcePart},
@@ -71,9 +72,9 @@ pub trait Source<T>: 'static {
     /// # Errors
     ///
     /// Positions this source cannot resume from.
-    fn restore(&mut self, positions: &std::collections::HashMap<u64, i64>) -> Result<(), String> {
+    fn restore(&mut self, positions: &std::collections::HashMap<u64, i64>) -> Result<(), UserError> {
         let _ = positions;
-        Err("this source cannot resume from a checkpoint".into())
+        Err(RestoreError::NotReplayable.into())
     }
 
     /// For a checkpoint: where each split of a bounded source stops, as (split key, end
@@ -91,9 +92,9 @@ pub trait Source<T>: 'static {
     /// # Errors
     ///
     /// Ends this source cannot stop at (the default: a source that recorded none).
-    fn restore_bounds(&mut self, bounds: &std::collections::HashMap<u64, i64>) -> Result<(), String> {
+    fn restore_bounds(&mut self, bounds: &std::collections::HashMap<u64, i64>) -> Result<(), UserError> {
         let _ = bounds;
-        Err("this source records no ends, yet the checkpoint holds some".into())
+        Err(RestoreError::UnexpectedBounds.into())
     }
 
     /// A checkpoint holding `positions` (this instance's, as [`Source::positions`] gave
@@ -160,7 +161,7 @@ impl<T: 'static, F: FnMut(u64) -> T + 'static> Source<T> for Generator<T, F> {
         Some(self.split().positions(self.next))
     }
 
-    fn restore(&mut self, positions: &std::collections::HashMap<u64, i64>) -> Result<(), String> {
+    fn restore(&mut self, positions: &std::collections::HashMap<u64, i64>) -> Result<(), UserError> {
         if let Some(next) = self.split().restore("a generator", positions)? {
             self.next = next;
         }
@@ -222,16 +223,60 @@ impl ResidueSplit {
     ///
     /// Positions for other splits only (a checkpoint taken at another shard count), or a
     /// negative one; `what` names the source in the message.
-    pub fn restore(self, what: &str, positions: &std::collections::HashMap<u64, i64>) -> Result<Option<u64>, String> {
+    pub fn restore(
+        self,
+        what: &'static str,
+        positions: &std::collections::HashMap<u64, i64>,
+    ) -> Result<Option<u64>, RestoreError> {
         match positions.get(&self.key()) {
-            Some(&next) => u64::try_from(next).map(Some).map_err(|_| format!("{what}: a negative position {next}")),
+            Some(&next) => u64::try_from(next).map(Some).map_err(|_| RestoreError::NegativePosition {
+                source_name: what,
+                split: self.key(),
+                position: next,
+            }),
             None if positions.is_empty() => Ok(None),
-            None => Err(format!(
-                "{what} split over {} shards cannot resume from a checkpoint taken at another shard count",
-                self.shards
-            )),
+            None => Err(RestoreError::OtherShardCount { source_name: what, shards: self.shards }),
         }
     }
+}
+
+/// Why a source cannot resume from what a checkpoint holds.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RestoreError {
+    /// The source records no positions, so a pipeline that checkpoints cannot use it.
+    #[error("this source cannot resume from a checkpoint")]
+    NotReplayable,
+    /// The checkpoint holds ends for a source that records none.
+    #[error("this source records no ends, yet the checkpoint holds some")]
+    UnexpectedBounds,
+    /// A split's position is negative.
+    #[error("{source_name}: a negative position {position} for split {split}")]
+    NegativePosition {
+        /// The source.
+        source_name: &'static str,
+        /// The split.
+        split: u64,
+        /// The position.
+        position: i64,
+    },
+    /// A source split by shard restored at another shard count.
+    #[error("{source_name} split over {shards} shards cannot resume from a checkpoint taken at another shard count")]
+    OtherShardCount {
+        /// The source.
+        source_name: &'static str,
+        /// This run's shard count.
+        shards: u64,
+    },
+    /// A split's position or end does not fit the source (a partition it does not have,
+    /// a bounded checkpoint for an unbounded source).
+    #[error("{source_name}: {detail}")]
+    Split {
+        /// The source.
+        source_name: &'static str,
+        /// What is wrong.
+        detail: String,
+    },
 }
 
 /// Records host code sends through in-process channels, one split per channel. Ends when

@@ -34,7 +34,7 @@ use anyhow::{Context as _, bail, ensure};
 use serde::Serialize;
 use sluice_engine::dataflow::{
     CheckpointConfig, CheckpointMode, CheckpointStats, Event, Operator, Pipeline, PipelineConfig, ResidueSplit,
-    RunningPipeline, Scope, Source, WatermarkStrategy, WindowResult, Windows,
+    RunningPipeline, Scope, Source, UserError, WatermarkStrategy, WindowResult, Windows,
 };
 use sluice_io::EventTime;
 
@@ -447,7 +447,7 @@ impl Source<u64> for HoldingSource {
         Some(self.split().positions(self.next))
     }
 
-    fn restore(&mut self, positions: &std::collections::HashMap<u64, i64>) -> Result<(), String> {
+    fn restore(&mut self, positions: &std::collections::HashMap<u64, i64>) -> Result<(), UserError> {
         match self.split().restore("the state source", positions)? {
             Some(next) => {
                 self.next = next;

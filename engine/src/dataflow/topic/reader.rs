@@ -20,7 +20,7 @@ use sluice_io::{Offset, OwnedBatches, txn::ReadCommitted};
 use super::{Failure, PartitionPlan, TopicRecord, TopicSource};
 use crate::{
     client::consumer::Isolation,
-    dataflow::Source,
+    dataflow::{RestoreError, Source, UserError},
     engine::EngineHandle,
     error::{EngineError, Result},
 };
@@ -252,11 +252,14 @@ impl Source<TopicRecord> for TopicReader {
 
     /// Resumes each partition the checkpoint names at its position (the records read
     /// ahead are dropped); partitions it does not name keep their starting offsets.
-    fn restore(&mut self, positions: &std::collections::HashMap<u64, i64>) -> Result<(), String> {
+    fn restore(&mut self, positions: &std::collections::HashMap<u64, i64>) -> Result<(), UserError> {
         for p in &mut self.partitions {
             if let Some(&at) = positions.get(&u64::from(p.partition)) {
-                let at =
-                    u64::try_from(at).map_err(|_| format!("a negative offset {at} for partition {}", p.partition))?;
+                let at = u64::try_from(at).map_err(|_| RestoreError::NegativePosition {
+                    source_name: "topic source",
+                    split: u64::from(p.partition),
+                    position: at,
+                })?;
                 p.next = Offset(at);
                 p.records.clear();
                 p.fetch = Fetch::Idle;
@@ -277,16 +280,24 @@ impl Source<TopicRecord> for TopicReader {
 
     /// Stops each partition the checkpoint names where the interrupted run would have:
     /// not at the end the log has now.
-    fn restore_bounds(&mut self, bounds: &std::collections::HashMap<u64, i64>) -> Result<(), String> {
+    fn restore_bounds(&mut self, bounds: &std::collections::HashMap<u64, i64>) -> Result<(), UserError> {
         for p in &mut self.partitions {
             let Some(&end) = bounds.get(&u64::from(p.partition)) else { continue };
             if p.end.is_none() {
-                return Err(format!(
-                    "the checkpoint was taken by a bounded source and this one is unbounded (partition {})",
-                    p.partition
-                ));
+                return Err(RestoreError::Split {
+                    source_name: "topic source",
+                    detail: format!(
+                        "the checkpoint was taken by a bounded source and this one is unbounded (partition {})",
+                        p.partition
+                    ),
+                }
+                .into());
             }
-            let end = u64::try_from(end).map_err(|_| format!("a negative end {end} for partition {}", p.partition))?;
+            let end = u64::try_from(end).map_err(|_| RestoreError::NegativePosition {
+                source_name: "topic source",
+                split: u64::from(p.partition),
+                position: end,
+            })?;
             p.end = Some(Offset(end));
         }
         Ok(())

@@ -55,7 +55,7 @@ use sluice_io::EventTime;
 
 use self::rebalance::{Part, SourceContext, release};
 use super::{KafkaConnectorError, client_config, validate_common, validate_group};
-use crate::dataflow::Source;
+use crate::dataflow::{RestoreError, Source, UserError};
 
 /// Where and what a [`KafkaSource`] reads.
 #[derive(Debug, Clone)]
@@ -542,15 +542,21 @@ impl<T: 'static, F: FnMut(KafkaRecord<'_>) -> T + 'static> Source<T> for KafkaSo
         Some(self.positions_now().into_iter().map(|(p, n)| (p as u64, n)).collect())
     }
 
-    fn restore(&mut self, positions: &HashMap<u64, i64>) -> Result<(), String> {
+    fn restore(&mut self, positions: &HashMap<u64, i64>) -> Result<(), UserError> {
         self.checkpointed.set(true);
         let mut progress = lock(&self.shared.progress);
         if progress.restored.is_none() {
             let mut restored = HashMap::with_capacity(positions.len());
             for (&p, &next) in positions {
-                let p = i32::try_from(p).map_err(|_| format!("Kafka source: no partition {p} (from a checkpoint)"))?;
+                let p = i32::try_from(p).map_err(|_| RestoreError::Split {
+                    source_name: "Kafka source",
+                    detail: format!("no partition {p} (from a checkpoint)"),
+                })?;
                 if next < 0 {
-                    return Err(format!("Kafka source: a negative position {next} for partition {p}"));
+                    let split = p as u64;
+                    return Err(
+                        RestoreError::NegativePosition { source_name: "Kafka source", split, position: next }.into()
+                    );
                 }
                 restored.insert(p, next);
             }
