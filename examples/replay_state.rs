@@ -134,7 +134,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     // Compacted: the topic is the accounts' state, and only each account's latest
     // balance must be kept forever.
-    let config = TopicConfig { cleanup: "compact".into(), ..TopicConfig::default() };
+    let config = TopicConfig { cleanup: sluice_io::CleanupPolicy::Compact, ..TopicConfig::default() };
     block_on(handle.create_topic("balances", 4, Some(config)))?;
     let before = run_service(&handle)?;
     println!("the service wrote {UPDATES} balance updates for {} accounts, then stopped", before.len());

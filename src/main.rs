@@ -424,8 +424,8 @@ fn with_engine(dir: &DataDir, f: impl FnOnce(&EngineHandle) -> Result<()>) -> Re
 
 fn create(h: &EngineHandle, a: &CreateArgs) -> Result<()> {
     let config = TopicConfig {
-        fsync: a.fsync.clone(),
-        cleanup: a.cleanup.clone(),
+        fsync: a.fsync.parse().with_context(|| format!("--fsync {}", a.fsync))?,
+        cleanup: a.cleanup.parse().with_context(|| format!("--cleanup {}", a.cleanup))?,
         retention_ms: a.retention_ms,
         retention_bytes: a.retention_bytes,
         segment_bytes: a.segment_bytes,

@@ -60,16 +60,19 @@ impl EngineConfig {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TopicConfig {
-    /// `always`, `interval:MS` or `never`.
-    pub fsync: String,
+    /// When an append is durable (stored in the metadata as `always`, `interval:MS` or
+    /// `never`).
+    #[serde(with = "as_text")]
+    pub fsync: FsyncPolicy,
     /// Segment size before a roll.
     pub segment_bytes: u64,
     /// Delete closed segments older than this, if set.
     pub retention_ms: Option<u64>,
     /// Delete the oldest closed segments while a partition is larger than this, if set.
     pub retention_bytes: Option<u64>,
-    /// `delete` or `compact`.
-    pub cleanup: String,
+    /// What happens to closed segments beyond retention (stored as `delete` or `compact`).
+    #[serde(with = "as_text")]
+    pub cleanup: CleanupPolicy,
     /// The largest record (key plus value) accepted.
     pub max_record_bytes: usize,
     /// How long a send may wait for more records to fill its batch.
@@ -81,11 +84,11 @@ pub struct TopicConfig {
 impl Default for TopicConfig {
     fn default() -> Self {
         TopicConfig {
-            fsync: "interval:5".into(),
+            fsync: FsyncPolicy::Interval(Duration::from_millis(5)),
             segment_bytes: 256 << 20,
             retention_ms: None,
             retention_bytes: None,
-            cleanup: "delete".into(),
+            cleanup: CleanupPolicy::Delete,
             max_record_bytes: 1 << 20,
             linger_ms: 1,
             batch_records: 1000,
@@ -97,8 +100,7 @@ impl TopicConfig {
     /// Checks every value and returns the partition logs' configuration.
     pub fn log_config(&self) -> Result<LogConfig> {
         let bad = |m: String| EngineError::InvalidConfig(m);
-        let fsync: FsyncPolicy = self.fsync.parse().map_err(|e: sluice_io::LogError| bad(e.to_string()))?;
-        let cleanup: CleanupPolicy = self.cleanup.parse().map_err(|e: sluice_io::LogError| bad(e.to_string()))?;
+        let (fsync, cleanup) = (self.fsync, self.cleanup);
         if self.max_record_bytes == 0 || self.max_record_bytes > 64 << 20 {
             return Err(bad(format!("max_record_bytes {} must be within [1, 64 MiB]", self.max_record_bytes)));
         }
@@ -124,5 +126,26 @@ impl TopicConfig {
     /// The linger as a duration.
     pub fn linger(&self) -> Duration {
         Duration::from_millis(self.linger_ms)
+    }
+}
+
+/// A setting stored in the metadata as its text form (`Display` and `FromStr`), so that
+/// `meta/topics.json` keeps the words a user typed.
+mod as_text {
+    use std::{fmt::Display, str::FromStr};
+
+    use serde::{Deserialize, Deserializer, Serializer, de::Error};
+
+    pub(super) fn serialize<T: Display, S: Serializer>(value: &T, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(value)
+    }
+
+    pub(super) fn deserialize<'de, T, D>(d: D) -> Result<T, D::Error>
+    where
+        T: FromStr,
+        T::Err: Display,
+        D: Deserializer<'de>,
+    {
+        String::deserialize(d)?.parse().map_err(D::Error::custom)
     }
 }

@@ -170,7 +170,10 @@ fn admin_and_bad_input_get_typed_errors() {
     ));
     assert!(matches!(block_on(h.create_topic("../x", 1, None)), Err(EngineError::InvalidName(_))));
     assert!(matches!(block_on(h.create_topic("z", 0, None)), Err(EngineError::InvalidConfig(_))));
-    let bad = TopicConfig { fsync: "sometimes".into(), ..TopicConfig::default() };
+    // The fsync policy is typed: "sometimes" does not parse, and a config it cannot hold
+    // is one with values out of range.
+    assert!("sometimes".parse::<sluice_io::FsyncPolicy>().is_err());
+    let bad = TopicConfig { max_record_bytes: 0, ..TopicConfig::default() };
     assert!(matches!(block_on(h.create_topic("z", 1, Some(bad))), Err(EngineError::InvalidConfig(_))));
     block_on(h.send_to("t", 1, rec.clone())).unwrap();
     assert!(matches!(

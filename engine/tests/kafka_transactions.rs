@@ -482,7 +482,7 @@ fn produces_racing_end_txn_never_leave_a_hanging_transaction() {
     // in which EndTxn's marker could slip between a batch's check and its append is wide.
     let served =
         Served::launch("kafka_transactions", "race", 1, KafkaConfig::new("127.0.0.1:0".parse().expect("address")));
-    let config = sluice_engine::TopicConfig { fsync: "always".into(), ..Default::default() };
+    let config = sluice_engine::TopicConfig { fsync: sluice_io::FsyncPolicy::Always, ..Default::default() };
     block_on(served.handle().create_topic("t", 1, Some(config))).expect("topic");
     let mut admin = served.connect();
     let init = admin.init("tx", 60_000);

@@ -65,6 +65,15 @@ pub enum CleanupPolicy {
     Compact,
 }
 
+impl fmt::Display for CleanupPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CleanupPolicy::Delete => "delete",
+            CleanupPolicy::Compact => "compact",
+        })
+    }
+}
+
 impl FromStr for CleanupPolicy {
     type Err = LogError;
 

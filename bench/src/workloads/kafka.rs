@@ -446,7 +446,7 @@ pub fn run(args: &KafkaArgs) -> anyhow::Result<KafkaReport> {
     let engine = block_on(Engine::open(EngineConfig { shards: Some(shards), ..EngineConfig::new(work_dir.path()) }))
         .context("starting the engine")?;
     let handle = engine.handle();
-    let topic = TopicConfig { fsync: args.fsync.to_string(), ..TopicConfig::default() };
+    let topic = TopicConfig { fsync: args.fsync, ..TopicConfig::default() };
     block_on(handle.create_topic("latency", partitions, Some(topic.clone())))?;
     let mut config = KafkaConfig::new("127.0.0.1:0".parse()?);
     config.executors = shards;

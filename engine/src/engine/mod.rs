@@ -186,8 +186,8 @@ impl Engine {
         if !meta.topics.contains_key(offsets::TOPIC) {
             // Committed offsets: compacted, and durable before a commit is acknowledged.
             let config = TopicConfig {
-                fsync: "always".into(),
-                cleanup: "compact".into(),
+                fsync: sluice_io::FsyncPolicy::Always,
+                cleanup: sluice_io::CleanupPolicy::Compact,
                 segment_bytes: 16 << 20,
                 ..TopicConfig::default()
             };

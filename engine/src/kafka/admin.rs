@@ -7,6 +7,8 @@
 
 use std::sync::Arc;
 
+use sluice_io::FsyncPolicy;
+
 use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
 use kafka_protocol::messages::metadata_response::{
@@ -104,6 +106,8 @@ enum ConfigRefused {
     NotANumber { key: String, value: String },
     #[error("{key}={value} does not fit this machine's sizes")]
     TooLarge { key: String, value: String },
+    #[error("config {key}={value:?} is not a value sluice takes")]
+    Invalid { key: String, value: String },
     #[error("config {0} is not supported by sluice")]
     Unsupported(String),
 }
@@ -113,7 +117,10 @@ fn apply_config(config: &mut TopicConfig, key: &str, value: Option<&str>) -> Res
     let value = value.ok_or_else(|| ConfigRefused::NoValue(key.into()))?;
     let number = |v: &str| v.parse::<u64>().map_err(|_| ConfigRefused::NotANumber { key: key.into(), value: v.into() });
     match key {
-        "cleanup.policy" => config.cleanup = value.to_string(),
+        "cleanup.policy" => {
+            config.cleanup =
+                value.parse().map_err(|_| ConfigRefused::Invalid { key: key.into(), value: value.into() })?;
+        }
         "retention.ms" => config.retention_ms = if value == "-1" { None } else { Some(number(value)?) },
         "retention.bytes" => config.retention_bytes = if value == "-1" { None } else { Some(number(value)?) },
         "segment.bytes" => config.segment_bytes = number(value)?,
@@ -121,8 +128,14 @@ fn apply_config(config: &mut TopicConfig, key: &str, value: Option<&str>) -> Res
             config.max_record_bytes = usize::try_from(number(value)?)
                 .map_err(|_| ConfigRefused::TooLarge { key: key.into(), value: value.into() })?;
         }
-        "flush.messages" if value == "1" => config.fsync = "always".into(),
-        "flush.ms" => config.fsync = format!("interval:{}", number(value)?),
+        "flush.messages" if value == "1" => config.fsync = FsyncPolicy::Always,
+        "flush.ms" => {
+            let ms = number(value)?;
+            if ms == 0 {
+                return Err(ConfigRefused::Invalid { key: key.into(), value: value.into() });
+            }
+            config.fsync = FsyncPolicy::Interval(std::time::Duration::from_millis(ms));
+        }
         _ => return Err(ConfigRefused::Unsupported(key.into())),
     }
     Ok(())

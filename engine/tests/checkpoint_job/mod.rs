@@ -60,13 +60,13 @@ pub fn engine(data: &Path) -> Engine {
 /// Creates the input and output topics and writes `records` to the input, each to its
 /// key's partition, in order.
 pub fn produce(h: &EngineHandle, records: &[In]) {
-    produce_with(h, records, &TopicConfig::default().fsync);
+    produce_with(h, records, &TopicConfig::default().fsync.to_string());
 }
 
 /// [`produce`], with the output topic's fsync policy `out_fsync`.
 pub fn produce_with(h: &EngineHandle, records: &[In], out_fsync: &str) {
     block_on(h.create_topic(IN, IN_PARTITIONS, None)).unwrap();
-    let out = TopicConfig { batch_records: 64, fsync: out_fsync.into(), ..TopicConfig::default() };
+    let out = TopicConfig { batch_records: 64, fsync: out_fsync.parse().unwrap(), ..TopicConfig::default() };
     block_on(h.create_topic(OUT, OUT_PARTITIONS, Some(out))).unwrap();
     append_input(h, records);
 }

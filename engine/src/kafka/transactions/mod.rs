@@ -328,8 +328,8 @@ pub(crate) async fn recover(engine: &EngineHandle) -> Result<(TransactionCoordin
     if matches!(engine.describe_topic(TRANSACTION_STATE_TOPIC), Err(EngineError::UnknownTopic(_))) {
         // Durable before a state change is acknowledged, compacted to the latest state.
         let config = TopicConfig {
-            fsync: "always".into(),
-            cleanup: "compact".into(),
+            fsync: sluice_io::FsyncPolicy::Always,
+            cleanup: sluice_io::CleanupPolicy::Compact,
             segment_bytes: 16 << 20,
             linger_ms: 0,
             ..TopicConfig::default()
