@@ -37,6 +37,7 @@ struct Bucket<K, A> {
 }
 
 impl<K, A> Bucketed for Bucket<K, A> {
+    #[inline(always)]
     fn window(&self) -> Window {
         self.window
     }

@@ -13,7 +13,7 @@ pub(crate) trait Bucketed {
 /// The index of `window`'s bucket in `buckets` (sorted by window), made with `make` and
 /// inserted in order if there is none yet, and whether it was made now. `hint` is the
 /// bucket looked at first, and is left at the one returned.
-#[inline]
+#[inline(always)]
 pub(crate) fn find_or_insert<B: Bucketed>(
     buckets: &mut Vec<B>,
     hint: &mut usize,
