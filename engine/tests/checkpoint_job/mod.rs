@@ -262,25 +262,23 @@ pub fn expected(records: &[In]) -> Vec<String> {
 /// The output topic as a `read_committed` consumer sees it, sorted. Fails if a
 /// transaction is still open in it (every run that wrote it has been settled).
 pub fn committed_output(h: &EngineHandle) -> Vec<String> {
-    let mut out = Vec::new();
-    for polled in block_on(h.read_to_end(OUT, Isolation::ReadCommitted)).unwrap() {
-        for r in polled.batches.records() {
-            out.push(String::from_utf8(r.unwrap().value().to_vec()).unwrap());
-        }
-    }
     for p in 0..OUT_PARTITIONS {
         let open = block_on(h.open_transactions(OUT, p)).unwrap();
         assert!(open.is_empty(), "transactions still open in {OUT}-{p}: {open:?}");
     }
-    out.sort();
-    out
+    output(h, Isolation::ReadCommitted)
 }
 
 /// The output topic as a `read_uncommitted` consumer sees it (aborted records included),
 /// sorted: to tell results never written from results written and not committed.
 pub fn uncommitted_output(h: &EngineHandle) -> Vec<String> {
+    output(h, Isolation::ReadUncommitted)
+}
+
+/// The output topic read to its end with `isolation`, as sorted lines.
+fn output(h: &EngineHandle, isolation: Isolation) -> Vec<String> {
     let mut out = Vec::new();
-    for polled in block_on(h.read_to_end(OUT, Isolation::ReadUncommitted)).unwrap() {
+    for polled in block_on(h.read_to_end(OUT, isolation)).unwrap() {
         for r in polled.batches.records() {
             out.push(String::from_utf8(r.unwrap().value().to_vec()).unwrap());
         }
