@@ -33,6 +33,7 @@ struct Bucket<K, L, R> {
 }
 
 impl<K, L, R> Bucketed for Bucket<K, L, R> {
+    #[inline(always)]
     fn window(&self) -> Window {
         self.window
     }
