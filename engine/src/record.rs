@@ -1,6 +1,6 @@
 //! The records host code and the Kafka listener hand to the engine: [`OwnedRecord`] (owned,
 //! so it can cross threads), [`PackedRecords`] (many records in one buffer, as a decoded
-//! Kafka batch is), and [`AppendRecords`], either of them as one append. Value types only:
+//! Kafka batch is), and `AppendRecords`, either of them as one append. Value types only:
 //! the shard loop, the producers and the Kafka decoder all use them, and none of them owns
 //! them.
 

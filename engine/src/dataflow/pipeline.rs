@@ -276,7 +276,7 @@ impl RunningPipeline {
     /// passing the id of the last entry of [`RunningPipeline::checkpoints`] waits for the
     /// next one. Its sinks commit what it covers right after. `None` if the pipeline does
     /// not checkpoint, if `timeout` passes, or if the pipeline takes no more checkpoints
-    /// (its final one, of bounded inputs, is done, or it was joined).
+    /// (the final one of bounded inputs is done, or the checkpoint coordinator stopped).
     #[must_use]
     pub fn wait_for_checkpoint(&self, after: u64, timeout: Duration) -> Option<CheckpointStats> {
         self.coordinator.as_ref().and_then(|(c, _)| c.wait_for(after, timeout))

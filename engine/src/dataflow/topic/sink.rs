@@ -77,6 +77,9 @@ impl TopicSink {
     /// marker in every partition it wrote) once the checkpoint that follows it completes.
     /// A `read_committed` reader sees each record once, however often the pipeline is
     /// killed and restored; transactions a crash left open are aborted when it restarts.
+    /// A transaction's partitions are synced before its checkpoint can complete, and again
+    /// after its commit markers, whatever the topic's fsync policy (one fdatasync per
+    /// partition written, per checkpoint).
     /// Without checkpoints the sink appends plainly.
     #[must_use]
     pub fn exactly_once(mut self) -> Self {

@@ -10,7 +10,7 @@
 //! is accepted (as Kafka accepts it during a rebalance), one from a member no longer in
 //! the group is refused (UNKNOWN_MEMBER_ID). As in Kafka, a JoinGroup is answered only
 //! once every member of its generation has joined at it, or after the client's rebalance
-//! timeout ([`await_rejoins`]): the members that were in the group have given their
+//! timeout (`requests::await_rejoins`): the members that were in the group have given their
 //! partitions up and committed before any member learns the new assignment, so no
 //! partition is read by two members at once and the next owner starts at the last
 //! committed position.

@@ -69,6 +69,9 @@ pub struct KafkaSourceConfig {
     /// Stop at the end offsets the topic had when the factory was made (for tests, examples
     /// and batch jobs); the default reads forever. Bounded reading is tracked per process:
     /// the source ends when this process's shards have read every partition to its end.
+    /// The ends are not part of a checkpoint: a run restored from one stops at the ends the
+    /// topic has when its factory is made, which include records appended since the first
+    /// run started.
     pub bounded: bool,
     /// Without checkpoints, how often emitted positions are committed. Default 5 s.
     pub commit_interval: Duration,
