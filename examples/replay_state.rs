@@ -42,7 +42,7 @@ struct Account {
 /// service had when it stopped.
 fn run_service(handle: &EngineHandle) -> Result<BTreeMap<String, Account>, Box<dyn std::error::Error>> {
     let mut state: BTreeMap<String, Account> = BTreeMap::new();
-    let mut by_partition: BTreeMap<u32, Vec<OwnedRecord>> = BTreeMap::new();
+    let mut by_partition: BTreeMap<sluice_io::PartitionId, Vec<OwnedRecord>> = BTreeMap::new();
     let mut rng: u64 = 0x5eed;
     let start = Timestamp::now().millis();
     for i in 0..UPDATES {

@@ -15,7 +15,7 @@ use futures_lite::future::block_on;
 use sluice_engine::{
     Consumer, Engine, EngineConfig, EngineHandle, GroupConsumer, GroupOptions, OffsetReset, SeekTo, TopicConfig,
 };
-use sluice_io::{Offset, Timestamp};
+use sluice_io::{Offset, PartitionId, Timestamp};
 
 #[derive(Debug, Parser)]
 #[command(name = "sluice", version, about = "sluice: a thread-per-core streaming engine")]
@@ -451,8 +451,8 @@ fn describe(h: &EngineHandle, topic: &str) -> Result<()> {
         c.retention_bytes.map_or("none".into(), |v| v.to_string()),
         c.max_record_bytes
     );
-    for (p, shard) in d.shards.iter().enumerate() {
-        let (start, end) = block_on(h.offsets(topic, p as u32))?;
+    for (p, shard) in PartitionId::all(d.partitions()).zip(&d.shards) {
+        let (start, end) = block_on(h.offsets(topic, p))?;
         println!("partition {p}\tshard {shard}\tstart {start}\tend {end}");
     }
     Ok(())
@@ -521,7 +521,7 @@ async fn join_all<F: std::future::Future>(futures: Vec<F>) -> Vec<F::Output> {
 fn consume(h: &EngineHandle, a: &ConsumeArgs) -> Result<()> {
     let mut consumer = Consumer::new(h.clone(), 1 << 20);
     let mut parts = consumer.partitions_of(&a.topic)?;
-    if let Some(p) = a.partition {
+    if let Some(p) = a.partition.map(PartitionId) {
         if !parts.iter().any(|(_, q)| *q == p) {
             bail!("partition {p} out of range: topic {:?} has {} partitions", a.topic, parts.len());
         }
@@ -534,7 +534,7 @@ fn consume(h: &EngineHandle, a: &ConsumeArgs) -> Result<()> {
         _ => SeekTo::Latest,
     };
     block_on(consumer.assign(&parts, start))?;
-    let ends: Vec<(String, u32, Offset)> =
+    let ends: Vec<(String, PartitionId, Offset)> =
         parts.iter().map(|(t, p)| Ok((t.clone(), *p, block_on(h.offsets(t, *p))?.1))).collect::<Result<_>>()?;
     let mut left = a.max.unwrap_or(u64::MAX);
     let mut out = std::io::stdout().lock();
@@ -598,7 +598,7 @@ fn consume_group(h: &EngineHandle, a: &ConsumeArgs) -> Result<()> {
         let wait = if a.follow { Duration::from_millis(500) } else { Duration::ZERO };
         print_records(&mut out, &block_on(member.poll(wait))?, &mut left, &mut done)?;
     }
-    let offsets: Vec<(String, u32, Offset)> = done.into_iter().map(|((t, p), o)| (t, p, o)).collect();
+    let offsets: Vec<(String, PartitionId, Offset)> = done.into_iter().map(|((t, p), o)| (t, p, o)).collect();
     block_on(member.commit_offsets(&offsets))?;
     block_on(member.leave())?;
     Ok(())
@@ -610,7 +610,7 @@ fn print_records(
     out: &mut impl Write,
     polled: &[sluice_engine::Polled],
     left: &mut u64,
-    done: &mut std::collections::BTreeMap<(String, u32), Offset>,
+    done: &mut std::collections::BTreeMap<(String, PartitionId), Offset>,
 ) -> Result<()> {
     for p in polled {
         for r in p.batches.records() {

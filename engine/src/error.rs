@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use sluice_io::{LogError, Offset};
+use sluice_io::{CheckpointId, LogError, Offset, PartitionId};
 
 /// What can go wrong in the engine.
 #[derive(Debug, thiserror::Error)]
@@ -20,7 +20,7 @@ pub enum EngineError {
         /// The topic.
         topic: String,
         /// The partition asked for.
-        partition: u32,
+        partition: PartitionId,
         /// How many the topic has.
         partitions: u32,
     },
@@ -61,7 +61,7 @@ pub enum EngineError {
         /// The topic.
         topic: String,
         /// The partition.
-        partition: u32,
+        partition: PartitionId,
         /// The offset asked for.
         requested: Offset,
         /// The first offset held.
@@ -75,7 +75,7 @@ pub enum EngineError {
         /// The topic.
         topic: String,
         /// The partition.
-        partition: u32,
+        partition: PartitionId,
         /// What the log said.
         #[source]
         source: LogError,
@@ -97,7 +97,7 @@ pub enum EngineError {
         /// The topic.
         topic: String,
         /// The partition.
-        partition: u32,
+        partition: PartitionId,
         /// What the sequence check said.
         #[source]
         source: crate::producer_state::SequenceError,
@@ -133,7 +133,7 @@ pub enum EngineError {
 
 impl EngineError {
     /// Wraps a log error with its partition, lifting offset-out-of-range to its own variant.
-    pub(crate) fn log(topic: &str, partition: u32, source: LogError) -> EngineError {
+    pub(crate) fn log(topic: &str, partition: PartitionId, source: LogError) -> EngineError {
         match source {
             LogError::OffsetOutOfRange { requested, start, end } => {
                 EngineError::OffsetOutOfRange { topic: topic.to_string(), partition, requested, start, end }
@@ -206,7 +206,7 @@ pub enum CheckpointError {
     #[error("checkpoint {id}: {source}")]
     Read {
         /// The checkpoint.
-        id: u64,
+        id: CheckpointId,
         /// The store's error.
         source: sluice_io::LogError,
     },
@@ -214,7 +214,7 @@ pub enum CheckpointError {
     #[error("checkpoint {id}, part {part}: {source}")]
     Decode {
         /// The checkpoint.
-        id: u64,
+        id: CheckpointId,
         /// The part.
         part: String,
         /// Why.
@@ -224,11 +224,11 @@ pub enum CheckpointError {
     #[error("checkpoint {id} has no part {part} for checkpoint {of} to build on")]
     MissingBase {
         /// The base checkpoint.
-        id: u64,
+        id: CheckpointId,
         /// The part.
         part: String,
         /// The checkpoint whose part builds on it.
-        of: u64,
+        of: CheckpointId,
     },
     /// Checkpoints exist and none can be restored: starting over would replay from the
     /// beginning and break exactly-once output, so the pipeline refuses to start.
@@ -245,7 +245,7 @@ pub enum CheckpointError {
     )]
     KeyGroups {
         /// The checkpoint.
-        id: u64,
+        id: CheckpointId,
         /// Its key groups.
         had: u32,
         /// The pipeline's.

@@ -3,6 +3,7 @@
 //! Every run prints `SEED=<n>`; `SEED=<n> cargo test -p sluice-engine --test assignor`
 //! replays it exactly.
 
+use sluice_io::PartitionId;
 use std::collections::{BTreeMap, BTreeSet};
 
 use sluice_engine::group::assignor::{
@@ -87,7 +88,9 @@ fn random_case(rng: &mut Rng, identical: bool) -> Case {
         if rng.chance(70) {
             let claims = rng.below(10);
             subscription.owned = (0..claims)
-                .map(|_| TopicPartition::new(TOPIC_POOL[rng.below(TOPIC_POOL.len())], rng.below(15) as u32))
+                .map(|_| {
+                    TopicPartition::new(TOPIC_POOL[rng.below(TOPIC_POOL.len())], PartitionId(rng.below(15) as u32))
+                })
                 .collect();
         }
     }
@@ -111,7 +114,7 @@ fn expected_partitions(case: &Case) -> BTreeSet<TopicPartition> {
     subscribed
         .into_iter()
         .filter_map(|topic| case.sizes.get(topic).map(|&count| (topic, count)))
-        .flat_map(|(topic, count)| (0..count).map(move |p| TopicPartition::new(topic.clone(), p)))
+        .flat_map(|(topic, count)| (0..count).map(move |p| TopicPartition::new(topic.clone(), PartitionId(p))))
         .collect()
 }
 
@@ -191,7 +194,8 @@ fn range_is_contiguous_in_member_order_and_balanced_per_topic() {
                 if !subscription_of(case, member).topics.contains(topic) {
                     continue;
                 }
-                let mine: Vec<u32> = partitions.iter().filter(|tp| &tp.topic == topic).map(|tp| tp.partition).collect();
+                let mine: Vec<u32> =
+                    partitions.iter().filter(|tp| &tp.topic == topic).map(|tp| tp.partition.get()).collect();
                 assert_eq!(
                     mine,
                     (next..next + mine.len() as u32).collect::<Vec<_>>(),
@@ -232,7 +236,7 @@ fn sole_valid_claims(case: &Case) -> BTreeMap<TopicPartition, MemberId> {
     let mut claimants: BTreeMap<TopicPartition, BTreeSet<&MemberId>> = BTreeMap::new();
     for subscription in &case.subscriptions {
         for tp in &subscription.owned {
-            let exists = case.sizes.get(&tp.topic).is_some_and(|&count| tp.partition < count);
+            let exists = case.sizes.get(&tp.topic).is_some_and(|&count| tp.partition.get() < count);
             if exists && subscription.topics.contains(&tp.topic) {
                 claimants.entry(tp.clone()).or_default().insert(&subscription.member);
             }

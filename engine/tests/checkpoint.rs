@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use sluice_engine::dataflow::topic::{StartFrom, TopicRecord, TopicSource};
 use sluice_engine::dataflow::{CheckpointConfig, Generator, Pipeline, PipelineConfig, WatermarkStrategy, Windows};
 use sluice_engine::{Consumer, EngineError, Isolation, OffsetReset, OwnedRecord, SeekTo};
-use sluice_io::{EventTime, ProducerId, Timestamp, txn::Marker};
+use sluice_io::{CheckpointId, EventTime, PartitionId, ProducerId, Timestamp, txn::Marker};
 
 #[test]
 fn a_bounded_job_writes_each_result_once_and_a_restart_replays_nothing() {
@@ -75,7 +75,7 @@ fn a_bounded_job_writes_each_result_once_and_a_restart_replays_nothing() {
         lines.sort();
         assert!(lines == want, "{shards} shards, read by a pipeline: {}", diff(&lines, &want));
         let committed = block_on(h.committed_offsets("readers")).unwrap();
-        for p in 0..3 {
+        for p in PartitionId::all(3) {
             let end = block_on(h.offsets(checkpoint_job::OUT, p)).unwrap().1;
             let key = (checkpoint_job::OUT.to_string(), p);
             // Committed asynchronously after the final checkpoint: wait a little for it.
@@ -110,7 +110,7 @@ fn a_damaged_latest_checkpoint_falls_back_to_the_previous_one() {
     // Stop the first run (without draining) once at least three checkpoints completed.
     let running = spawn(&h, &config);
     stop_after_checkpoints(&running, 3);
-    let taken: Vec<u64> = running.checkpoints().iter().map(|c| c.id).collect();
+    let taken: Vec<u64> = running.checkpoints().iter().map(|c| c.id.get()).collect();
     running.join().unwrap();
     // Flip a byte in the body of the latest completed checkpoint's first part.
     let mut completed: Vec<_> = std::fs::read_dir(&checkpoints)
@@ -131,7 +131,7 @@ fn a_damaged_latest_checkpoint_falls_back_to_the_previous_one() {
     let running = spawn(&h, &config);
     let restored = running.restored_from().expect("restores an older checkpoint");
     let id_of = |p: &std::path::Path| p.file_name().unwrap().to_str().unwrap()[4..].parse::<u64>().unwrap();
-    assert_eq!(restored, id_of(&previous), "taken {taken:?}; latest {latest:?} is damaged");
+    assert_eq!(restored.get(), id_of(&previous), "taken {taken:?}; latest {latest:?} is damaged");
     running.join().unwrap();
     // Nothing is lost and nothing is wrong; what the damaged checkpoint had committed is
     // written again when its input is replayed from the older one (falling back trades
@@ -151,10 +151,10 @@ fn read_committed_shows_only_committed_transactions() {
     block_on(h.create_topic("t", 1, None)).unwrap();
     let rec = |v: &str| OwnedRecord { key: None, value: v.as_bytes().to_vec(), event_time: Timestamp(1) };
     let append = |records: Vec<OwnedRecord>, producer: i64, seq: i32| {
-        block_on(h.append("t", 0, records, Marker::data_meta(ProducerId(producer), seq))).unwrap();
+        block_on(h.append("t", PartitionId(0), records, Marker::data_meta(ProducerId(producer), seq))).unwrap();
     };
     let plain = |v: &str| {
-        block_on(h.append("t", 0, vec![rec(v)], sluice_io::BatchMeta::default())).unwrap();
+        block_on(h.append("t", PartitionId(0), vec![rec(v)], sluice_io::BatchMeta::default())).unwrap();
     };
     let a = block_on(h.init_producer_id()).unwrap().0;
     let b = block_on(h.init_producer_id()).unwrap().0;
@@ -165,12 +165,12 @@ fn read_committed_shows_only_committed_transactions() {
     let read = |isolation| {
         block_on(async {
             let mut c = Consumer::new(h.clone(), 1 << 20).with_isolation(isolation);
-            c.assign(&[("t".to_string(), 0)], SeekTo::Earliest).await.unwrap();
+            c.assign(&[("t".to_string(), PartitionId(0))], SeekTo::Earliest).await.unwrap();
             let mut out = Vec::new();
             for polled in c.poll(Duration::ZERO).await.unwrap() {
                 out.extend(polled.batches.records().map(|r| String::from_utf8(r.unwrap().value().to_vec()).unwrap()));
             }
-            (out, c.positions()[&("t".to_string(), 0)])
+            (out, c.positions()[&("t".to_string(), PartitionId(0))])
         })
     };
     // The helper that reads a whole topic to its current end sees the same at each step.
@@ -187,17 +187,17 @@ fn read_committed_shows_only_committed_transactions() {
     assert_eq!(stable.0, 1, "the last stable offset is a1's");
     assert_eq!(read(Isolation::ReadUncommitted).0, ["p0", "a1", "a2", "b1", "p1"]);
     // b commits first: a still holds everything after it back.
-    block_on(h.write_marker("t", 0, ProducerId(b), Marker::Commit)).unwrap();
+    block_on(h.write_marker("t", PartitionId(0), ProducerId(b), Marker::Commit)).unwrap();
     assert_eq!(read(Isolation::ReadCommitted).0, ["p0"]);
     // a aborts: its records vanish, b's and the plain ones show, markers never do.
-    block_on(h.write_marker("t", 0, ProducerId(a), Marker::Abort)).unwrap();
+    block_on(h.write_marker("t", PartitionId(0), ProducerId(a), Marker::Abort)).unwrap();
     assert_eq!(read(Isolation::ReadCommitted).0, ["p0", "b1", "p1"]);
     assert_eq!(read(Isolation::ReadUncommitted).0, ["p0", "a1", "a2", "b1", "p1"]);
     assert_eq!(to_end(Isolation::ReadCommitted), ["p0", "b1", "p1"]);
-    let open = block_on(h.open_transactions("t", 0)).unwrap();
+    let open = block_on(h.open_transactions("t", PartitionId(0))).unwrap();
     assert!(open.is_empty(), "{open:?}");
     append(vec![rec("a3")], b + 1_000_000, 0);
-    assert_eq!(block_on(h.open_transactions("t", 0)).unwrap().len(), 1);
+    assert_eq!(block_on(h.open_transactions("t", PartitionId(0))).unwrap().len(), 1);
     block_on(e.shutdown()).unwrap();
 }
 
@@ -274,7 +274,7 @@ fn a_generator_pipeline_restores_its_window_state_and_positions() {
 
 /// Waits for `k` completed checkpoints, then stops `running` without draining.
 fn stop_after_checkpoints(running: &sluice_engine::dataflow::RunningPipeline, k: usize) {
-    let mut last = 0;
+    let mut last = CheckpointId(0);
     for n in 1..=k {
         let stats = running.wait_for_checkpoint(last, Duration::from_secs(30));
         last = stats.unwrap_or_else(|| panic!("checkpoint {n} of {k} in 30 s")).id;
@@ -297,7 +297,7 @@ fn waiting_for_a_checkpoint_returns_each_in_turn_and_none_once_no_more_will_comp
         mode: sluice_engine::dataflow::CheckpointMode::Aligned,
     };
     let running = spawn(&h, &config);
-    let first = running.wait_for_checkpoint(0, Duration::from_secs(30)).expect("a first checkpoint");
+    let first = running.wait_for_checkpoint(CheckpointId(0), Duration::from_secs(30)).expect("a first checkpoint");
     let second = running.wait_for_checkpoint(first.id, Duration::from_secs(30)).expect("a second checkpoint");
     assert!(second.id > first.id, "{first:?} then {second:?}");
     assert_eq!(running.checkpoints().iter().find(|c| c.id == second.id), Some(&second));
@@ -352,7 +352,7 @@ fn a_restored_bounded_job_stops_where_the_interrupted_run_would_have() {
 fn finish(
     running: sluice_engine::dataflow::RunningPipeline,
     stop_after: Option<usize>,
-) -> (Vec<sluice_engine::dataflow::CheckpointStats>, Option<u64>) {
+) -> (Vec<sluice_engine::dataflow::CheckpointStats>, Option<CheckpointId>) {
     if let Some(k) = stop_after {
         stop_after_checkpoints(&running, k);
     }
@@ -498,14 +498,14 @@ fn a_checkpoint_that_times_out_is_aborted_and_the_next_one_completes() {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let done = running.checkpoints();
-            if done.windows(2).any(|w| w[1].id > w[0].id + 1) || Instant::now() > deadline {
+            if done.windows(2).any(|w| w[1].id > w[0].id.next()) || Instant::now() > deadline {
                 break done;
             }
             std::thread::sleep(Duration::from_millis(5));
         }
     };
     running.join().unwrap();
-    let ids: Vec<u64> = checkpoints.iter().map(|c| c.id).collect();
+    let ids: Vec<u64> = checkpoints.iter().map(|c| c.id.get()).collect();
     assert!(ids.windows(2).any(|w| w[1] > w[0] + 1), "an aborted checkpoint leaves a gap in the ids: {ids:?}");
     assert_eq!(*total.lock().unwrap(), 20_000, "every record counted once");
     let aborted = (ids[0]..*ids.last().unwrap()).find(|id| !ids.contains(id)).unwrap();
@@ -552,7 +552,7 @@ fn run_incremental(
     table: &Table,
     stage: Stage,
     stop_after: Option<usize>,
-) -> (Vec<sluice_engine::dataflow::CheckpointStats>, Option<u64>) {
+) -> (Vec<sluice_engine::dataflow::CheckpointStats>, Option<CheckpointId>) {
     let table = table.clone();
     let running = Pipeline::new(PipelineConfig::with_shards(2))
         .checkpointing(CheckpointConfig::new(dir).interval(Duration::from_millis(10)).full_every(1000).keep(2))
@@ -766,7 +766,7 @@ fn run_backpressured(
     n: u64,
     visible: &Visible,
     stop_after: Option<usize>,
-) -> (Vec<sluice_engine::dataflow::CheckpointStats>, Option<u64>) {
+) -> (Vec<sluice_engine::dataflow::CheckpointStats>, Option<CheckpointId>) {
     use sluice_engine::dataflow::CheckpointMode;
     use sluice_engine::ring::RingConfig;
 

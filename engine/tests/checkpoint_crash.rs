@@ -305,10 +305,10 @@ fn child(spec: &str) {
         }
     };
     if abort_after > 0 {
-        let mut last = 0;
+        let mut last = sluice_io::CheckpointId(0);
         for _ in 0..abort_after {
             let Some(stats) = running.wait_for_checkpoint(last, Duration::from_secs(30)) else {
-                eprintln!("the job ended before checkpoint {} completed", last + 1);
+                eprintln!("the job ended before checkpoint {} completed", last.next());
                 std::process::exit(3);
             };
             last = stats.id;

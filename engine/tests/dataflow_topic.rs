@@ -25,7 +25,7 @@ use sluice_engine::topic::partitioner::partition_for_key;
 use sluice_engine::{
     Consumer, Engine, EngineConfig, EngineError, EngineHandle, OffsetReset, OwnedRecord, SeekTo, TopicConfig,
 };
-use sluice_io::{BatchMeta, EventTime, Offset, Timestamp};
+use sluice_io::{BatchMeta, EventTime, Offset, PartitionId, Timestamp};
 
 fn open(name: &str) -> (common::TestDir, Engine) {
     let dir = common::data_dir("dataflow_topic", name);
@@ -38,12 +38,12 @@ type Input = (String, String, i64);
 
 /// Appends `records` in order, each to its key's partition, in batches of up to 100 per
 /// partition; returns each record's (partition, offset).
-fn produce(h: &EngineHandle, topic: &str, records: &[Input]) -> Vec<(u32, Offset)> {
-    let partitions = h.describe_topic(topic).unwrap().shards.len() as u32;
+fn produce(h: &EngineHandle, topic: &str, records: &[Input]) -> Vec<(PartitionId, Offset)> {
+    let partitions = h.describe_topic(topic).unwrap().partitions();
     let mut placed = Vec::with_capacity(records.len());
-    let mut next: HashMap<u32, Offset> = HashMap::new();
+    let mut next: HashMap<PartitionId, Offset> = HashMap::new();
     for chunk in records.chunks(400) {
-        let mut by_partition: BTreeMap<u32, Vec<OwnedRecord>> = BTreeMap::new();
+        let mut by_partition: BTreeMap<PartitionId, Vec<OwnedRecord>> = BTreeMap::new();
         for (key, value, time) in chunk {
             let p = partition_for_key(key.as_bytes(), partitions);
             let at = *next.entry(p).or_insert_with(|| block_on(h.offsets(topic, p)).unwrap().1);
@@ -114,7 +114,7 @@ fn read_with_pipeline(source: TopicSource, shards: usize) -> Vec<TopicRecord> {
 
 /// The (partition, offset) of each record read, in order.
 fn positions(records: &[TopicRecord]) -> Vec<(u32, u64)> {
-    records.iter().map(|r| (r.partition, r.offset.0)).collect()
+    records.iter().map(|r| (r.partition.get(), r.offset.0)).collect()
 }
 
 /// `records` at 4 partitions of "in": key `k{i % keys}`, value `k..:n` (the n-th of its
@@ -204,7 +204,7 @@ fn starts_at_earliest_latest_and_a_timestamp() {
     for shards in [1, 2] {
         let all =
             read_with_pipeline(block_on(TopicSource::open(&h, "in", StartFrom::Earliest)).unwrap().bounded(), shards);
-        let mut want: Vec<(u32, u64)> = placed.iter().map(|(p, o)| (*p, o.0)).collect();
+        let mut want: Vec<(u32, u64)> = placed.iter().map(|(p, o)| (p.get(), o.0)).collect();
         want.sort_unstable();
         assert_eq!(positions(&all), want, "earliest at {shards} shards: everything, once");
         for r in &all {
@@ -230,7 +230,7 @@ fn starts_at_earliest_latest_and_a_timestamp() {
             .iter()
             .zip(&records)
             .filter(|(_, (_, _, t))| *t >= from.millis())
-            .map(|((p, o), _)| (*p, o.0))
+            .map(|((p, o), _)| (p.get(), o.0))
             .collect();
         want.sort_unstable();
         assert_eq!(positions(&timed), want, "from {from} at {shards} shards");
@@ -243,35 +243,35 @@ fn starts_at_chosen_offsets_and_refuses_bad_ones() {
     let h = engine.handle();
     block_on(h.create_topic("in", 4, None)).unwrap();
     let placed = produce(&h, "in", &numbered(400, 41));
-    let ends: Vec<u64> = (0..4).map(|p| block_on(h.offsets("in", p)).unwrap().1.0).collect();
+    let ends: Vec<u64> = PartitionId::all(4).map(|p| block_on(h.offsets("in", p)).unwrap().1.0).collect();
     assert!(ends.iter().all(|&e| e > 10), "every partition has records: {ends:?}");
 
-    let chosen = BTreeMap::from([(0, Offset(5)), (2, Offset(ends[2]))]);
+    let chosen = BTreeMap::from([(PartitionId(0), Offset(5)), (PartitionId(2), Offset(ends[2]))]);
     let source = block_on(TopicSource::open(&h, "in", StartFrom::Offsets(chosen))).unwrap().bounded();
     assert_eq!(source.start_offsets(), vec![Offset(5), Offset(0), Offset(ends[2]), Offset(0)]);
     assert_eq!(source.end_offsets(), ends.iter().map(|&e| Offset(e)).collect::<Vec<_>>());
     let read = read_with_pipeline(source, 2);
     let mut want: Vec<(u32, u64)> = placed
         .iter()
-        .filter(|(p, o)| match p {
+        .filter(|(p, o)| match p.get() {
             0 => o.0 >= 5,
             2 => false,
             _ => true,
         })
-        .map(|(p, o)| (*p, o.0))
+        .map(|(p, o)| (p.get(), o.0))
         .collect();
     want.sort_unstable();
     assert_eq!(positions(&read), want);
 
-    let bad_partition = BTreeMap::from([(4, Offset(0))]);
+    let bad_partition = BTreeMap::from([(PartitionId(4), Offset(0))]);
     assert!(matches!(
         block_on(TopicSource::open(&h, "in", StartFrom::Offsets(bad_partition))),
-        Err(EngineError::PartitionOutOfRange { partition: 4, partitions: 4, .. })
+        Err(EngineError::PartitionOutOfRange { partition: PartitionId(4), partitions: 4, .. })
     ));
-    let past_end = BTreeMap::from([(1, Offset(ends[1] + 1))]);
+    let past_end = BTreeMap::from([(PartitionId(1), Offset(ends[1] + 1))]);
     assert!(matches!(
         block_on(TopicSource::open(&h, "in", StartFrom::Offsets(past_end))),
-        Err(EngineError::OffsetOutOfRange { partition: 1, .. })
+        Err(EngineError::OffsetOutOfRange { partition: PartitionId(1), .. })
     ));
 }
 
@@ -281,10 +281,12 @@ fn starts_at_a_groups_committed_offsets() {
     let h = engine.handle();
     block_on(h.create_topic("in", 4, None)).unwrap();
     let placed = produce(&h, "in", &numbered(600, 43));
-    let ends: Vec<u64> = (0..4).map(|p| block_on(h.offsets("in", p)).unwrap().1.0).collect();
+    let ends: Vec<u64> = PartitionId::all(4).map(|p| block_on(h.offsets("in", p)).unwrap().1.0).collect();
     // Partitions 0..3 committed halfway (2 at its end); partition 3 never committed.
-    let committed: Vec<(String, u32, Offset)> =
-        [(0, ends[0] / 2), (1, ends[1] / 2), (2, ends[2])].iter().map(|&(p, o)| ("in".into(), p, Offset(o))).collect();
+    let committed: Vec<(String, PartitionId, Offset)> = [(0, ends[0] / 2), (1, ends[1] / 2), (2, ends[2])]
+        .iter()
+        .map(|&(p, o)| ("in".into(), PartitionId(p), Offset(o)))
+        .collect();
     block_on(h.commit_offsets("billing", None, &committed)).unwrap();
 
     for (reset, from_uncommitted) in [(OffsetReset::Earliest, 0), (OffsetReset::Latest, ends[3])] {
@@ -297,11 +299,11 @@ fn starts_at_a_groups_committed_offsets() {
         let read = read_with_pipeline(source, 2);
         let mut want: Vec<(u32, u64)> = placed
             .iter()
-            .filter(|(p, o)| match p {
+            .filter(|(p, o)| match p.get() {
                 3 => o.0 >= from_uncommitted,
-                p => o.0 >= committed[*p as usize].2.0,
+                _ => o.0 >= committed[p.index()].2.0,
             })
-            .map(|(p, o)| (*p, o.0))
+            .map(|(p, o)| (p.get(), o.0))
             .collect();
         want.sort_unstable();
         assert_eq!(positions(&read), want, "committed offsets, uncommitted per {reset:?}");
@@ -369,7 +371,7 @@ fn an_unbounded_source_follows_new_records_until_stopped() {
     let mut read = std::mem::take(&mut *read.lock().unwrap());
     read.sort_by_key(|r| (r.partition, r.offset));
     placed.sort_unstable();
-    let want: Vec<(u32, u64)> = placed.iter().map(|(p, o)| (*p, o.0)).collect();
+    let want: Vec<(u32, u64)> = placed.iter().map(|(p, o)| (p.get(), o.0)).collect();
     assert_eq!(positions(&read), want, "exactly the records written after the source opened");
     assert!(read.iter().all(|r| r.value.starts_with(b"new-")));
 }

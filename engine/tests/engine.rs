@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures_lite::future::block_on;
 use sluice_engine::{Engine, EngineConfig, EngineError, OwnedRecord, PackedRecords, TopicConfig};
-use sluice_io::{BatchMeta, Offset, Timestamp};
+use sluice_io::{BatchMeta, Offset, PartitionId, Timestamp};
 
 fn data_dir(name: &str) -> common::TestDir {
     common::data_dir("engine", name)
@@ -18,7 +18,11 @@ fn config(dir: &Path, shards: usize) -> EngineConfig {
 }
 
 /// Every record of a partition, as (offset, key, value).
-fn read_partition(engine: &sluice_engine::EngineHandle, topic: &str, p: u32) -> Vec<(u64, Option<Vec<u8>>, Vec<u8>)> {
+fn read_partition(
+    engine: &sluice_engine::EngineHandle,
+    topic: &str,
+    p: PartitionId,
+) -> Vec<(u64, Option<Vec<u8>>, Vec<u8>)> {
     block_on(async {
         let mut out = Vec::new();
         let (mut at, end) = engine.offsets(topic, p).await.unwrap();
@@ -69,7 +73,7 @@ fn topics_sends_and_restarts_across_shards() {
             assert_eq!(*p, sluice_engine::topic::partitioner::partition_for_key(key.as_bytes(), 6));
         }
         let check = |h: &sluice_engine::EngineHandle| {
-            for p in 0..6 {
+            for p in PartitionId::all(6) {
                 let got = read_partition(h, "orders", p);
                 let mut want: Vec<_> = placed.iter().filter(|x| x.2 == p).collect();
                 want.sort_by_key(|x| x.3);
@@ -127,10 +131,14 @@ fn an_engine_opens_a_relative_data_directory() {
         let h = engine.handle();
         if round == 0 {
             block_on(h.create_topic("rel", 2, None)).unwrap();
-            block_on(h.send_to("rel", 1, OwnedRecord { key: None, value: b"v".to_vec(), event_time: Timestamp(1) }))
-                .unwrap();
+            block_on(h.send_to(
+                "rel",
+                PartitionId(1),
+                OwnedRecord { key: None, value: b"v".to_vec(), event_time: Timestamp(1) },
+            ))
+            .unwrap();
         }
-        assert_eq!(read_partition(&h, "rel", 1), [(0, None, b"v".to_vec())], "round {round}");
+        assert_eq!(read_partition(&h, "rel", PartitionId(1)), [(0, None, b"v".to_vec())], "round {round}");
         block_on(engine.shutdown()).unwrap();
     }
 }
@@ -165,8 +173,8 @@ fn admin_and_bad_input_get_typed_errors() {
     ));
     let rec = OwnedRecord { key: None, value: b"v".to_vec(), event_time: Timestamp(0) };
     assert!(matches!(
-        block_on(h.send_to("t", 2, rec.clone())),
-        Err(EngineError::PartitionOutOfRange { partition: 2, partitions: 2, .. })
+        block_on(h.send_to("t", PartitionId(2), rec.clone())),
+        Err(EngineError::PartitionOutOfRange { partition: PartitionId(2), partitions: 2, .. })
     ));
     assert!(matches!(block_on(h.create_topic("../x", 1, None)), Err(EngineError::InvalidName(_))));
     assert!(matches!(block_on(h.create_topic("z", 0, None)), Err(EngineError::InvalidConfig(_))));
@@ -175,17 +183,17 @@ fn admin_and_bad_input_get_typed_errors() {
     assert!("sometimes".parse::<sluice_io::FsyncPolicy>().is_err());
     let bad = TopicConfig { max_record_bytes: 0, ..TopicConfig::default() };
     assert!(matches!(block_on(h.create_topic("z", 1, Some(bad))), Err(EngineError::InvalidConfig(_))));
-    block_on(h.send_to("t", 1, rec.clone())).unwrap();
+    block_on(h.send_to("t", PartitionId(1), rec.clone())).unwrap();
     assert!(matches!(
-        block_on(h.fetch("t", 1, Offset(5), 1000, Duration::ZERO)),
+        block_on(h.fetch("t", PartitionId(1), Offset(5), 1000, Duration::ZERO)),
         Err(EngineError::OffsetOutOfRange { requested: Offset(5), .. })
     ));
     // Add partitions, then delete.
     let d = block_on(h.add_partitions("t", 4)).unwrap();
     assert_eq!(d.shards.len(), 4);
     assert!(block_on(h.add_partitions("t", 3)).is_err());
-    block_on(h.append("t", 3, vec![rec.clone(), rec.clone()], BatchMeta::default())).unwrap();
-    assert_eq!(block_on(h.offsets("t", 3)).unwrap(), (Offset(0), Offset(2)));
+    block_on(h.append("t", PartitionId(3), vec![rec.clone(), rec.clone()], BatchMeta::default())).unwrap();
+    assert_eq!(block_on(h.offsets("t", PartitionId(3))).unwrap(), (Offset(0), Offset(2)));
     // Packed records: ranges of one buffer, checked against it and against the limit.
     let buf = bytes::Bytes::from(vec![b'k'; 300]);
     let mut packed = PackedRecords::with_capacity(buf.clone(), 2);
@@ -193,9 +201,9 @@ fn admin_and_bad_input_get_typed_errors() {
     packed.push(None, 4..4, Timestamp(6)).unwrap();
     assert!(matches!(packed.push(None, 299..301, Timestamp(7)), Err(EngineError::InvalidConfig(_))));
     assert_eq!(packed.len(), 2);
-    let info = block_on(h.append_packed("t", 3, packed, BatchMeta::default())).unwrap();
+    let info = block_on(h.append_packed("t", PartitionId(3), packed, BatchMeta::default())).unwrap();
     assert_eq!((info.base_offset, info.last_offset), (Offset(2), Offset(3)));
-    let got = block_on(h.fetch("t", 3, Offset(2), 1 << 20, Duration::ZERO)).unwrap();
+    let got = block_on(h.fetch("t", PartitionId(3), Offset(2), 1 << 20, Duration::ZERO)).unwrap();
     let got: Vec<(Option<Vec<u8>>, Vec<u8>, i64)> = got
         .records()
         .map(|r| r.unwrap())
@@ -205,12 +213,12 @@ fn admin_and_bad_input_get_typed_errors() {
     let mut big = PackedRecords::with_capacity(buf, 1);
     big.push(None, 0..101, Timestamp(0)).unwrap();
     assert!(matches!(
-        block_on(h.append_packed("t", 3, big, BatchMeta::default())),
+        block_on(h.append_packed("t", PartitionId(3), big, BatchMeta::default())),
         Err(EngineError::RecordTooLarge { bytes: 101, limit: 100, .. })
     ));
     let none = PackedRecords::with_capacity(bytes::Bytes::new(), 0);
     assert!(matches!(
-        block_on(h.append_packed("t", 3, none, BatchMeta::default())),
+        block_on(h.append_packed("t", PartitionId(3), none, BatchMeta::default())),
         Err(EngineError::InvalidConfig(_))
     ));
     block_on(h.delete_topic("t")).unwrap();
@@ -230,7 +238,7 @@ fn long_poll_fetch_wakes_on_new_data() {
     block_on(h.create_topic("events", 1, None)).unwrap();
     let h2 = h.clone();
     let waiter = std::thread::spawn(move || {
-        block_on(h2.fetch("events", 0, Offset(0), 1 << 20, Duration::from_secs(20))).unwrap()
+        block_on(h2.fetch("events", PartitionId(0), Offset(0), 1 << 20, Duration::from_secs(20))).unwrap()
     });
     std::thread::sleep(Duration::from_millis(50));
     block_on(h.send("events", None, b"hello", Timestamp(7))).unwrap();
@@ -238,7 +246,7 @@ fn long_poll_fetch_wakes_on_new_data() {
     let r: Vec<_> = got.records().map(|r| r.unwrap().value().to_vec()).collect();
     assert_eq!(r, vec![b"hello".to_vec()]);
     // With nothing to come, the poll returns empty after its wait.
-    let empty = block_on(h.fetch("events", 0, Offset(1), 1 << 20, Duration::from_millis(20))).unwrap();
+    let empty = block_on(h.fetch("events", PartitionId(0), Offset(1), 1 << 20, Duration::from_millis(20))).unwrap();
     assert!(empty.is_empty());
 }
 
@@ -298,7 +306,7 @@ fn consumer_assigns_seeks_and_polls() {
         block_on(c.seek(&p0.0, p0.1, SeekTo::Offset(Offset(999)))),
         Err(EngineError::OffsetOutOfRange { .. })
     ));
-    assert!(block_on(c.seek("clicks", 9, SeekTo::Earliest)).is_err());
+    assert!(block_on(c.seek("clicks", PartitionId(9), SeekTo::Earliest)).is_err());
 }
 
 #[test]
@@ -321,7 +329,7 @@ fn shutdown_appends_and_answers_sends_still_lingering() {
     offsets.sort_unstable();
     assert_eq!(offsets, vec![0, 1, 2], "every lingering send was appended and acknowledged");
     let engine = block_on(Engine::open(config(&dir, 1))).unwrap();
-    assert_eq!(block_on(engine.handle().offsets("slow", 0)).unwrap().1, Offset(3));
+    assert_eq!(block_on(engine.handle().offsets("slow", PartitionId(0))).unwrap().1, Offset(3));
 }
 
 #[test]
@@ -338,8 +346,8 @@ fn run_on_runs_host_tasks_on_each_shard_and_they_use_the_handle() {
             let thread = std::thread::current().name().map(str::to_string);
             let record =
                 OwnedRecord { key: None, value: format!("from {shard}").into_bytes(), event_time: Timestamp(1) };
-            let info = h.append("t", 1, vec![record], BatchMeta::default()).await.unwrap();
-            let batches = h.fetch("t", 1, info.base_offset, 1 << 20, Duration::ZERO).await.unwrap();
+            let info = h.append("t", PartitionId(1), vec![record], BatchMeta::default()).await.unwrap();
+            let batches = h.fetch("t", PartitionId(1), info.base_offset, 1 << 20, Duration::ZERO).await.unwrap();
             let value = batches.records().next().unwrap().unwrap().value().to_vec();
             (thread, value)
         }))

@@ -15,7 +15,7 @@ use sluice_engine::{
     Engine, EngineConfig, EngineError, EngineHandle, GroupConsumer, GroupOptions, OffsetReset, RebalanceListener,
     SeekTo,
 };
-use sluice_io::{Offset, Timestamp};
+use sluice_io::{Offset, PartitionId, Timestamp};
 
 fn data_dir(name: &str) -> common::TestDir {
     common::data_dir("groups", name)
@@ -37,7 +37,7 @@ fn options(assignor: &str) -> GroupOptions {
 
 fn fill(h: &EngineHandle, topic: &str, partitions: u32, per_partition: u64) {
     block_on(h.create_topic(topic, partitions, None)).unwrap();
-    for p in 0..partitions {
+    for p in PartitionId::all(partitions) {
         for i in 0..per_partition {
             let r = sluice_engine::OwnedRecord {
                 key: None,
@@ -54,7 +54,7 @@ fn check_exclusive(h: &EngineHandle, group: &str, topic: &str, partitions: u32) 
     let d = block_on(h.describe_group(group)).unwrap().expect("the group exists");
     let mut owned: Vec<TopicPartition> = d.members.iter().flat_map(|m| m.2.clone()).collect();
     owned.sort();
-    let all: Vec<TopicPartition> = (0..partitions).map(|p| TopicPartition::new(topic, p)).collect();
+    let all: Vec<TopicPartition> = (0..partitions).map(|p| TopicPartition::new(topic, PartitionId(p))).collect();
     if d.members.is_empty() {
         assert!(owned.is_empty());
     } else {
@@ -142,7 +142,11 @@ fn committed_offsets_survive_a_restart_and_groups_are_independent() {
     let member = a.member().clone();
     let other = block_on(GroupConsumer::join(h.clone(), "first", &["t"], options("range"), None)).unwrap();
     assert!(matches!(
-        block_on(h.commit_offsets("first", Some((&member, a.generation())), &[("t".into(), 0, Offset(1))])),
+        block_on(h.commit_offsets(
+            "first",
+            Some((&member, a.generation())),
+            &[("t".into(), PartitionId(0), Offset(1))]
+        )),
         Err(EngineError::StaleGeneration { .. })
     ));
     block_on(other.leave()).unwrap();
@@ -171,7 +175,7 @@ fn committed_offsets_survive_a_restart_and_groups_are_independent() {
     for i in 0..5 {
         block_on(h.send_to(
             "t",
-            1,
+            PartitionId(1),
             sluice_engine::OwnedRecord { key: None, value: format!("new{i}").into_bytes(), event_time: Timestamp(100) },
         ))
         .unwrap();

@@ -3,6 +3,7 @@
 
 mod common;
 
+use sluice_io::PartitionId;
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -365,7 +366,7 @@ fn an_idempotent_producers_retry_is_answered_with_the_original_offset_and_writte
     assert_eq!(produce_result(&response(&mut c).expect("answered"), "t").0, 45);
     c.write_all(&produce_v3("t", &idempotent_batch(producer, 0, 1))).expect("send");
     assert_eq!(produce_result(&response(&mut c).expect("answered"), "t"), (0, 2));
-    assert_eq!(block_on(h.offsets("t", 0)).expect("offsets").1.0, 3, "the retries were not written");
+    assert_eq!(block_on(h.offsets("t", PartitionId(0))).expect("offsets").1.0, 3, "the retries were not written");
 }
 
 #[test]
@@ -392,7 +393,7 @@ fn a_large_request_arriving_in_uneven_pieces_is_read_whole() {
         std::thread::sleep(Duration::from_millis(2));
     }
     assert_eq!(produce_result(&response(&mut c).expect("answered"), "t"), (0, 0));
-    let (start, end) = block_on(s.handle().offsets("t", 0)).expect("offsets");
+    let (start, end) = block_on(s.handle().offsets("t", PartitionId(0))).expect("offsets");
     assert_eq!((start.0, end.0), (0, 900), "every record appended");
 }
 
@@ -429,10 +430,10 @@ fn large_requests_back_to_back_are_each_stored_as_sent() {
     assert_eq!(produce_result(&response(&mut c).expect("answered"), "t").0, 0);
     let got = block_on(async {
         let h = s.handle();
-        let (mut at, end) = h.offsets("t", 0).await.expect("offsets");
+        let (mut at, end) = h.offsets("t", PartitionId(0)).await.expect("offsets");
         let mut out = Vec::new();
         while at < end {
-            let batches = h.fetch("t", 0, at, 1 << 20, Duration::ZERO).await.expect("fetch");
+            let batches = h.fetch("t", PartitionId(0), at, 1 << 20, Duration::ZERO).await.expect("fetch");
             out.extend(batches.records().map(|r| r.expect("record").value().to_vec()));
             at = batches.next_offset();
         }
@@ -509,10 +510,10 @@ fn pipelined_produce_requests_keep_their_order_while_the_shards_queue_is_full() 
     });
     let got: Vec<String> = block_on(async {
         let h = s.handle();
-        let (mut at, end) = h.offsets("t", 0).await.expect("offsets");
+        let (mut at, end) = h.offsets("t", PartitionId(0)).await.expect("offsets");
         let mut out = Vec::new();
         while at < end {
-            let batches = h.fetch("t", 0, at, 1 << 20, Duration::ZERO).await.expect("fetch");
+            let batches = h.fetch("t", PartitionId(0), at, 1 << 20, Duration::ZERO).await.expect("fetch");
             out.extend(
                 batches.records().map(|r| String::from_utf8(r.expect("record").value().to_vec()).expect("utf-8")),
             );

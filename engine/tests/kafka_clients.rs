@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use common::kafka::Served;
 use futures_lite::future::block_on;
 use sluice_engine::kafka::KafkaConfig;
-use sluice_io::{Offset, Timestamp};
+use sluice_io::{Offset, PartitionId, Timestamp};
 
 impl Served {
     fn start(name: &str) -> Served {
@@ -138,7 +138,7 @@ fn kcat_round_trip(s: Served) {
         assert_eq!(f.len(), 4, "line {line:?}");
         let (p, o): (u32, u64) = (f[0].parse().expect("partition"), f[1].parse().expect("offset"));
         // Keys land where sluice's partitioner (murmur2, Kafka's) would put them.
-        assert_eq!(h.partition_for("kc", Some(f[2].as_bytes())).expect("partition"), p, "key {}", f[2]);
+        assert_eq!(h.partition_for("kc", Some(f[2].as_bytes())).expect("partition").get(), p, "key {}", f[2]);
         assert_eq!(f[3], f[2].replace("key", "value"));
         per_partition.entry(p).or_default().push(o);
         values.push(f[3].to_string());
@@ -197,7 +197,7 @@ fn kcat_consumes_as_a_group_and_commits() {
     assert_eq!(got, want, "stderr:\n{err}");
     // kcat commits what it consumed when it leaves: the group's offsets are the ends.
     let committed = block_on(h.committed_offsets("kcat-group")).expect("committed");
-    for p in 0..3 {
+    for p in PartitionId::all(3) {
         let (_, end) = block_on(h.offsets("kg", p)).expect("offsets");
         assert_eq!(committed.get(&("kg".to_string(), p)), Some(&end), "partition {p}: {committed:?}");
     }
@@ -205,7 +205,7 @@ fn kcat_consumes_as_a_group_and_commits() {
     let (ok, out, err) = kcat_group();
     assert!(ok, "second kcat -G failed\n{out}\n{err}");
     assert_eq!(out.trim(), "", "re-read after commit; stderr:\n{err}");
-    assert_eq!(block_on(h.offsets("kg", 0)).expect("offsets").0, Offset(0));
+    assert_eq!(block_on(h.offsets("kg", PartitionId(0))).expect("offsets").0, Offset(0));
 }
 
 fn run_script(name: &str, module: &str, topic: &str) {

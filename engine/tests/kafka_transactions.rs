@@ -6,6 +6,7 @@
 
 mod common;
 
+use sluice_io::PartitionId;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
@@ -435,7 +436,8 @@ fn a_commit_decided_before_a_crash_is_completed_when_the_listener_starts() {
         value: prepared.into_bytes(),
         event_time: sluice_io::Timestamp(1),
     };
-    block_on(served.handle().send_to(sluice_engine::kafka::TRANSACTION_STATE_TOPIC, 0, record)).expect("appended");
+    block_on(served.handle().send_to(sluice_engine::kafka::TRANSACTION_STATE_TOPIC, PartitionId(0), record))
+        .expect("appended");
 
     served.restart();
     let mut c = served.connect();
@@ -444,7 +446,7 @@ fn a_commit_decided_before_a_crash_is_completed_when_the_listener_starts() {
     let values: Vec<Vec<u8>> = records_of(&c.fetch(0, 0, 1)).into_iter().filter(|r| !r.1).map(|r| r.2).collect();
     assert_eq!(values, [b"a".to_vec(), b"b".to_vec()]);
     let committed = block_on(served.handle().committed_offsets("g")).expect("offsets");
-    assert_eq!(committed.get(&("t".to_string(), 0)).map(|o| o.0), Some(2));
+    assert_eq!(committed.get(&("t".to_string(), PartitionId(0))).map(|o| o.0), Some(2));
     // The transaction is over: a retried EndTxn(commit) succeeds, nothing else is open.
     assert_eq!(c.end("tx", pid, epoch, true), NONE);
 }

@@ -74,6 +74,34 @@ pub type EventTime = Timestamp;
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct PartitionId(pub u32);
 
+impl PartitionId {
+    /// The raw number.
+    #[must_use]
+    pub const fn get(self) -> u32 {
+        self.0
+    }
+
+    /// The number as an index into a per-partition list.
+    #[must_use]
+    pub const fn index(self) -> usize {
+        self.0 as usize
+    }
+
+    /// Every partition of a topic with `count` partitions, in order.
+    pub fn all(count: u32) -> impl DoubleEndedIterator<Item = PartitionId> + ExactSizeIterator {
+        (0..count).map(PartitionId)
+    }
+}
+
+/// From a partition index on the Kafka wire (an `int32`): negative ones are refused.
+impl TryFrom<i32> for PartitionId {
+    type Error = std::num::TryFromIntError;
+
+    fn try_from(index: i32) -> Result<Self, Self::Error> {
+        u32::try_from(index).map(PartitionId)
+    }
+}
+
 impl fmt::Display for PartitionId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.0)

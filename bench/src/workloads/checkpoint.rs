@@ -227,7 +227,7 @@ impl From<&CheckpointStats> for CheckpointFigures {
     fn from(s: &CheckpointStats) -> Self {
         CheckpointFigures {
             round: 0,
-            id: s.id,
+            id: s.id.get(),
             duration_ms: s.duration.as_secs_f64() * 1e3,
             alignment_ms: s.alignment.as_secs_f64() * 1e3,
             bytes: s.bytes,

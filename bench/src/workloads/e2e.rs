@@ -32,7 +32,7 @@ use anyhow::Context;
 use futures_lite::future::block_on;
 use serde::Serialize;
 use sluice_engine::{Engine, EngineConfig, EngineError, EngineHandle, OwnedRecord, TopicConfig};
-use sluice_io::{FsyncPolicy, Offset, Timestamp};
+use sluice_io::{FsyncPolicy, Offset, PartitionId, Timestamp};
 
 use crate::harness::{LatencyRecorder, LatencySummary, RateSearch, RunInfo, Table, WAKE_ROWS, WakeProbe, fill_seeded};
 use crate::workloads::log::{Clients, LogArgs};
@@ -228,7 +228,7 @@ async fn consume(
     let deadline = Instant::now() + Duration::from_secs(60) + Duration::from_secs_f64(records as f64 / rate as f64);
     while received < records {
         anyhow::ensure!(Instant::now() < deadline, "only {received} of {records} records arrived");
-        let batches = handle.fetch("e2e", 0, at, 1 << 20, Duration::from_millis(100)).await?;
+        let batches = handle.fetch("e2e", PartitionId(0), at, 1 << 20, Duration::from_millis(100)).await?;
         let now = Instant::now();
         for r in batches.records() {
             let r = r?;
@@ -289,7 +289,7 @@ async fn produce(
         }
         let handle = handle.clone();
         tasks.push(glommio::spawn_local(async move {
-            handle.append("e2e", 0, batch, sluice_io::BatchMeta::default()).await.map(|_| ())
+            handle.append("e2e", PartitionId(0), batch, sluice_io::BatchMeta::default()).await.map(|_| ())
         }));
     }
     for t in tasks {

@@ -32,7 +32,7 @@ use futures_lite::future::block_on;
 use serde::{Deserialize, Serialize};
 use sluice_engine::kafka::{KafkaConfig, KafkaServer};
 use sluice_engine::{Engine, EngineConfig, EngineHandle, OwnedRecord, TopicConfig};
-use sluice_io::{BatchMeta, FsyncPolicy, Timestamp};
+use sluice_io::{BatchMeta, FsyncPolicy, PartitionId, Timestamp};
 
 use crate::harness::{LatencyRecorder, LatencySummary, Table};
 use crate::workloads::CommonArgs;
@@ -264,7 +264,7 @@ fn embedded(handle: &EngineHandle, topic: &str, args: &KafkaArgs, partitions: u3
                         let permit = permits.clone().acquire_static_permit(1).await.expect("semaphore open");
                         let (handle, topic) = (handle.clone(), topic.clone());
                         inflight.push(glommio::spawn_local(async move {
-                            let r = handle.append(&topic, p, recs, BatchMeta::default()).await.map(|_| ());
+                            let r = handle.append(&topic, PartitionId(p), recs, BatchMeta::default()).await.map(|_| ());
                             drop(permit);
                             r
                         }));
@@ -334,7 +334,7 @@ fn through_kcat(addr: &str, topic: &str, args: &KafkaArgs, dir: &std::path::Path
 fn stored(handle: &EngineHandle, topic: &str, partitions: u32) -> anyhow::Result<u64> {
     let mut n = 0;
     for p in 0..partitions {
-        let (start, end) = block_on(handle.offsets(topic, p))?;
+        let (start, end) = block_on(handle.offsets(topic, PartitionId(p)))?;
         n += end.0 - start.0;
     }
     Ok(n)

@@ -6,7 +6,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use sluice_io::{Offset, OwnedBatches, txn::ReadCommitted};
+use sluice_io::{Offset, OwnedBatches, PartitionId, txn::ReadCommitted};
 
 use crate::engine::EngineHandle;
 use crate::error::{EngineError, Result};
@@ -19,7 +19,7 @@ pub struct Polled {
     /// The topic.
     pub topic: String,
     /// The partition.
-    pub partition: u32,
+    pub partition: PartitionId,
     /// The batches, read in place; records before the position are skipped by
     /// [`OwnedBatches::records`].
     pub batches: OwnedBatches,
@@ -44,9 +44,9 @@ pub enum Isolation {
 #[derive(Debug)]
 pub struct Consumer {
     engine: EngineHandle,
-    positions: BTreeMap<(String, u32), Offset>,
+    positions: BTreeMap<(String, PartitionId), Offset>,
     /// Read committed: per partition, where the next fetch reads and what is held back.
-    committed: BTreeMap<(String, u32), (Offset, ReadCommitted)>,
+    committed: BTreeMap<(String, PartitionId), (Offset, ReadCommitted)>,
     isolation: Isolation,
     max_bytes: usize,
     next: usize,
@@ -75,7 +75,7 @@ impl Consumer {
     }
 
     /// Where the next fetch of a partition reads.
-    fn fetch_at(&self, key: &(String, u32)) -> Offset {
+    fn fetch_at(&self, key: &(String, PartitionId)) -> Offset {
         match self.committed.get(key) {
             Some((at, _)) => *at,
             None => self.positions[key],
@@ -83,7 +83,7 @@ impl Consumer {
     }
 
     /// Takes fetched batches in: the batches to deliver now, if any.
-    fn take(&mut self, key: (String, u32), batches: OwnedBatches) -> Result<Option<Polled>> {
+    fn take(&mut self, key: (String, PartitionId), batches: OwnedBatches) -> Result<Option<Polled>> {
         if self.isolation == Isolation::ReadUncommitted {
             if batches.is_empty() {
                 return Ok(None);
@@ -103,7 +103,7 @@ impl Consumer {
     }
 
     /// Replaces the assignment; each partition starts at `start`.
-    pub async fn assign(&mut self, partitions: &[(String, u32)], start: SeekTo) -> Result<()> {
+    pub async fn assign(&mut self, partitions: &[(String, PartitionId)], start: SeekTo) -> Result<()> {
         let mut positions = BTreeMap::new();
         for (topic, p) in partitions {
             let at = self.resolve(topic, *p, start).await?;
@@ -115,19 +115,19 @@ impl Consumer {
     }
 
     /// Every partition of a topic, for [`assign`](Self::assign).
-    pub fn partitions_of(&self, topic: &str) -> Result<Vec<(String, u32)>> {
-        let n = self.engine.describe_topic(topic)?.shards.len() as u32;
-        Ok((0..n).map(|p| (topic.to_string(), p)).collect())
+    pub fn partitions_of(&self, topic: &str) -> Result<Vec<(String, PartitionId)>> {
+        let n = self.engine.describe_topic(topic)?.partitions();
+        Ok(PartitionId::all(n).map(|p| (topic.to_string(), p)).collect())
     }
 
     /// The assigned partitions and their positions.
     #[must_use]
-    pub fn positions(&self) -> &BTreeMap<(String, u32), Offset> {
+    pub fn positions(&self) -> &BTreeMap<(String, PartitionId), Offset> {
         &self.positions
     }
 
     /// Moves one assigned partition's position.
-    pub async fn seek(&mut self, topic: &str, partition: u32, to: SeekTo) -> Result<()> {
+    pub async fn seek(&mut self, topic: &str, partition: PartitionId, to: SeekTo) -> Result<()> {
         let key = (topic.to_string(), partition);
         if !self.positions.contains_key(&key) {
             return Err(EngineError::InvalidConfig(format!("{topic}-{partition} is not assigned to this consumer")));
@@ -138,7 +138,7 @@ impl Consumer {
         Ok(())
     }
 
-    async fn resolve(&self, topic: &str, partition: u32, to: SeekTo) -> Result<Offset> {
+    async fn resolve(&self, topic: &str, partition: PartitionId, to: SeekTo) -> Result<Offset> {
         let (start, end) = self.engine.offsets(topic, partition).await?;
         Ok(match to {
             SeekTo::Earliest => start,
@@ -195,7 +195,7 @@ impl Consumer {
     /// Batches from the assigned partitions that have data, advancing their positions.
     /// When none has any, waits up to `max_wait` for the first that gets some.
     pub async fn poll(&mut self, max_wait: Duration) -> Result<Vec<Polled>> {
-        let keys: Vec<(String, u32)> = self.positions.keys().cloned().collect();
+        let keys: Vec<(String, PartitionId)> = self.positions.keys().cloned().collect();
         if keys.is_empty() {
             return Ok(Vec::new());
         }
@@ -215,7 +215,7 @@ impl Consumer {
             return Ok(out);
         }
         // Nothing anywhere: long-poll every partition at once, take the first answer.
-        type Fetch<'a> = Pin<Box<dyn Future<Output = (String, u32, Result<OwnedBatches>)> + Send + 'a>>;
+        type Fetch<'a> = Pin<Box<dyn Future<Output = (String, PartitionId, Result<OwnedBatches>)> + Send + 'a>>;
         let waits: Vec<Fetch<'_>> = keys
             .iter()
             .map(|key| {

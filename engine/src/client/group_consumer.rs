@@ -12,7 +12,7 @@
 
 use std::time::{Duration, Instant};
 
-use sluice_io::Offset;
+use sluice_io::{Offset, PartitionId};
 
 use crate::client::consumer::{Consumer, Polled, SeekTo};
 use crate::engine::EngineHandle;
@@ -149,7 +149,7 @@ impl GroupConsumer {
 
     /// The position in each owned partition.
     #[must_use]
-    pub fn positions(&self) -> Vec<(String, u32, Offset)> {
+    pub fn positions(&self) -> Vec<(String, PartitionId, Offset)> {
         self.consumer.positions().iter().map(|((t, p), o)| (t.clone(), *p, *o)).collect()
     }
 
@@ -208,7 +208,7 @@ impl GroupConsumer {
 
     /// Commits the given offsets (the next record to read in each partition), e.g. after
     /// processing only part of a poll.
-    pub async fn commit_offsets(&mut self, offsets: &[(String, u32, Offset)]) -> Result<()> {
+    pub async fn commit_offsets(&mut self, offsets: &[(String, PartitionId, Offset)]) -> Result<()> {
         if offsets.is_empty() {
             return Ok(());
         }
@@ -237,12 +237,12 @@ impl GroupConsumer {
             l.on_revoked(&revoked);
         }
         let committed = self.engine.committed_offsets(&self.group).await?;
-        let kept: Vec<(String, u32, Offset)> = self
+        let kept: Vec<(String, PartitionId, Offset)> = self
             .positions()
             .into_iter()
             .filter(|(t, p, _)| assignment.iter().any(|tp| &tp.topic == t && tp.partition == *p))
             .collect();
-        let parts: Vec<(String, u32)> = assignment.iter().map(|tp| (tp.topic.clone(), tp.partition)).collect();
+        let parts: Vec<(String, PartitionId)> = assignment.iter().map(|tp| (tp.topic.clone(), tp.partition)).collect();
         let reset = match self.options.reset {
             OffsetReset::Earliest => SeekTo::Earliest,
             OffsetReset::Latest => SeekTo::Latest,

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use sluice_io::{AppendInfo, BatchMeta, ProducerId};
+use sluice_io::{AppendInfo, BatchMeta, PartitionId, ProducerId};
 
 use crate::engine::EngineHandle;
 use crate::error::Result;
@@ -18,7 +18,7 @@ pub struct IdempotentProducer {
     id: ProducerId,
     epoch: i16,
     /// Per (topic, partition): the base sequence of the last batch sent, and the next.
-    sequences: HashMap<(String, u32), (i32, i32)>,
+    sequences: HashMap<(String, PartitionId), (i32, i32)>,
 }
 
 impl IdempotentProducer {
@@ -36,14 +36,14 @@ impl IdempotentProducer {
 
     /// The sequence number the next batch to `topic`/`partition` will carry.
     #[must_use]
-    pub fn next_sequence(&self, topic: &str, partition: u32) -> i32 {
+    pub fn next_sequence(&self, topic: &str, partition: PartitionId) -> i32 {
         self.sequences.get(&(topic.to_string(), partition)).map_or(0, |s| s.1)
     }
 
     /// Sends `records` as one batch with the next sequence number. If this returns an
     /// error that may have hidden a success (the engine shut down mid-request, say), call
     /// [`retry`](Self::retry) with the same records: the batch is written at most once.
-    pub async fn send(&mut self, topic: &str, partition: u32, records: Vec<OwnedRecord>) -> Result<AppendInfo> {
+    pub async fn send(&mut self, topic: &str, partition: PartitionId, records: Vec<OwnedRecord>) -> Result<AppendInfo> {
         let sequence = self.next_sequence(topic, partition);
         let count = records.len() as i32;
         // The sequence is spent even if the send fails: a retry reuses it.
@@ -53,7 +53,12 @@ impl IdempotentProducer {
 
     /// Sends `records` again as the batch that last went to `topic`/`partition`: if it
     /// was written, the answer is its original offsets and nothing is written again.
-    pub async fn retry(&mut self, topic: &str, partition: u32, records: Vec<OwnedRecord>) -> Result<AppendInfo> {
+    pub async fn retry(
+        &mut self,
+        topic: &str,
+        partition: PartitionId,
+        records: Vec<OwnedRecord>,
+    ) -> Result<AppendInfo> {
         let sequence = self.sequences.get(&(topic.to_string(), partition)).map_or(0, |s| s.0);
         self.send_at(topic, partition, records, sequence).await
     }
@@ -61,7 +66,7 @@ impl IdempotentProducer {
     async fn send_at(
         &self,
         topic: &str,
-        partition: u32,
+        partition: PartitionId,
         records: Vec<OwnedRecord>,
         sequence: i32,
     ) -> Result<AppendInfo> {

@@ -20,6 +20,7 @@ use std::{
 };
 
 use futures_lite::FutureExt;
+use sluice_io::CheckpointId;
 
 use super::{
     checkpoint::{Barrier, CheckpointCoordinator},
@@ -90,8 +91,8 @@ struct Driver {
     timer: Option<(Instant, glommio::timer::Timer)>,
     /// With checkpoints: the coordinator, and the last checkpoint injected here.
     coordinator: Option<Arc<CheckpointCoordinator>>,
-    injected: u64,
-    completed: u64,
+    injected: CheckpointId,
+    completed: CheckpointId,
 }
 
 /// Runs one shard's part of the pipeline until all its inputs have ended and nothing is
@@ -120,8 +121,8 @@ pub(crate) async fn run(scope: Scope, stop: Arc<StopFlag>) {
         next_tick: Some(Instant::now()),
         timer: None,
         coordinator,
-        injected: 0,
-        completed: 0,
+        injected: CheckpointId(0),
+        completed: CheckpointId(0),
     };
     while !poll_fn(|cx| driver.poll_step(cx)).await {
         glommio::yield_if_needed().await;
@@ -153,7 +154,7 @@ impl Driver {
                 }
             }
             if let Some(coordinator) = &self.coordinator {
-                let trigger = coordinator.trigger.load(Ordering::Acquire);
+                let trigger = coordinator.trigger();
                 if trigger > self.injected {
                     // Sources inject the barrier before they read anything more.
                     self.injected = trigger;
@@ -163,7 +164,7 @@ impl Driver {
                         }
                     }
                 }
-                let completed = coordinator.completed.load(Ordering::Acquire);
+                let completed = coordinator.completed();
                 if completed > self.completed {
                     self.completed = completed;
                     for input in &mut self.inputs {

@@ -21,7 +21,7 @@ use std::{
 };
 
 use rustc_hash::FxBuildHasher;
-use sluice_io::EventTime;
+use sluice_io::{CheckpointId, EventTime};
 
 use super::{
     Event, Operator, Output, Port, Progress,
@@ -79,7 +79,7 @@ struct Unaligned<T> {
     /// Inputs whose end has been read (the end itself may still be buffered).
     ended: Vec<bool>,
     /// The last checkpoint whose barrier passed here.
-    last: u64,
+    last: CheckpointId,
     current: Option<InFlight>,
     /// The buffer to process first next time: buffers are taken in turn.
     next_buffer: usize,
@@ -188,7 +188,7 @@ impl<T: 'static> Receiving<T> {
 
     /// Barrier `id` arrived from input `from` (unaligned mode). The first of a checkpoint
     /// passes on at once; what is buffered and not processed yet is in flight for it.
-    fn unaligned_barrier(&mut self, from: usize, id: u64) {
+    fn unaligned_barrier(&mut self, from: usize, id: CheckpointId) {
         let u = self.unaligned.as_mut().expect("unaligned mode");
         match u.current.as_ref().map(|c| c.barrier.id) {
             Some(current) if id == current => {}
@@ -568,7 +568,7 @@ where
             buffered: (0..shards).map(|_| VecDeque::new()).collect(),
             read_ahead_max: scope.config().ring.ring_capacity_batches.max(1) * READ_AHEAD_BATCHES_PER_RING,
             ended: vec![false; shards],
-            last: 0,
+            last: CheckpointId(0),
             current: None,
             next_buffer: 0,
         }

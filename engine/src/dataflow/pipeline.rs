@@ -3,7 +3,7 @@
 use std::{panic::AssertUnwindSafe, sync::Arc, thread::JoinHandle, time::Duration};
 
 use futures_lite::FutureExt;
-use sluice_io::EventTime;
+use sluice_io::{CheckpointId, EventTime};
 
 use super::{
     Output, Scope, Stream,
@@ -278,7 +278,7 @@ impl RunningPipeline {
     /// not checkpoint, if `timeout` passes, or if the pipeline takes no more checkpoints
     /// (the final one of bounded inputs is done, or the checkpoint coordinator stopped).
     #[must_use]
-    pub fn wait_for_checkpoint(&self, after: u64, timeout: Duration) -> Option<CheckpointStats> {
+    pub fn wait_for_checkpoint(&self, after: CheckpointId, timeout: Duration) -> Option<CheckpointStats> {
         self.coordinator.as_ref().and_then(|(c, _)| c.wait_for(after, timeout))
     }
 
@@ -291,7 +291,7 @@ impl RunningPipeline {
 
     /// The checkpoint this run restored from, if it did.
     #[must_use]
-    pub fn restored_from(&self) -> Option<u64> {
+    pub fn restored_from(&self) -> Option<CheckpointId> {
         self.coordinator.as_ref().and_then(|(c, _)| c.restored.as_ref().map(|r| r.id))
     }
 

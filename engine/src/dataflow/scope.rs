@@ -57,7 +57,7 @@ pub(crate) trait Input {
     /// downstream, before any record it reads afterwards. Ring inputs ignore it.
     fn inject_barrier(&mut self, _barrier: Barrier) {}
     /// Checkpoint `completed` (and every one before it) has completed.
-    fn checkpoint_completed(&mut self, _completed: u64) {}
+    fn checkpoint_completed(&mut self, _completed: sluice_io::CheckpointId) {}
 }
 
 /// What the shards of one running pipeline share: set-up-time registries only. Nothing

@@ -16,7 +16,7 @@ use std::{
 };
 
 use futures_lite::Stream as _;
-use sluice_io::EventTime;
+use sluice_io::{CheckpointId, EventTime};
 
 use super::UserError;
 use super::{
@@ -362,7 +362,7 @@ pub(crate) struct SourceInput<T, S, E> {
     /// Ran out of records, and waits for the final checkpoint before it ends.
     exhausted: bool,
     /// Positions reported for checkpoints not yet known completed.
-    reported: std::collections::VecDeque<(u64, Vec<(u64, i64)>)>,
+    reported: std::collections::VecDeque<(CheckpointId, Vec<(u64, i64)>)>,
 }
 
 impl<T: 'static, S: Source<T>, E: Fn(&T) -> EventTime + 'static> SourceInput<T, S, E> {
@@ -544,7 +544,7 @@ impl<T: 'static, S: Source<T>, E: Fn(&T) -> EventTime + 'static> Input for Sourc
         self.out.borrow_mut().barrier(barrier);
     }
 
-    fn checkpoint_completed(&mut self, completed: u64) {
+    fn checkpoint_completed(&mut self, completed: CheckpointId) {
         let mut latest = None;
         while self.reported.front().is_some_and(|(id, _)| *id <= completed) {
             latest = self.reported.pop_front();

@@ -16,11 +16,11 @@ use std::{
     cell::RefCell,
     collections::VecDeque,
     rc::Rc,
-    sync::{Arc, atomic::Ordering},
+    sync::Arc,
     task::{Context, Poll},
 };
 
-use sluice_io::EventTime;
+use sluice_io::{CheckpointId, EventTime};
 
 use super::{
     Data, Event, Operator, Stream, UserError,
@@ -55,7 +55,7 @@ struct TwoPhase<T, S: TwoPhaseCommitSink<T>> {
     sink: S,
     open: Option<S::Txn>,
     /// Pre-committed transactions and the checkpoint that commits each.
-    precommitted: VecDeque<(u64, S::Txn)>,
+    precommitted: VecDeque<(CheckpointId, S::Txn)>,
     checkpoint: Option<(Rc<RefCell<ShardCheckpoint>>, u32, Arc<CheckpointCoordinator>)>,
     ended: bool,
     _in: std::marker::PhantomData<fn(T)>,
@@ -83,7 +83,7 @@ impl<T, S: TwoPhaseCommitSink<T>> TwoPhase<T, S> {
     /// Commits what completed checkpoints cover.
     fn commit_completed(&mut self) {
         let Some((_, _, coordinator)) = &self.checkpoint else { return };
-        let completed = coordinator.completed.load(Ordering::Acquire);
+        let completed = coordinator.completed();
         while self.precommitted.front().is_some_and(|(id, _)| *id <= completed) {
             let (_, txn) = self.precommitted.pop_front().expect("checked");
             check("commit", self.sink.commit(txn));

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use sluice_io::{AppendInfo, BatchMeta, Offset, OwnedBatches, Timestamp};
+use sluice_io::{AppendInfo, BatchMeta, Offset, OwnedBatches, PartitionId, Timestamp};
 
 use crate::error::{EngineError, Result};
 use crate::record::{AppendRecords, OwnedRecord, PackedRecords};
@@ -16,7 +16,7 @@ use super::{Answer, EngineHandle};
 impl EngineHandle {
     /// The partition a record goes to: `murmur2(key) % partitions` for a keyed record
     /// (Kafka's default partitioner), spread evenly otherwise.
-    pub fn partition_for(&self, topic: &str, key: Option<&[u8]>) -> Result<u32> {
+    pub fn partition_for(&self, topic: &str, key: Option<&[u8]>) -> Result<PartitionId> {
         let (partitions, batch_records) = {
             let meta = self.inner.meta.read().unwrap_or_else(|e| e.into_inner());
             let t = meta.topics.get(topic).ok_or_else(|| EngineError::UnknownTopic(topic.to_string()))?;
@@ -26,7 +26,7 @@ impl EngineHandle {
             Some(k) => partition_for_key(k, partitions),
             None => {
                 let n = self.inner.unkeyed_sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                ((n / batch_records) % u64::from(partitions)) as u32
+                PartitionId(((n / batch_records) % u64::from(partitions)) as u32)
             }
         })
     }
@@ -40,7 +40,7 @@ impl EngineHandle {
         key: Option<&[u8]>,
         value: &[u8],
         event_time: Timestamp,
-    ) -> Result<(u32, Offset)> {
+    ) -> Result<(PartitionId, Offset)> {
         let partition = self.partition_for(topic, key)?;
         let record = OwnedRecord { key: key.map(<[u8]>::to_vec), value: value.to_vec(), event_time };
         let offset = self.send_to(topic, partition, record).await?;
@@ -48,7 +48,7 @@ impl EngineHandle {
     }
 
     /// Sends one record to a chosen partition.
-    pub async fn send_to(&self, topic: &str, partition: u32, record: OwnedRecord) -> Result<Offset> {
+    pub async fn send_to(&self, topic: &str, partition: PartitionId, record: OwnedRecord) -> Result<Offset> {
         let (shard, limit) = self.owner(topic, partition)?;
         Self::check_sizes(topic, limit, std::iter::once(record.size()))?;
         let topic = topic.to_string();
@@ -59,7 +59,7 @@ impl EngineHandle {
     pub async fn append(
         &self,
         topic: &str,
-        partition: u32,
+        partition: PartitionId,
         records: Vec<OwnedRecord>,
         meta: BatchMeta,
     ) -> Result<AppendInfo> {
@@ -71,7 +71,7 @@ impl EngineHandle {
     pub async fn append_packed(
         &self,
         topic: &str,
-        partition: u32,
+        partition: PartitionId,
         records: PackedRecords,
         meta: BatchMeta,
     ) -> Result<AppendInfo> {
@@ -86,7 +86,7 @@ impl EngineHandle {
     pub(crate) async fn queue_packed(
         &self,
         topic: &str,
-        partition: u32,
+        partition: PartitionId,
         records: PackedRecords,
         meta: BatchMeta,
     ) -> Result<Answer<AppendInfo>> {
@@ -96,7 +96,7 @@ impl EngineHandle {
     async fn append_records(
         &self,
         topic: &str,
-        partition: u32,
+        partition: PartitionId,
         records: AppendRecords,
         meta: BatchMeta,
     ) -> Result<AppendInfo> {
@@ -106,7 +106,7 @@ impl EngineHandle {
     async fn queue_records(
         &self,
         topic: &str,
-        partition: u32,
+        partition: PartitionId,
         records: AppendRecords,
         meta: BatchMeta,
     ) -> Result<Answer<AppendInfo>> {
@@ -125,7 +125,7 @@ impl EngineHandle {
     pub async fn write_marker(
         &self,
         topic: &str,
-        partition: u32,
+        partition: PartitionId,
         producer: sluice_io::ProducerId,
         marker: sluice_io::txn::Marker,
     ) -> Result<AppendInfo> {
@@ -139,7 +139,7 @@ impl EngineHandle {
     pub async fn open_transactions(
         &self,
         topic: &str,
-        partition: u32,
+        partition: PartitionId,
     ) -> Result<std::collections::HashMap<sluice_io::ProducerId, Offset>> {
         let (mut at, end) = self.offsets(topic, partition).await?;
         let mut scan = sluice_io::txn::OpenTransactions::default();
@@ -162,7 +162,7 @@ impl EngineHandle {
     pub async fn fetch(
         &self,
         topic: &str,
-        partition: u32,
+        partition: PartitionId,
         offset: Offset,
         max_bytes: usize,
         max_wait: Duration,
@@ -173,7 +173,7 @@ impl EngineHandle {
     }
 
     /// The first offset still held and the next offset to be written.
-    pub async fn offsets(&self, topic: &str, partition: u32) -> Result<(Offset, Offset)> {
+    pub async fn offsets(&self, topic: &str, partition: PartitionId) -> Result<(Offset, Offset)> {
         let (shard, _) = self.owner(topic, partition)?;
         let topic = topic.to_string();
         self.call(shard, |reply| Request::Offsets { topic, partition, reply }).await
@@ -184,14 +184,19 @@ impl EngineHandle {
     /// exactly-once sink calls it before a transaction becomes part of a checkpoint, and
     /// after its commit markers, so that a crash cannot take back what a completed
     /// checkpoint relies on.
-    pub async fn sync(&self, topic: &str, partition: u32) -> Result<Offset> {
+    pub async fn sync(&self, topic: &str, partition: PartitionId) -> Result<Offset> {
         let (shard, _) = self.owner(topic, partition)?;
         let topic = topic.to_string();
         self.call(shard, |reply| Request::Sync { topic, partition, reply }).await
     }
 
     /// The first offset whose record's event time is at or after `time`, if any.
-    pub async fn offset_for_time(&self, topic: &str, partition: u32, time: Timestamp) -> Result<Option<Offset>> {
+    pub async fn offset_for_time(
+        &self,
+        topic: &str,
+        partition: PartitionId,
+        time: Timestamp,
+    ) -> Result<Option<Offset>> {
         let (shard, _) = self.owner(topic, partition)?;
         let topic = topic.to_string();
         self.call(shard, |reply| Request::OffsetForTime { topic, partition, time, reply }).await

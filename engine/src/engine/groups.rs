@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use sluice_io::Offset;
+use sluice_io::{Offset, PartitionId};
 
 use crate::error::{EngineError, Result};
 use crate::group::assignor::MemberId;
@@ -20,11 +20,11 @@ use super::EngineHandle;
 impl EngineHandle {
     /// The partition of the offsets topic that holds a group's offsets, and the shard
     /// that owns it and so coordinates the group.
-    fn coordinator_of(&self, group: &str) -> Result<(u32, u32)> {
+    fn coordinator_of(&self, group: &str) -> Result<(PartitionId, u32)> {
         validate_name("group", group)?;
         let t = self.topic(offsets::TOPIC)?;
         let p = partition_for_key(group.as_bytes(), t.partitions());
-        Ok((p, t.shards[p as usize]))
+        Ok((p, t.shards[p.index()]))
     }
 
     /// The partition counts of `topics`, which must all exist.
@@ -78,7 +78,7 @@ impl EngineHandle {
         &self,
         group: &str,
         member: Option<(&MemberId, u32)>,
-        offsets: &[(String, u32, Offset)],
+        offsets: &[(String, PartitionId, Offset)],
     ) -> Result<()> {
         let (offsets_partition, shard) = self.coordinator_of(group)?;
         for (topic, p, _) in offsets {
@@ -134,10 +134,15 @@ impl EngineHandle {
 
     /// Moves a group's committed offsets for every partition of `topic` (only while the
     /// group has no members, as Kafka requires). Returns the new offsets.
-    pub async fn reset_offsets(&self, group: &str, topic: &str, to: SeekTo) -> Result<Vec<(String, u32, Offset)>> {
+    pub async fn reset_offsets(
+        &self,
+        group: &str,
+        topic: &str,
+        to: SeekTo,
+    ) -> Result<Vec<(String, PartitionId, Offset)>> {
         let partitions = self.topic(topic)?.partitions();
         let mut offsets = Vec::with_capacity(partitions as usize);
-        for p in 0..partitions {
+        for p in PartitionId::all(partitions) {
             let (start, end) = self.offsets(topic, p).await?;
             let at = match to {
                 SeekTo::Earliest => start,
@@ -158,7 +163,7 @@ pub struct PartitionLag {
     /// The topic.
     pub topic: String,
     /// The partition.
-    pub partition: u32,
+    pub partition: PartitionId,
     /// The committed offset (the next record the group will read).
     pub committed: Offset,
     /// The partition's end offset.

@@ -18,6 +18,7 @@ use crate::error::{EngineError, Result};
 use crate::group::offsets::{self};
 use crate::shard::{self, Batching, Request};
 use crate::topic::meta::{Layout, Metadata, TopicMeta, assign_shards};
+use sluice_io::PartitionId;
 
 /// The most bytes a shard batches from single-record sends before appending.
 const BATCH_BYTES_MAX: usize = 1 << 20;
@@ -93,6 +94,14 @@ pub struct TopicDescription {
     pub config: TopicConfig,
     /// The owning shard of each partition.
     pub shards: Vec<u32>,
+}
+
+impl TopicDescription {
+    /// The number of partitions.
+    #[must_use]
+    pub fn partitions(&self) -> u32 {
+        self.shards.len() as u32
+    }
 }
 
 fn executor_io_memory(shards: usize) -> usize {
@@ -316,10 +325,10 @@ impl EngineHandle {
             max_records: topic.config.batch_records,
             max_bytes: BATCH_BYTES_MAX,
         };
-        for p in from..topic.partitions() {
+        for p in PartitionId::all(topic.partitions()).skip(from as usize) {
             let dir = self.inner.layout.partition_dir(name, p);
             let (topic_name, config) = (name.to_string(), config.clone());
-            self.call(topic.shards[p as usize], |reply| Request::Open {
+            self.call(topic.shards[p.index()], |reply| Request::Open {
                 topic: topic_name,
                 partition: p,
                 dir,
@@ -339,10 +348,10 @@ impl EngineHandle {
 
     /// The shard that owns a partition, and the topic's record size limit (read under the
     /// metadata lock, nothing cloned: this is on every send's path).
-    fn owner(&self, topic: &str, partition: u32) -> Result<(u32, usize)> {
+    fn owner(&self, topic: &str, partition: PartitionId) -> Result<(u32, usize)> {
         let meta = self.inner.meta.read().unwrap_or_else(|e| e.into_inner());
         let t = meta.topics.get(topic).ok_or_else(|| EngineError::UnknownTopic(topic.to_string()))?;
-        let shard = t.shards.get(partition as usize).copied().ok_or_else(|| EngineError::PartitionOutOfRange {
+        let shard = t.shards.get(partition.index()).copied().ok_or_else(|| EngineError::PartitionOutOfRange {
             topic: topic.to_string(),
             partition,
             partitions: t.partitions(),

@@ -2,6 +2,8 @@
 //! partitions. Metadata changes are serialized by the handle's admin lock and stored
 //! before the shards open or close partitions.
 
+use sluice_io::PartitionId;
+
 use crate::config::TopicConfig;
 use crate::error::{EngineError, Result};
 use crate::shard::Request;
@@ -70,7 +72,8 @@ impl EngineHandle {
         }
         for (p, &shard) in topic.shards.iter().enumerate() {
             let topic_name = name.to_string();
-            self.call(shard, |reply| Request::Delete { topic: topic_name, partition: p as u32, reply }).await?;
+            self.call(shard, |reply| Request::Delete { topic: topic_name, partition: PartitionId(p as u32), reply })
+                .await?;
         }
         Ok(())
     }

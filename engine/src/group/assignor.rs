@@ -25,6 +25,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
+use sluice_io::PartitionId;
 
 /// A group member's id, as the coordinator issued it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -67,12 +68,27 @@ pub struct TopicPartition {
     /// The topic's name.
     pub topic: String,
     /// The partition's number within the topic.
-    pub partition: u32,
+    #[serde(with = "partition_number")]
+    pub partition: PartitionId,
+}
+
+/// A partition id in JSON: its bare number, as Kafka's tools write it.
+mod partition_number {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use sluice_io::PartitionId;
+
+    pub(super) fn serialize<S: Serializer>(p: &PartitionId, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u32(p.get())
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<PartitionId, D::Error> {
+        u32::deserialize(d).map(PartitionId)
+    }
 }
 
 impl TopicPartition {
     /// Names a partition.
-    pub fn new(topic: impl Into<String>, partition: u32) -> Self {
+    pub fn new(topic: impl Into<String>, partition: PartitionId) -> Self {
         TopicPartition { topic: topic.into(), partition }
     }
 }
@@ -175,9 +191,9 @@ impl<'a> Group<'a> {
 
     /// Whether `tp` exists and member `index` subscribes to its topic.
     fn may_own(&self, index: usize, tp: &TopicPartition) -> bool {
-        self.topics
-            .get(tp.topic.as_str())
-            .is_some_and(|(count, subscribers)| tp.partition < *count && subscribers.binary_search(&index).is_ok())
+        self.topics.get(tp.topic.as_str()).is_some_and(|(count, subscribers)| {
+            tp.partition.get() < *count && subscribers.binary_search(&index).is_ok()
+        })
     }
 
     /// The assignment from each member's partitions, indexed like `members`.
@@ -218,7 +234,8 @@ impl Assignor for RangeAssignor {
             for (position, &member) in (0u32..).zip(subscribers) {
                 let start = per_member * position + position.min(with_extra);
                 let len = per_member + u32::from(position < with_extra);
-                held[member].extend((start..start + len).map(|partition| TopicPartition::new(topic, partition)));
+                held[member]
+                    .extend((start..start + len).map(|partition| TopicPartition::new(topic, PartitionId(partition))));
             }
         }
         group.finish(held)
@@ -251,7 +268,7 @@ impl Assignor for RoundRobinAssignor {
                 while subscribers.binary_search(&next).is_err() {
                     next = (next + 1) % members;
                 }
-                held[next].push(TopicPartition::new(topic, partition));
+                held[next].push(TopicPartition::new(topic, PartitionId(partition)));
                 next = (next + 1) % members;
             }
         }
@@ -326,7 +343,7 @@ impl Assignor for StickyAssignor {
         let mut unassigned: Vec<(usize, TopicPartition)> = Vec::new();
         for (&topic, (count, subscribers)) in &group.topics {
             for partition in 0..*count {
-                let tp = TopicPartition::new(topic, partition);
+                let tp = TopicPartition::new(topic, PartitionId(partition));
                 if !matches!(claims.get(&tp), Some(Some(_))) {
                     unassigned.push((subscribers.len(), tp));
                 }
@@ -415,7 +432,7 @@ mod tests {
             .iter()
             .map(|name| {
                 let (topic, partition) = name.rsplit_once('p').expect("form tNpM");
-                TopicPartition::new(topic, partition.parse().expect("partition number"))
+                TopicPartition::new(topic, PartitionId(partition.parse().expect("partition number")))
             })
             .collect();
         parsed.sort();
@@ -451,7 +468,7 @@ mod tests {
 
     #[test]
     fn display_uses_kafkas_form() {
-        assert_eq!(TopicPartition::new("orders", 3).to_string(), "orders-3");
+        assert_eq!(TopicPartition::new("orders", PartitionId(3)).to_string(), "orders-3");
         assert_eq!(MemberId::from("c-1").to_string(), "c-1");
     }
 
@@ -570,12 +587,13 @@ mod tests {
             // Both claim a-0; m0 also claims a partition past the end, a topic it dropped
             // and a topic that is gone.
             Subscription::new("m0", ["a"]).with_owned([
-                TopicPartition::new("a", 0),
-                TopicPartition::new("a", 7),
-                TopicPartition::new("b", 0),
-                TopicPartition::new("gone", 0),
+                TopicPartition::new("a", PartitionId(0)),
+                TopicPartition::new("a", PartitionId(7)),
+                TopicPartition::new("b", PartitionId(0)),
+                TopicPartition::new("gone", PartitionId(0)),
             ]),
-            Subscription::new("m1", ["a", "b"]).with_owned([TopicPartition::new("a", 0), TopicPartition::new("a", 1)]),
+            Subscription::new("m1", ["a", "b"])
+                .with_owned([TopicPartition::new("a", PartitionId(0)), TopicPartition::new("a", PartitionId(1))]),
         ];
         let assignment = StickyAssignor.assign(&sizes, &subscriptions);
         // a-0 is nobody's claim any more; b goes to m1, its only subscriber; a-0 to m0, which
@@ -589,8 +607,8 @@ mod tests {
         // m2 with only a-0. m0 must give one to m2: a-1, which m0 did not own, not a-2.
         let sizes = topics(&[("a", 3), ("b", 3)]);
         let subscriptions = [
-            Subscription::new("m0", ["a", "b"]).with_owned([TopicPartition::new("a", 2)]),
-            Subscription::new("m1", ["b"]).with_owned([TopicPartition::new("b", 1)]),
+            Subscription::new("m0", ["a", "b"]).with_owned([TopicPartition::new("a", PartitionId(2))]),
+            Subscription::new("m1", ["b"]).with_owned([TopicPartition::new("b", PartitionId(1))]),
             Subscription::new("m2", ["a"]),
         ];
         let assignment = StickyAssignor.assign(&sizes, &subscriptions);
@@ -602,7 +620,7 @@ mod tests {
         // m0 owned everything; m1 is new. Balance wins: m0 gives up half, keeps the other.
         let sizes = topics(&[("t", 6)]);
         let subscriptions = [
-            Subscription::new("m0", ["t"]).with_owned((0..6).map(|p| TopicPartition::new("t", p))),
+            Subscription::new("m0", ["t"]).with_owned((0..6).map(|p| TopicPartition::new("t", PartitionId(p)))),
             Subscription::new("m1", ["t"]),
         ];
         let assignment = StickyAssignor.assign(&sizes, &subscriptions);

@@ -323,8 +323,10 @@ mod tests {
         let d = c.describe("g").unwrap();
         let mut owned: Vec<TopicPartition> = d.members.iter().flat_map(|m| m.2.clone()).collect();
         owned.sort();
-        let all: Vec<TopicPartition> =
-            parts().iter().flat_map(|(t, &n)| (0..n).map(move |p| TopicPartition::new(t.clone(), p))).collect();
+        let all: Vec<TopicPartition> = parts()
+            .iter()
+            .flat_map(|(t, &n)| (0..n).map(move |p| TopicPartition::new(t.clone(), sluice_io::PartitionId(p))))
+            .collect();
         if d.members.is_empty() {
             assert!(owned.is_empty());
         } else {

@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use sluice_io::{Log, LogError, Offset, Storage, Timestamp};
+use sluice_io::{Log, LogError, Offset, PartitionId, Storage, Timestamp};
 
 use crate::record::OwnedRecord;
 
@@ -14,22 +14,22 @@ use crate::record::OwnedRecord;
 pub const TOPIC: &str = "__consumer_offsets";
 
 /// A group's committed offsets by (topic, partition).
-pub type Committed = BTreeMap<(String, u32), Offset>;
+pub type Committed = BTreeMap<(String, PartitionId), Offset>;
 
-fn key(group: &str, topic: &str, partition: u32) -> Vec<u8> {
+fn key(group: &str, topic: &str, partition: PartitionId) -> Vec<u8> {
     // Names cannot contain '/', so the key splits back unambiguously.
     format!("{group}/{topic}/{partition}").into_bytes()
 }
 
-fn parse_key(key: &[u8]) -> Option<(String, String, u32)> {
+fn parse_key(key: &[u8]) -> Option<(String, String, PartitionId)> {
     let s = std::str::from_utf8(key).ok()?;
     let mut it = s.splitn(3, '/');
     let (group, topic, p) = (it.next()?, it.next()?, it.next()?);
-    Some((group.to_string(), topic.to_string(), p.parse().ok()?))
+    Some((group.to_string(), topic.to_string(), PartitionId(p.parse().ok()?)))
 }
 
 /// The records that commit `offsets` for `group`.
-pub(crate) fn records(group: &str, offsets: &[(String, u32, Offset)]) -> Vec<OwnedRecord> {
+pub(crate) fn records(group: &str, offsets: &[(String, PartitionId, Offset)]) -> Vec<OwnedRecord> {
     let now = Timestamp::now();
     offsets
         .iter()
@@ -68,7 +68,10 @@ mod tests {
 
     #[test]
     fn keys_round_trip() {
-        assert_eq!(parse_key(&key("g.1", "orders_v2", 17)), Some(("g.1".into(), "orders_v2".into(), 17)));
+        assert_eq!(
+            parse_key(&key("g.1", "orders_v2", PartitionId(17))),
+            Some(("g.1".into(), "orders_v2".into(), PartitionId(17)))
+        );
         assert_eq!(parse_key(b"nonsense"), None);
         assert_eq!(parse_key(b"g/t/x"), None);
     }

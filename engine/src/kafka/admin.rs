@@ -183,7 +183,7 @@ pub(crate) async fn create_topics(ctx: &Arc<Context>, req: CreateTopicsRequest, 
                 };
                 (c, e.to_string())
             })?;
-            Ok(d.shards.len() as u32)
+            Ok(d.partitions())
         }
         .await;
         match outcome {

@@ -33,7 +33,7 @@ use kafka_protocol::messages::{
     ProducerId as WireProducerId,
 };
 use kafka_protocol::protocol::StrBytes;
-use sluice_io::{Offset, OwnedBatches, Timestamp};
+use sluice_io::{Offset, OwnedBatches, PartitionId, Timestamp};
 
 use crate::error::EngineError;
 
@@ -139,9 +139,9 @@ fn admit<'a>(
     name: &str,
     index: i32,
     data: Option<&bytes::Bytes>,
-) -> Result<(u32, records::ProducedBatch, Option<Appending<'a>>), (i16, String)> {
+) -> Result<(PartitionId, records::ProducedBatch, Option<Appending<'a>>), (i16, String)> {
     let partition =
-        u32::try_from(index).map_err(|_| (code::UNKNOWN_TOPIC_OR_PARTITION, format!("partition {index}")))?;
+        PartitionId::try_from(index).map_err(|_| (code::UNKNOWN_TOPIC_OR_PARTITION, format!("partition {index}")))?;
     let batch = records::decode_produced(&data.cloned().unwrap_or_default()).map_err(|e| (e.code, e.message))?;
     let appending = match (tid, batch.meta.attributes.is_transactional()) {
         (Some(tid), true) => {
@@ -170,7 +170,7 @@ async fn read_partition(
     max_bytes: usize,
     wait: Duration,
 ) -> Read {
-    let Ok(p) = u32::try_from(partition) else {
+    let Ok(p) = PartitionId::try_from(partition) else {
         return Read { result: Err(EngineError::UnknownTopic(topic.to_string())), bounds: None };
     };
     let Ok(offset) = u64::try_from(offset) else {
@@ -214,7 +214,8 @@ async fn stable_views(ctx: &Context, wanted: &[Wanted], reads: &[Read]) -> Vec<O
         .zip(reads)
         .map(|((topic, partition, offset, _), read)| {
             Box::pin(async move {
-                let (Ok(batches), Ok(p), Ok(from)) = (&read.result, u32::try_from(*partition), u64::try_from(*offset))
+                let (Ok(batches), Ok(p), Ok(from)) =
+                    (&read.result, PartitionId::try_from(*partition), u64::try_from(*offset))
                 else {
                     return None;
                 };
@@ -399,7 +400,7 @@ async fn wait_for_more(ctx: &Context, wanted: &[Wanted], reads: &[Read], read_co
                 _ => at,
             };
             Box::pin(async move {
-                if let Ok(p) = u32::try_from(*p) {
+                if let Ok(p) = PartitionId::try_from(*p) {
                     let _ = ctx.engine.fetch(t, p, at, (*m).max(1), left).await;
                 }
             }) as Boxed<'_, ()>
@@ -438,7 +439,7 @@ pub(crate) async fn list_offsets(ctx: &Arc<Context>, req: ListOffsetsRequest, _v
 }
 
 async fn list_one(ctx: &Context, topic: &str, partition: i32, timestamp: i64) -> Result<(i64, i64), i16> {
-    let p = u32::try_from(partition).map_err(|_| code::UNKNOWN_TOPIC_OR_PARTITION)?;
+    let p = PartitionId::try_from(partition).map_err(|_| code::UNKNOWN_TOPIC_OR_PARTITION)?;
     let engine = &ctx.engine;
     let (start, end) = engine.offsets(topic, p).await.map_err(|e| errors::of(&e))?;
     match timestamp {

@@ -18,7 +18,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use sluice_io::txn::{Marker, OpenTransactions};
-use sluice_io::{Offset, OwnedBatches, ProducerId};
+use sluice_io::{Offset, OwnedBatches, PartitionId, ProducerId};
 
 use crate::engine::EngineHandle;
 use crate::error::EngineError;
@@ -54,7 +54,7 @@ impl PartitionTxns {
 /// The index of every partition a read_committed client has fetched.
 #[derive(Debug, Default)]
 pub(crate) struct StableIndex {
-    parts: Mutex<HashMap<(String, u32), PartitionTxns>>,
+    parts: Mutex<HashMap<(String, PartitionId), PartitionTxns>>,
 }
 
 /// A partition's state for one read_committed fetch.
@@ -67,7 +67,7 @@ pub(crate) struct Stable {
 }
 
 impl StableIndex {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, u32), PartitionTxns>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, PartitionId), PartitionTxns>> {
         self.parts.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
@@ -79,7 +79,7 @@ impl StableIndex {
         &self,
         engine: &EngineHandle,
         topic: &str,
-        partition: u32,
+        partition: PartitionId,
         bounds: (Offset, Offset),
         fetched: &OwnedBatches,
     ) -> Result<(), EngineError> {
@@ -143,7 +143,7 @@ impl StableIndex {
     /// The last stable offset, and the aborted transactions that overlap offsets
     /// `from..upper` (Kafka's rule: the marker at or after `from`, the first batch
     /// before `upper`).
-    pub(crate) fn view(&self, topic: &str, partition: u32, from: Offset, upper: Offset) -> Stable {
+    pub(crate) fn view(&self, topic: &str, partition: PartitionId, from: Offset, upper: Offset) -> Stable {
         let parts = self.lock();
         match parts.get(&(topic.to_string(), partition)) {
             None => Stable { offset: from, aborted: Vec::new() },

@@ -7,7 +7,7 @@
 
 use std::ops::{Deref, DerefMut};
 
-use sluice_io::EventTime;
+use sluice_io::{CheckpointId, EventTime};
 
 /// One entry of a ring: a batch of records or one of the stream's control signals.
 ///
@@ -20,8 +20,8 @@ pub enum Message<T> {
     /// The sender will send no record with an event time at or below this one.
     Watermark(EventTime),
     /// Checkpoint barrier: the records before it belong to checkpoint `n`, those after it to
-    /// later ones. (A `CheckpointId` newtype replaces the `u64` once checkpoints exist.)
-    Barrier(u64),
+    /// later ones.
+    Barrier(CheckpointId),
     /// A signal about the stream rather than in it.
     Control(Control),
     /// The sender will send nothing more on this ring.
@@ -149,7 +149,7 @@ mod tests {
         let kinds: Vec<_> = [
             Message::data(vec![1u8]),
             Message::Watermark(EventTime::MIN),
-            Message::Barrier(1),
+            Message::Barrier(CheckpointId(1)),
             Message::Control(Control::Idle),
             Message::EndOfStream,
         ]

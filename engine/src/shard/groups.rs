@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Instant;
 
-use sluice_io::{BatchMeta, Offset, Record};
+use sluice_io::{BatchMeta, Offset, PartitionId, Record};
 
 use super::partition::append;
 use super::request::Request;
@@ -67,8 +67,8 @@ async fn commit(
     state: &Rc<RefCell<ShardState>>,
     group: &str,
     member: Option<(MemberId, u32)>,
-    offsets_partition: u32,
-    offsets: Vec<(String, u32, Offset)>,
+    offsets_partition: PartitionId,
+    offsets: Vec<(String, PartitionId, Offset)>,
 ) -> Result<()> {
     state.borrow().groups.check_commit(group, member.as_ref().map(|(m, g)| (m, *g)))?;
     let part = partition(state, offsets::TOPIC, offsets_partition)?;

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use std::path::PathBuf;
 
-use sluice_io::{Log, LogConfig, UringStorage};
+use sluice_io::{Log, LogConfig, PartitionId, UringStorage};
 
 use self::partition::{Partition, append, enqueue, fetch, flush_pending, wake_all};
 pub(crate) use self::request::{Batching, LocalTask, Reply, Request};
@@ -25,7 +25,7 @@ use crate::error::{EngineError, Result};
 use crate::group::coordinator::GroupCoordinator;
 use crate::group::offsets::{self, Committed};
 
-type Key = (String, u32);
+type Key = (String, PartitionId);
 
 /// Everything a shard owns.
 #[derive(Default)]
@@ -64,7 +64,7 @@ pub(crate) async fn run(requests: async_channel::Receiver<Request>) {
     let _ = shutdown(&state).await;
 }
 
-fn partition(state: &Rc<RefCell<ShardState>>, topic: &str, p: u32) -> Result<Rc<RefCell<Partition>>> {
+fn partition(state: &Rc<RefCell<ShardState>>, topic: &str, p: PartitionId) -> Result<Rc<RefCell<Partition>>> {
     state
         .borrow()
         .partitions
@@ -143,7 +143,7 @@ async fn handle(state: &Rc<RefCell<ShardState>>, request: Request) {
 async fn open_partition(
     state: &Rc<RefCell<ShardState>>,
     topic: String,
-    p: u32,
+    p: PartitionId,
     dir: PathBuf,
     config: LogConfig,
     batching: Batching,
@@ -161,7 +161,7 @@ async fn open_partition(
 }
 
 /// Stops serving a partition, closes its log and deletes its directory.
-async fn delete_partition(state: &Rc<RefCell<ShardState>>, topic: String, p: u32) -> Result<()> {
+async fn delete_partition(state: &Rc<RefCell<ShardState>>, topic: String, p: PartitionId) -> Result<()> {
     let Some(part) = state.borrow_mut().partitions.remove(&(topic, p)) else { return Ok(()) };
     let log = part.borrow().log.clone();
     let dir = log.dir().to_path_buf();

@@ -8,7 +8,7 @@ use std::rc::Rc;
 use std::task::Waker;
 use std::time::Duration;
 
-use sluice_io::{AppendInfo, BatchMeta, Log, Offset, OwnedBatches, Record, UringStorage};
+use sluice_io::{AppendInfo, BatchMeta, Log, Offset, OwnedBatches, PartitionId, Record, UringStorage};
 
 use super::request::{Batching, Reply};
 use crate::error::{EngineError, Result};
@@ -69,7 +69,7 @@ impl Partition {
 pub(super) async fn append(
     part: &Rc<RefCell<Partition>>,
     topic: &str,
-    p: u32,
+    p: PartitionId,
     recs: &[Record<'_>],
     meta: &BatchMeta,
 ) -> Result<AppendInfo> {
@@ -119,7 +119,7 @@ pub(super) async fn append(
 pub(super) async fn enqueue(
     part: Rc<RefCell<Partition>>,
     topic: String,
-    p: u32,
+    p: PartitionId,
     record: OwnedRecord,
     reply: Reply<Offset>,
 ) {
@@ -146,7 +146,7 @@ pub(super) async fn enqueue(
     }
 }
 
-pub(super) async fn flush_pending(part: &Rc<RefCell<Partition>>, topic: &str, p: u32) {
+pub(super) async fn flush_pending(part: &Rc<RefCell<Partition>>, topic: &str, p: PartitionId) {
     let batch = {
         let mut pt = part.borrow_mut();
         pt.pending_bytes = 0;
@@ -183,7 +183,7 @@ pub(super) async fn flush_pending(part: &Rc<RefCell<Partition>>, topic: &str, p:
 pub(super) async fn fetch(
     part: &Rc<RefCell<Partition>>,
     topic: &str,
-    p: u32,
+    p: PartitionId,
     offset: Offset,
     max_bytes: usize,
     wait: Duration,

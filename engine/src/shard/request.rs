@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use sluice_io::{AppendInfo, BatchMeta, LogConfig, Offset, OwnedBatches, Timestamp};
+use sluice_io::{AppendInfo, BatchMeta, LogConfig, Offset, OwnedBatches, PartitionId, Timestamp};
 
 use crate::error::Result;
 use crate::group::assignor::MemberId;
@@ -28,29 +28,36 @@ pub(crate) struct Batching {
 /// What the handle asks of a shard.
 pub(crate) enum Request {
     /// Open (creating if needed) a partition log.
-    Open { topic: String, partition: u32, dir: PathBuf, config: LogConfig, batching: Batching, reply: Reply<()> },
+    Open {
+        topic: String,
+        partition: PartitionId,
+        dir: PathBuf,
+        config: LogConfig,
+        batching: Batching,
+        reply: Reply<()>,
+    },
     /// Close a partition log and delete its directory.
-    Delete { topic: String, partition: u32, reply: Reply<()> },
+    Delete { topic: String, partition: PartitionId, reply: Reply<()> },
     /// Append one record, batched with others per the partition's linger.
-    Send { topic: String, partition: u32, record: OwnedRecord, reply: Reply<Offset> },
+    Send { topic: String, partition: PartitionId, record: OwnedRecord, reply: Reply<Offset> },
     /// Append records as one batch, now.
-    Append { topic: String, partition: u32, records: AppendRecords, meta: BatchMeta, reply: Reply<AppendInfo> },
+    Append { topic: String, partition: PartitionId, records: AppendRecords, meta: BatchMeta, reply: Reply<AppendInfo> },
     /// Read batches from an offset, waiting up to `wait` for data at the end of the log.
     Fetch {
         topic: String,
-        partition: u32,
+        partition: PartitionId,
         offset: Offset,
         max_bytes: usize,
         wait: Duration,
         reply: Reply<OwnedBatches>,
     },
     /// The log start and end offsets.
-    Offsets { topic: String, partition: u32, reply: Reply<(Offset, Offset)> },
+    Offsets { topic: String, partition: PartitionId, reply: Reply<(Offset, Offset)> },
     /// Make everything appended so far durable (written and fdatasync'd), whatever the
     /// partition's fsync policy; answers the durable end.
-    Sync { topic: String, partition: u32, reply: Reply<Offset> },
+    Sync { topic: String, partition: PartitionId, reply: Reply<Offset> },
     /// The first offset at or after a time.
-    OffsetForTime { topic: String, partition: u32, time: Timestamp, reply: Reply<Option<Offset>> },
+    OffsetForTime { topic: String, partition: PartitionId, time: Timestamp, reply: Reply<Option<Offset>> },
     /// A member joins a group this shard coordinates.
     GroupJoin { group: String, req: JoinRequest, partitions: BTreeMap<String, u32>, reply: Reply<MemberState> },
     /// A member fetches its assignment for a generation.
@@ -63,8 +70,8 @@ pub(crate) enum Request {
     GroupCommit {
         group: String,
         member: Option<(MemberId, u32)>,
-        offsets_partition: u32,
-        offsets: Vec<(String, u32, Offset)>,
+        offsets_partition: PartitionId,
+        offsets: Vec<(String, PartitionId, Offset)>,
         reply: Reply<()>,
     },
     /// A group's committed offsets.

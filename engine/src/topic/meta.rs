@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use sluice_io::PartitionId;
+
 use crate::config::TopicConfig;
 use crate::error::{EngineError, Result};
 
@@ -70,7 +72,7 @@ impl Layout {
 
     /// A partition's directory. `topic` must be a validated name.
     #[must_use]
-    pub fn partition_dir(&self, topic: &str, partition: u32) -> PathBuf {
+    pub fn partition_dir(&self, topic: &str, partition: PartitionId) -> PathBuf {
         self.data_dir.join("topics").join(format!("{topic}-{partition}"))
     }
 }

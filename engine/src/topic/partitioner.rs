@@ -9,6 +9,8 @@
 //! Everything here is a pure function of its inputs: no clock, no randomness, no I/O. The
 //! producer calls it on whichever shard it runs.
 
+use sluice_io::PartitionId;
+
 /// Kafka's murmur2 seed (`Utils.murmur2`: `int seed = 0x9747b28c`).
 pub const KAFKA_MURMUR2_SEED: u32 = 0x9747_b28c;
 
@@ -38,11 +40,11 @@ pub fn to_positive(hash: i32) -> u32 {
 ///
 /// If `partitions` is zero: a topic always has at least one partition, so a zero here is a
 /// bug in the caller, not bad input.
-pub fn partition_for_key(key: &[u8], partitions: u32) -> u32 {
+pub fn partition_for_key(key: &[u8], partitions: u32) -> PartitionId {
     assert!(partitions > 0, "partition_for_key: a topic has at least one partition");
     // The positive hash is below 2^31, so the `u32` remainder equals Java's `int` remainder
     // for every partition count Kafka allows (1..=i32::MAX).
-    to_positive(murmur2(key)) % partitions
+    PartitionId(to_positive(murmur2(key)) % partitions)
 }
 
 /// Spreads unkeyed records over a topic's partitions: round robin, one partition per batch.
@@ -75,13 +77,13 @@ impl UnkeyedSpreader {
     /// # Panics
     ///
     /// If `partitions` is zero, as [`partition_for_key`].
-    pub fn next_partition(&mut self, partitions: u32) -> u32 {
+    pub fn next_partition(&mut self, partitions: u32) -> PartitionId {
         assert!(partitions > 0, "UnkeyedSpreader: a topic has at least one partition");
         let partition = self.next % partitions;
         // Storing the successor, not a running counter, keeps the rotation exact forever: a
         // counter would wrap at 2^32, which is not a multiple of most partition counts.
         self.next = (partition + 1) % partitions;
-        partition
+        PartitionId(partition)
     }
 }
 
@@ -181,7 +183,7 @@ mod tests {
     #[test]
     fn partition_for_key_matches_kafka_python() {
         for (key, expected) in KAFKA_PYTHON_1000 {
-            assert_eq!(partition_for_key(key, 1000), expected, "key {key:?}");
+            assert_eq!(partition_for_key(key, 1000), PartitionId(expected), "key {key:?}");
         }
     }
 
@@ -190,13 +192,13 @@ mod tests {
         // "21" hashes to -973932308 (UtilsTest). toPositive gives 2^31 - 973932308 =
         // 1173551340, so partition 340 of 1000; `abs` would have given 308.
         assert_eq!(to_positive(-973_932_308), 1_173_551_340);
-        assert_eq!(partition_for_key(b"21", 1000), 340);
+        assert_eq!(partition_for_key(b"21", 1000), PartitionId(340));
         assert_eq!(to_positive(-1), i32::MAX as u32);
         assert_eq!(to_positive(i32::MIN), 0);
         assert_eq!(to_positive(i32::MAX), i32::MAX as u32);
         for (key, hash) in KAFKA_UTILS_TEST.into_iter().filter(|(_, h)| *h < 0) {
             let expected = (hash & 0x7fff_ffff) % 7;
-            assert_eq!(partition_for_key(key, 7) as i32, expected, "key {key:?}");
+            assert_eq!(partition_for_key(key, 7).get() as i32, expected, "key {key:?}");
         }
     }
 
@@ -242,9 +244,9 @@ mod tests {
             let hash = murmur2(&key);
             negatives += usize::from(hash < 0);
             let partition = partition_for_key(&key, partitions);
-            assert!(partition < partitions, "seed {seed}, key {key:?}: {partition} of {partitions}");
+            assert!(partition.get() < partitions, "seed {seed}, key {key:?}: {partition} of {partitions}");
             // Java: Utils.toPositive(hash) % numPartitions, in `int` arithmetic.
-            assert_eq!(partition as i32, (hash & 0x7fff_ffff) % partitions as i32, "seed {seed}, key {key:?}");
+            assert_eq!(partition.get() as i32, (hash & 0x7fff_ffff) % partitions as i32, "seed {seed}, key {key:?}");
         }
         assert!(negatives > 5_000, "seed {seed}: about half the hashes are negative, saw {negatives}");
     }
@@ -258,13 +260,13 @@ mod tests {
     #[test]
     fn unkeyed_batches_rotate_evenly() {
         let mut spreader = UnkeyedSpreader::new(0);
-        let picks: Vec<u32> = (0..7).map(|_| spreader.next_partition(3)).collect();
+        let picks: Vec<u32> = (0..7).map(|_| spreader.next_partition(3).get()).collect();
         assert_eq!(picks, [0, 1, 2, 0, 1, 2, 0]);
 
         // A start past the count wraps; every window of `partitions` batches covers each
         // partition once.
         let mut spreader = UnkeyedSpreader::new(11);
-        let picks: Vec<u32> = (0..40).map(|_| spreader.next_partition(8)).collect();
+        let picks: Vec<u32> = (0..40).map(|_| spreader.next_partition(8).get()).collect();
         assert_eq!(picks[0], 3);
         for window in picks.windows(8) {
             let mut seen = window.to_vec();
@@ -283,12 +285,12 @@ mod tests {
     #[test]
     fn unkeyed_rotation_survives_added_partitions() {
         let mut spreader = UnkeyedSpreader::new(0);
-        assert_eq!([spreader.next_partition(2), spreader.next_partition(2)], [0, 1]);
+        assert_eq!([spreader.next_partition(2), spreader.next_partition(2)], [PartitionId(0), PartitionId(1)]);
         // Two partitions become five: the rotation continues and reaches the new ones.
-        let picks: Vec<u32> = (0..5).map(|_| spreader.next_partition(5)).collect();
+        let picks: Vec<u32> = (0..5).map(|_| spreader.next_partition(5).get()).collect();
         assert_eq!(picks, [0, 1, 2, 3, 4]);
         let mut spreader = UnkeyedSpreader::new(4);
         // Shrinking is not something Kafka allows, but the spreader stays in range anyway.
-        assert_eq!(spreader.next_partition(3), 1);
+        assert_eq!(spreader.next_partition(3), PartitionId(1));
     }
 }

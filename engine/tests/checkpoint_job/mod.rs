@@ -17,7 +17,7 @@ use sluice_engine::dataflow::{
 };
 use sluice_engine::topic::partitioner::partition_for_key;
 use sluice_engine::{Engine, EngineConfig, EngineHandle, Isolation, OwnedRecord, TopicConfig};
-use sluice_io::{BatchMeta, EventTime, Timestamp};
+use sluice_io::{BatchMeta, EventTime, PartitionId, Timestamp};
 
 pub const IN: &str = "ckpt-in";
 pub const OUT: &str = "ckpt-out";
@@ -74,7 +74,7 @@ pub fn produce_with(h: &EngineHandle, records: &[In], out_fsync: &str) {
 /// Writes `records` to the input topic, each to its key's partition, in order.
 pub fn append_input(h: &EngineHandle, records: &[In]) {
     for chunk in records.chunks(500) {
-        let mut by_partition: BTreeMap<u32, Vec<OwnedRecord>> = BTreeMap::new();
+        let mut by_partition: BTreeMap<PartitionId, Vec<OwnedRecord>> = BTreeMap::new();
         for (key, time, value) in chunk {
             let key = key.to_string().into_bytes();
             let p = partition_for_key(&key, IN_PARTITIONS);
@@ -262,7 +262,7 @@ pub fn expected(records: &[In]) -> Vec<String> {
 /// The output topic as a `read_committed` consumer sees it, sorted. Fails if a
 /// transaction is still open in it (every run that wrote it has been settled).
 pub fn committed_output(h: &EngineHandle) -> Vec<String> {
-    for p in 0..OUT_PARTITIONS {
+    for p in PartitionId::all(OUT_PARTITIONS) {
         let open = block_on(h.open_transactions(OUT, p)).unwrap();
         assert!(open.is_empty(), "transactions still open in {OUT}-{p}: {open:?}");
     }

@@ -233,7 +233,7 @@ pub(super) fn run(job: &StateJob) -> anyhow::Result<StateRun> {
         ingest_ms: ms(ingest),
         full_checkpoint: CheckpointFigures::from(&full),
         changed_checkpoint: CheckpointFigures::from(&changed),
-        restored_from,
+        restored_from: restored_from.get(),
         restore_ms: ms(restore),
         restore_read_ms: ms(read),
         drain_ms: ms(drain),

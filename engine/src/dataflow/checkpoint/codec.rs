@@ -325,7 +325,7 @@ impl<K: Data, R: Data> Data for WindowResult<K, R> {
 
 impl Data for TopicRecord {
     fn encode(&self, out: &mut Vec<u8>) {
-        self.partition.encode(out);
+        self.partition.0.encode(out);
         self.offset.0.encode(out);
         self.key.encode(out);
         self.value.encode(out);
@@ -333,7 +333,7 @@ impl Data for TopicRecord {
     }
     fn decode(input: &mut &[u8]) -> Result<Self, StateError> {
         Ok(TopicRecord {
-            partition: u32::decode(input)?,
+            partition: sluice_io::PartitionId(u32::decode(input)?),
             offset: sluice_io::Offset(u64::decode(input)?),
             key: Option::decode(input)?,
             value: Vec::decode(input)?,
@@ -530,7 +530,7 @@ mod tests {
             firing: Firing::Update,
         };
         let record = TopicRecord {
-            partition: 2,
+            partition: sluice_io::PartitionId(2),
             offset: sluice_io::Offset(7),
             key: Some(b"key".to_vec()),
             value: b"value".to_vec(),

@@ -10,7 +10,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use sluice_io::{CheckpointStore, Manifest, PartInfo, UringStorage};
+use sluice_io::{CheckpointId, CheckpointStore, Manifest, PartInfo, UringStorage};
 
 use super::{
     CheckpointConfig, CheckpointError, CheckpointStats, Restored, ShardPart, decode_part, encode_part, part_name,
@@ -19,7 +19,7 @@ use super::{
 /// A shard's answer for one checkpoint: its part, or why it has none.
 #[derive(Debug)]
 pub(crate) struct Ack {
-    pub(crate) id: u64,
+    pub(crate) id: CheckpointId,
     pub(crate) shard: usize,
     /// The shard's snapshot, encoded and written by the coordinator.
     pub(crate) part: ShardPart,
@@ -94,9 +94,19 @@ impl CheckpointCoordinator {
         self.stop.store(true, Ordering::Release);
     }
 
+    /// The last completed checkpoint (0: none in this run).
+    pub(crate) fn completed(&self) -> CheckpointId {
+        CheckpointId(self.completed.load(Ordering::Acquire))
+    }
+
+    /// The checkpoint whose barriers sources inject (0: none yet).
+    pub(crate) fn trigger(&self) -> CheckpointId {
+        CheckpointId(self.trigger.load(Ordering::Acquire))
+    }
+
     /// Blocks until a checkpoint with an id above `after` has completed, and returns the
     /// first such; `None` when `timeout` passes or the coordinator's loop ends first.
-    pub(crate) fn wait_for(&self, after: u64, timeout: Duration) -> Option<CheckpointStats> {
+    pub(crate) fn wait_for(&self, after: CheckpointId, timeout: Duration) -> Option<CheckpointStats> {
         let deadline = Instant::now() + timeout;
         let mut stats = self.stats.lock().unwrap_or_else(PoisonError::into_inner);
         loop {
@@ -187,9 +197,9 @@ async fn read_checkpoint(
     store: &CheckpointStore<UringStorage>,
     id: sluice_io::CheckpointId,
 ) -> Result<ReadCheckpoint, CheckpointError> {
-    let io = |at: sluice_io::CheckpointId| move |source| CheckpointError::Read { id: at.0, source };
+    let io = |at: sluice_io::CheckpointId| move |source| CheckpointError::Read { id: at, source };
     let manifest = store.manifest(id).await.map_err(io(id))?;
-    let mut restored = Restored { id: id.0, ..Restored::default() };
+    let mut restored = Restored { id, ..Restored::default() };
     let mut parts = 0;
     for info in &manifest.parts {
         // The part, and the same shard's parts it is a delta on, back to a whole one.
@@ -199,7 +209,7 @@ async fn read_checkpoint(
             let body = store.read_part(at, &info).await.map_err(io(at))?;
             parts += 1;
             let part = decode_part(body).map_err(|source| CheckpointError::Decode {
-                id: at.0,
+                id: at,
                 part: info.name.clone(),
                 source,
             })?;
@@ -207,9 +217,9 @@ async fn read_checkpoint(
             let Some(base) = info.base else { break };
             let older = store.manifest(base).await.map_err(io(base))?;
             info = older.part(&info.name).cloned().ok_or_else(|| CheckpointError::MissingBase {
-                id: base.0,
+                id: base,
                 part: info.name.clone(),
-                of: at.0,
+                of: at,
             })?;
             at = base;
         }
@@ -301,7 +311,7 @@ async fn collect_parts(
         })
         .await;
         let Some(ack) = ack else { continue };
-        if ack.id != id.0 {
+        if ack.id != id {
             continue;
         }
         let written = match encode_part(&ack.part) {
@@ -370,7 +380,7 @@ async fn take_checkpoints(
                 coordinator.completed.store(id.0, Ordering::Release);
                 let (alignment, keys, inflight_records) = (got.alignment, got.keys, got.inflight_records);
                 let stats =
-                    CheckpointStats { id: id.0, duration: started.elapsed(), alignment, bytes, keys, inflight_records };
+                    CheckpointStats { id, duration: started.elapsed(), alignment, bytes, keys, inflight_records };
                 coordinator.stats.lock().unwrap_or_else(PoisonError::into_inner).push(stats);
                 coordinator.changed.notify_all();
                 if last {

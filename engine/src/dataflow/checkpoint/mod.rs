@@ -65,6 +65,7 @@ mod shard;
 use std::{collections::HashMap, path::PathBuf, sync::Arc, time::Duration};
 
 use rkyv::util::AlignedVec;
+use sluice_io::CheckpointId;
 
 pub use crate::error::CheckpointError;
 pub use codec::{Data, EntryWriter, StateError, read_entries, take};
@@ -204,14 +205,14 @@ impl CheckpointConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Barrier {
     /// The checkpoint.
-    pub id: u64,
+    pub id: CheckpointId,
 }
 
 /// What one completed checkpoint cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct CheckpointStats {
     /// The checkpoint.
-    pub id: u64,
+    pub id: CheckpointId,
     /// From the trigger to the manifest being durable.
     pub duration: Duration,
     /// The longest time a shard spent between its first and its last participant
@@ -301,7 +302,7 @@ pub(crate) struct PendingTxn {
 /// The state of a completed checkpoint, merged over the shards that wrote it.
 #[derive(Debug, Default)]
 pub(crate) struct Restored {
-    pub(crate) id: u64,
+    pub(crate) id: CheckpointId,
     pub(crate) shards: u32,
     pub(crate) key_groups: u32,
     /// Per operator: the least watermark over the shards, and every key group's entries.

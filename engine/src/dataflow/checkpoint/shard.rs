@@ -10,7 +10,7 @@ use std::{
     time::Instant,
 };
 
-use sluice_io::EventTime;
+use sluice_io::{CheckpointId, EventTime};
 
 use super::{
     Barrier, ChannelPart, CheckpointMode, Data, EntryWriter, GroupPart, OperatorPart, ShardPart, SinkPart, SourcePart,
@@ -21,7 +21,7 @@ use crate::dataflow::{Event, key_group, shard_of_group};
 
 /// The snapshot of one checkpoint being collected on this shard.
 struct InProgress {
-    id: u64,
+    id: CheckpointId,
     reported: u32,
     part: ShardPart,
     first: Instant,
@@ -44,7 +44,7 @@ pub(crate) struct ShardCheckpoint {
     current: Option<InProgress>,
     /// The first checkpoint this shard snapshotted in this run: incremental state may
     /// build only on a completed checkpoint at or after it.
-    first_snapshot: Option<u64>,
+    first_snapshot: Option<CheckpointId>,
     /// Incremental snapshots since the last whole one, and how many make a whole one due.
     deltas: u32,
     full_every: u32,
@@ -105,13 +105,13 @@ impl ShardCheckpoint {
         self.next_sink - 1
     }
 
-    fn entry(&mut self, id: u64) -> &mut InProgress {
+    fn entry(&mut self, id: CheckpointId) -> &mut InProgress {
         if self.current.as_ref().is_none_or(|p| p.id != id) {
             // A snapshot of an older checkpoint still here was aborted: drop it.
             //
             // Incremental state builds on the last completed checkpoint, if this run's
             // shard has a part there, until a whole snapshot is due.
-            let completed = self.coordinator.completed.load(Ordering::Acquire);
+            let completed = self.coordinator.completed();
             let base = match self.first_snapshot {
                 Some(first) if completed >= first && self.deltas + 1 < self.full_every => Some(completed),
                 _ => None,
@@ -122,7 +122,7 @@ impl ShardCheckpoint {
                 id,
                 reported: 0,
                 part: ShardPart {
-                    base,
+                    base: base.map(CheckpointId::get),
                     shard: self.shard as u32,
                     shards: self.shards as u32,
                     key_groups: self.key_groups,
@@ -138,28 +138,28 @@ impl ShardCheckpoint {
 
     /// The checkpoint that incremental state snapshotted for checkpoint `id` builds on,
     /// or `None` when the snapshot must be whole.
-    pub(crate) fn base(&mut self, id: u64) -> Option<u64> {
-        self.entry(id).part.base
+    pub(crate) fn base(&mut self, id: CheckpointId) -> Option<CheckpointId> {
+        self.entry(id).part.base.map(CheckpointId)
     }
 
-    pub(crate) fn report_operator(&mut self, id: u64, part: OperatorPart, keys: u64) {
+    pub(crate) fn report_operator(&mut self, id: CheckpointId, part: OperatorPart, keys: u64) {
         let p = self.entry(id);
         p.part.operators.push(part);
         p.keys += keys;
         self.reported();
     }
 
-    pub(crate) fn report_source(&mut self, id: u64, part: SourcePart) {
+    pub(crate) fn report_source(&mut self, id: CheckpointId, part: SourcePart) {
         self.entry(id).part.sources.push(part);
         self.reported();
     }
 
-    pub(crate) fn report_sink(&mut self, id: u64, part: SinkPart) {
+    pub(crate) fn report_sink(&mut self, id: CheckpointId, part: SinkPart) {
         self.entry(id).part.sinks.push(part);
         self.reported();
     }
 
-    pub(crate) fn report_channel(&mut self, id: u64, part: ChannelPart, records: u64) {
+    pub(crate) fn report_channel(&mut self, id: CheckpointId, part: ChannelPart, records: u64) {
         if self.current.as_ref().is_some_and(|p| p.id > id) {
             // An exchange finishing an aborted checkpoint after the next one began here:
             // starting that one over would abort the next one too.
@@ -299,13 +299,13 @@ impl StateHandle {
     }
 
     /// The checkpoint an incremental snapshot at `barrier` builds on (`None`: whole).
-    pub(crate) fn base(&self, barrier: Barrier) -> Option<u64> {
+    pub(crate) fn base(&self, barrier: Barrier) -> Option<CheckpointId> {
         self.shard.borrow_mut().base(barrier.id)
     }
 
     /// The last completed checkpoint.
-    pub(crate) fn completed(&self) -> u64 {
-        self.shard.borrow().coordinator.completed.load(Ordering::Acquire)
+    pub(crate) fn completed(&self) -> CheckpointId {
+        self.shard.borrow().coordinator.completed()
     }
 
     /// Hands the snapshot taken at `barrier` to the shard: whole, or with `delta` the
@@ -380,8 +380,8 @@ impl ChannelHandle {
     }
 
     /// Whether checkpoint `id` is the final one of bounded inputs.
-    pub(crate) fn is_final(&self, id: u64) -> bool {
-        self.shard.borrow().coordinator.final_trigger.load(Ordering::Acquire) == id
+    pub(crate) fn is_final(&self, id: CheckpointId) -> bool {
+        self.shard.borrow().coordinator.final_trigger.load(Ordering::Acquire) == id.get()
     }
 
     /// A writer for one checkpoint's in-flight records.

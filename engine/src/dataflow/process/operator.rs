@@ -15,7 +15,7 @@ use std::{
 };
 
 use rustc_hash::{FxHashMap, FxHashSet};
-use sluice_io::EventTime;
+use sluice_io::{CheckpointId, EventTime};
 
 use super::{KeyedProcessFunction, KeyedState, ProcessContext, TimeDomain, Timer, context::Timers, timers::TimerQueue};
 use crate::dataflow::{
@@ -42,7 +42,7 @@ pub(crate) struct ProcessOperator<K, T, F: KeyedProcessFunction<K, T>> {
     /// With checkpoints: keys whose state or timers changed since the last snapshot, and
     /// the sets of earlier snapshots not yet covered by a completed checkpoint.
     dirty: Option<FxHashSet<K>>,
-    history: std::collections::VecDeque<(u64, FxHashSet<K>)>,
+    history: std::collections::VecDeque<(CheckpointId, FxHashSet<K>)>,
 }
 
 /// One key in a process operator's snapshot: its state (encoded), and its event-time and
@@ -239,7 +239,7 @@ where
             // A later snapshot builds on a checkpoint at least as new as the last completed
             // one (or this snapshot's base, which is older): older sets are not needed.
             let base = handle.base(barrier);
-            let keep_after = base.unwrap_or(u64::MAX).min(handle.completed());
+            let keep_after = base.unwrap_or(CheckpointId(u64::MAX)).min(handle.completed());
             self.history.retain(|(id, _)| *id > keep_after);
             let delta = match base {
                 Some(base) => {

@@ -39,7 +39,7 @@ use std::{
     time::Duration,
 };
 
-use sluice_io::{EventTime, Offset};
+use sluice_io::{EventTime, Offset, PartitionId};
 
 pub use reader::TopicReader;
 pub use sink::TopicSink;
@@ -56,7 +56,7 @@ use crate::{
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct TopicRecord {
     /// The partition it was read from.
-    pub partition: u32,
+    pub partition: PartitionId,
     /// Its offset in that partition.
     pub offset: Offset,
     /// The key, if any.
@@ -88,7 +88,7 @@ pub enum StartFrom {
     /// A chosen offset per partition. Partitions not named start at the earliest offset;
     /// a partition the topic does not have, or an offset its log does not hold, is an
     /// error.
-    Offsets(BTreeMap<u32, Offset>),
+    Offsets(BTreeMap<PartitionId, Offset>),
     /// A consumer group's committed offsets. A partition the group has not committed, or
     /// whose committed offset the log no longer holds, starts where `reset` says (Kafka's
     /// `auto.offset.reset`). The pipeline does not commit on its own.
@@ -170,18 +170,18 @@ impl TopicSource {
     /// [`StartFrom::Committed`], a group name that breaks the naming rules; and whatever the
     /// engine answers to the offset requests (a shut-down engine, a failed log).
     pub async fn open(handle: &EngineHandle, topic: &str, start: StartFrom) -> Result<TopicSource> {
-        let partitions = handle.describe_topic(topic)?.shards.len() as u32;
+        let partitions = handle.describe_topic(topic)?.partitions();
         let committed = match &start {
             StartFrom::Committed { group, .. } => handle.committed_offsets(group).await?,
             _ => BTreeMap::new(),
         };
         if let StartFrom::Offsets(chosen) = &start
-            && let Some((&partition, _)) = chosen.range(partitions..).next()
+            && let Some((&partition, _)) = chosen.range(PartitionId(partitions)..).next()
         {
             return Err(EngineError::PartitionOutOfRange { topic: topic.to_string(), partition, partitions });
         }
         let mut plans = Vec::with_capacity(partitions as usize);
-        for p in 0..partitions {
+        for p in PartitionId::all(partitions) {
             let (first, end) = handle.offsets(topic, p).await?;
             let start = match &start {
                 StartFrom::Earliest => first,
@@ -299,7 +299,8 @@ impl TopicSource {
     #[must_use]
     pub fn reader(&self, shard: usize, shards: usize) -> TopicReader {
         let shards = shards.max(1);
-        let partitions = (0..self.plans.len()).filter(|p| p % shards == shard).map(|p| (p as u32, self.plans[p]));
+        let partitions =
+            (0..self.plans.len()).filter(|p| p % shards == shard).map(|p| (PartitionId(p as u32), self.plans[p]));
         TopicReader::new(self, partitions)
     }
 }

@@ -15,7 +15,7 @@ use std::{
     time::Duration,
 };
 
-use sluice_io::{Offset, OwnedBatches, txn::ReadCommitted};
+use sluice_io::{Offset, OwnedBatches, PartitionId, txn::ReadCommitted};
 
 use super::{Failure, PartitionPlan, TopicRecord, TopicSource};
 use crate::{
@@ -37,7 +37,7 @@ struct Fetcher {
 }
 
 impl Fetcher {
-    fn fetch(&self, partition: u32, at: Offset) -> FetchFuture {
+    fn fetch(&self, partition: PartitionId, at: Offset) -> FetchFuture {
         let (handle, topic, max_bytes, max_wait) =
             (self.handle.clone(), self.topic.clone(), self.max_bytes, self.max_wait);
         Box::pin(async move { handle.fetch(&topic, partition, at, max_bytes, max_wait).await })
@@ -54,7 +54,7 @@ enum Fetch {
 
 /// One partition (one split) of a reader.
 struct PartitionReader {
-    partition: u32,
+    partition: PartitionId,
     /// The offset to fetch from next: one past the last record decoded.
     next: Offset,
     /// Where a bounded source stops.
@@ -172,13 +172,13 @@ pub struct TopicReader {
 
 impl std::fmt::Debug for TopicReader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let positions: Vec<(u32, Offset)> = self.partitions.iter().map(|p| (p.partition, p.next)).collect();
+        let positions: Vec<(PartitionId, Offset)> = self.partitions.iter().map(|p| (p.partition, p.next)).collect();
         f.debug_struct("TopicReader").field("topic", &self.fetcher.topic).field("positions", &positions).finish()
     }
 }
 
 impl TopicReader {
-    pub(super) fn new(source: &TopicSource, partitions: impl Iterator<Item = (u32, PartitionPlan)>) -> Self {
+    pub(super) fn new(source: &TopicSource, partitions: impl Iterator<Item = (PartitionId, PartitionPlan)>) -> Self {
         let bounded = source.bounded;
         TopicReader {
             group: source.group.clone(),
@@ -205,7 +205,7 @@ impl TopicReader {
 
     /// The partitions this instance reads, in split order.
     #[must_use]
-    pub fn partitions(&self) -> Vec<u32> {
+    pub fn partitions(&self) -> Vec<PartitionId> {
         self.partitions.iter().map(|p| p.partition).collect()
     }
 }
@@ -244,7 +244,7 @@ impl Source<TopicRecord> for TopicReader {
                         .map(|r| r.offset)
                         .or_else(|| p.committed.as_ref().map(ReadCommitted::stable))
                         .unwrap_or(p.next);
-                    (u64::from(p.partition), next.0 as i64)
+                    (u64::from(p.partition.get()), next.0 as i64)
                 })
                 .collect(),
         )
@@ -254,10 +254,10 @@ impl Source<TopicRecord> for TopicReader {
     /// ahead are dropped); partitions it does not name keep their starting offsets.
     fn restore(&mut self, positions: &std::collections::HashMap<u64, i64>) -> Result<(), UserError> {
         for p in &mut self.partitions {
-            if let Some(&at) = positions.get(&u64::from(p.partition)) {
+            if let Some(&at) = positions.get(&u64::from(p.partition.get())) {
                 let at = u64::try_from(at).map_err(|_| RestoreError::NegativePosition {
                     source_name: "topic source",
-                    split: u64::from(p.partition),
+                    split: u64::from(p.partition.get()),
                     position: at,
                 })?;
                 p.next = Offset(at);
@@ -274,7 +274,7 @@ impl Source<TopicRecord> for TopicReader {
     /// A bounded source's ends: where each partition stops.
     fn bounds(&self) -> Option<Vec<(u64, i64)>> {
         let ends: Vec<(u64, i64)> =
-            self.partitions.iter().filter_map(|p| Some((u64::from(p.partition), p.end?.0 as i64))).collect();
+            self.partitions.iter().filter_map(|p| Some((u64::from(p.partition.get()), p.end?.0 as i64))).collect();
         (!ends.is_empty()).then_some(ends)
     }
 
@@ -282,7 +282,7 @@ impl Source<TopicRecord> for TopicReader {
     /// not at the end the log has now.
     fn restore_bounds(&mut self, bounds: &std::collections::HashMap<u64, i64>) -> Result<(), UserError> {
         for p in &mut self.partitions {
-            let Some(&end) = bounds.get(&u64::from(p.partition)) else { continue };
+            let Some(&end) = bounds.get(&u64::from(p.partition.get())) else { continue };
             if p.end.is_none() {
                 return Err(RestoreError::Split {
                     source_name: "topic source",
@@ -295,7 +295,7 @@ impl Source<TopicRecord> for TopicReader {
             }
             let end = u64::try_from(end).map_err(|_| RestoreError::NegativePosition {
                 source_name: "topic source",
-                split: u64::from(p.partition),
+                split: u64::from(p.partition.get()),
                 position: end,
             })?;
             p.end = Some(Offset(end));
@@ -307,9 +307,9 @@ impl Source<TopicRecord> for TopicReader {
     /// from, if it did.
     fn checkpoint_completed(&mut self, positions: &[(u64, i64)]) {
         let Some(group) = self.group.clone() else { return };
-        let offsets: Vec<(String, u32, Offset)> = positions
+        let offsets: Vec<(String, PartitionId, Offset)> = positions
             .iter()
-            .map(|&(p, at)| (self.fetcher.topic.to_string(), p as u32, Offset(at.max(0) as u64)))
+            .map(|&(p, at)| (self.fetcher.topic.to_string(), PartitionId(p as u32), Offset(at.max(0) as u64)))
             .collect();
         let handle = self.fetcher.handle.clone();
         glommio::spawn_local(async move {

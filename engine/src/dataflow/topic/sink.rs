@@ -24,7 +24,7 @@ use std::{
     task::{Context, Poll},
 };
 
-use sluice_io::{AppendInfo, BatchMeta, EventTime};
+use sluice_io::{AppendInfo, BatchMeta, EventTime, PartitionId};
 
 use super::{Failure, txn::Transactions};
 use crate::{
@@ -65,7 +65,7 @@ impl TopicSink {
         Ok(TopicSink {
             handle: handle.clone(),
             topic: topic.into(),
-            partitions: description.shards.len() as u32,
+            partitions: description.partitions(),
             batch_records: description.config.batch_records.max(1),
             failure: Failure::default(),
             exactly_once: false,
@@ -149,7 +149,7 @@ impl Appender {
     fn place(&mut self, key: Option<&[u8]>) -> usize {
         let partitions = self.sink.partitions;
         match key {
-            Some(key) => partition_for_key(key, partitions) as usize,
+            Some(key) => partition_for_key(key, partitions).index(),
             None => {
                 let n = self.unkeyed;
                 self.unkeyed += 1;
@@ -179,7 +179,7 @@ impl Appender {
         chunk.bytes += bytes;
     }
 
-    fn append(&self, partition: u32, records: Vec<OwnedRecord>, meta: BatchMeta) -> AppendFuture {
+    fn append(&self, partition: PartitionId, records: Vec<OwnedRecord>, meta: BatchMeta) -> AppendFuture {
         let (handle, topic) = (self.sink.handle.clone(), self.sink.topic.clone());
         Box::pin(async move { handle.append(&topic, partition, records, meta).await })
     }
@@ -209,14 +209,14 @@ impl Appender {
                     None => BatchMeta::default(),
                     Some(txn) => {
                         let records = queue.chunks.front().map_or(0, |c| c.records.len());
-                        match txn.meta(cx, generation, partition as u32, records, &self.sink.failure) {
+                        match txn.meta(cx, generation, PartitionId(partition as u32), records, &self.sink.failure) {
                             Some(meta) => meta,
                             None => break,
                         }
                     }
                 };
                 let chunk = self.queues[partition].chunks.pop_front().expect("checked above");
-                let append = self.append(partition as u32, chunk.records, meta);
+                let append = self.append(PartitionId(partition as u32), chunk.records, meta);
                 self.queues[partition].in_flight = Some((generation, append));
             }
         }

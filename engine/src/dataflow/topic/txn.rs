@@ -30,7 +30,7 @@ use std::{
     task::{Context, Poll},
 };
 
-use sluice_io::{BatchMeta, ProducerId, txn::Marker};
+use sluice_io::{BatchMeta, CheckpointId, PartitionId, ProducerId, txn::Marker};
 
 use super::{Failure, TopicSink};
 use crate::{
@@ -44,8 +44,8 @@ type Job<T> = Pin<Box<dyn Future<Output = Result<T>>>>;
 /// One generation's transaction.
 struct Producer {
     id: ProducerId,
-    sequences: HashMap<u32, i32>,
-    touched: BTreeSet<u32>,
+    sequences: HashMap<PartitionId, i32>,
+    touched: BTreeSet<PartitionId>,
 }
 
 enum Recovery {
@@ -67,7 +67,7 @@ pub(super) struct Transactions {
     /// Barriers seen, with the generation each closes, not yet pre-committed.
     pub(super) barriers: VecDeque<(Barrier, u64)>,
     /// Pre-committed transactions, with the checkpoint that commits them.
-    precommitted: VecDeque<(u64, PendingTxn)>,
+    precommitted: VecDeque<(CheckpointId, PendingTxn)>,
     /// The sync that makes a generation's transaction durable before its pre-commit.
     syncing: Option<(u64, Job<()>)>,
     committing: Option<Job<()>>,
@@ -136,7 +136,7 @@ impl Transactions {
         &mut self,
         cx: &mut Context<'_>,
         generation: u64,
-        partition: u32,
+        partition: PartitionId,
         records: usize,
         failure: &Failure,
     ) -> Option<BatchMeta> {
@@ -181,7 +181,7 @@ impl Transactions {
                 Some((g, job)) if *g == generation => job,
                 slot => {
                     let (handle, topic) = (self.handle.clone(), self.topic.clone());
-                    let partitions: Vec<u32> = p.touched.iter().copied().collect();
+                    let partitions: Vec<PartitionId> = p.touched.iter().copied().collect();
                     &mut slot.insert((generation, Box::pin(sync_all(handle, topic, partitions)))).1
                 }
             };
@@ -194,7 +194,8 @@ impl Transactions {
             }
         }
         if let Some(p) = self.producers.remove(&generation) {
-            let txn = PendingTxn { producer: p.id.0, partitions: p.touched.into_iter().collect() };
+            let txn =
+                PendingTxn { producer: p.id.0, partitions: p.touched.into_iter().map(PartitionId::get).collect() };
             self.precommitted.push_back((barrier.id, txn));
         }
         let pending = self.restoring.iter().chain(self.precommitted.iter().map(|(_, t)| t)).cloned().collect();
@@ -216,18 +217,19 @@ impl Transactions {
                     }
                 }
             }
-            let completed = self.coordinator.completed.load(Ordering::Acquire);
+            let completed = self.coordinator.completed();
             let Some((checkpoint, txn)) = self.precommitted.front() else { return !self.barriers.is_empty() && !ended };
             if *checkpoint > completed {
                 return false;
             }
             let (handle, topic, txn) = (self.handle.clone(), self.topic.clone(), txn.clone());
             self.committing = Some(Box::pin(async move {
-                for &p in &txn.partitions {
+                let partitions: Vec<PartitionId> = txn.partitions.iter().copied().map(PartitionId).collect();
+                for &p in &partitions {
                     handle.write_marker(&topic, p, ProducerId(txn.producer), Marker::Commit).await?;
                 }
                 // Only a durable commit may leave the snapshots (popped once this is done).
-                sync_all(handle, topic, txn.partitions).await
+                sync_all(handle, topic, partitions).await
             }));
         }
     }
@@ -247,13 +249,13 @@ async fn recover(
     let keep: HashSet<i64> = restored.iter().map(|t| t.producer).collect();
     let mut committed = BTreeSet::new();
     for txn in restored.iter().skip(shard).step_by(shards.max(1)) {
-        for &p in &txn.partitions {
+        for p in txn.partitions.iter().copied().map(PartitionId) {
             handle.write_marker(&topic, p, ProducerId(txn.producer), Marker::Commit).await?;
             committed.insert(p);
         }
     }
     sync_all(handle.clone(), topic.clone(), committed.into_iter().collect()).await?;
-    for p in (0..partitions).filter(|p| *p as usize % shards.max(1) == shard) {
+    for p in PartitionId::all(partitions).filter(|p| p.index() % shards.max(1) == shard) {
         let mut open: Vec<ProducerId> = handle.open_transactions(&topic, p).await?.into_keys().collect();
         open.sort();
         for producer in open.into_iter().filter(|id| !keep.contains(&id.0)) {
@@ -264,7 +266,7 @@ async fn recover(
 }
 
 /// Syncs each of `partitions` of `topic` ([`EngineHandle::sync`]).
-async fn sync_all(handle: EngineHandle, topic: Arc<str>, partitions: Vec<u32>) -> Result<()> {
+async fn sync_all(handle: EngineHandle, topic: Arc<str>, partitions: Vec<PartitionId>) -> Result<()> {
     for p in partitions {
         handle.sync(&topic, p).await?;
     }

@@ -13,7 +13,7 @@ use std::{
 use std::collections::VecDeque;
 
 use rustc_hash::{FxHashMap, FxHashSet};
-use sluice_io::EventTime;
+use sluice_io::{CheckpointId, EventTime};
 
 use super::{
     Firing, Window, Windows,
@@ -85,7 +85,7 @@ struct Changes<K> {
     keys: FxHashSet<(Window, K)>,
     windows: FxHashSet<Window>,
     /// The sets of earlier snapshots, until a completed checkpoint covers them.
-    history: VecDeque<(u64, Changed<K>)>,
+    history: VecDeque<(CheckpointId, Changed<K>)>,
 }
 
 /// A restored window entry: its window, whether that had fired, the key, its accumulator.
@@ -459,7 +459,7 @@ where
         let Some(changes) = self.changes.as_mut() else { return };
         let mut w = state.writer();
         let base = state.base(barrier);
-        let keep_after = base.unwrap_or(u64::MAX).min(state.completed());
+        let keep_after = base.unwrap_or(CheckpointId(u64::MAX)).min(state.completed());
         changes.history.retain(|(id, _)| *id > keep_after);
         let keys = std::mem::take(&mut changes.keys);
         let windows = std::mem::take(&mut changes.windows);
@@ -595,7 +595,8 @@ mod tests {
             let n = w.count();
             RestoredGroup::owned(g, n, &w.finish())
         };
-        let mut restored = Restored { id: 3, shards: 1, key_groups: groups, ..Restored::default() };
+        let mut restored =
+            Restored { id: sluice_io::CheckpointId(3), shards: 1, key_groups: groups, ..Restored::default() };
         let all: Vec<RestoredGroup> = whole.into_iter().map(part).chain(delta.into_iter().map(part)).collect();
         restored.operators.insert(0, (50, all));
         let got = fire_restored(restored, 300);
@@ -628,7 +629,8 @@ mod tests {
         let g0 = key_group(&k0, groups);
         let g1 = key_group(&k1, groups);
         let dropped = entries(|w| w.push_with(|out| (DROPPED_WINDOW, 0i64, 100i64).encode(out)));
-        let mut restored = Restored { id: 3, shards: 2, key_groups: groups, ..Restored::default() };
+        let mut restored =
+            Restored { id: sluice_io::CheckpointId(3), shards: 2, key_groups: groups, ..Restored::default() };
         // Shard 0's chain, then shard 1's: its whole part, then the delta dropping the window.
         restored
             .operators

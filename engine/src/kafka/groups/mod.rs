@@ -127,8 +127,8 @@ pub fn encode_assignment(partitions: &[TopicPartition]) -> Bytes {
     let mut by_topic: Vec<(&str, Vec<i32>)> = Vec::new();
     for tp in partitions {
         match by_topic.iter_mut().find(|(t, _)| *t == tp.topic) {
-            Some((_, ps)) => ps.push(tp.partition as i32),
-            None => by_topic.push((&tp.topic, vec![tp.partition as i32])),
+            Some((_, ps)) => ps.push(tp.partition.get() as i32),
+            None => by_topic.push((&tp.topic, vec![tp.partition.get() as i32])),
         }
     }
     let mut b = BytesMut::new();
@@ -228,8 +228,11 @@ mod tests {
 
     #[test]
     fn assignments_group_partitions_by_topic() {
-        let a =
-            encode_assignment(&[TopicPartition::new("t", 0), TopicPartition::new("u", 3), TopicPartition::new("t", 2)]);
+        let a = encode_assignment(&[
+            TopicPartition::new("t", sluice_io::PartitionId(0)),
+            TopicPartition::new("u", sluice_io::PartitionId(3)),
+            TopicPartition::new("t", sluice_io::PartitionId(2)),
+        ]);
         let mut want = BytesMut::new();
         want.put_i16(0);
         want.put_i32(2);

@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::kafka::context::Context;
+use sluice_io::PartitionId;
 
 /// Handles a JoinGroup request.
 pub(crate) async fn join(ctx: &Arc<Context>, req: JoinGroupRequest, version: i16) -> JoinGroupResponse {
@@ -197,7 +198,7 @@ pub(crate) async fn offset_commit(ctx: &Arc<Context>, req: OffsetCommitRequest) 
     let mut invalid = Vec::new();
     for t in &req.topics {
         for p in &t.partitions {
-            match (u32::try_from(p.partition_index), u64::try_from(p.committed_offset)) {
+            match (PartitionId::try_from(p.partition_index), u64::try_from(p.committed_offset)) {
                 (Ok(pi), Ok(o)) => offsets.push((t.name.0.as_str().to_string(), pi, Offset(o))),
                 _ => invalid.push((t.name.0.as_str().to_string(), p.partition_index)),
             }
@@ -258,8 +259,8 @@ pub(crate) async fn offset_fetch(ctx: &Arc<Context>, req: OffsetFetchRequest) ->
             let mut all: Vec<(String, Vec<i32>)> = Vec::new();
             for (topic, p) in committed.keys() {
                 match all.last_mut() {
-                    Some((t, ps)) if t == topic => ps.push(*p as i32),
-                    _ => all.push((topic.clone(), vec![*p as i32])),
+                    Some((t, ps)) if t == topic => ps.push(p.get() as i32),
+                    _ => all.push((topic.clone(), vec![p.get() as i32])),
                 }
             }
             all
@@ -270,8 +271,10 @@ pub(crate) async fn offset_fetch(ctx: &Arc<Context>, req: OffsetFetchRequest) ->
         for p in partitions {
             let mut pr = OffsetFetchResponsePartition::default();
             pr.partition_index = p;
-            pr.committed_offset =
-                u32::try_from(p).ok().and_then(|pi| committed.get(&(topic.clone(), pi))).map_or(-1, |o| o.0 as i64);
+            pr.committed_offset = PartitionId::try_from(p)
+                .ok()
+                .and_then(|pi| committed.get(&(topic.clone(), pi)))
+                .map_or(-1, |o| o.0 as i64);
             pr.metadata = Some(StrBytes::default());
             tr.partitions.push(pr);
         }

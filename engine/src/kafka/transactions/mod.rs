@@ -44,7 +44,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use sluice_io::txn::Marker;
-use sluice_io::{Offset, ProducerId, Timestamp};
+use sluice_io::{Offset, PartitionId, ProducerId, Timestamp};
 
 use crate::config::TopicConfig;
 use crate::engine::EngineHandle;
@@ -85,7 +85,7 @@ enum Phase {
 #[derive(Debug, Default)]
 struct PendingOffsets {
     member: Option<(MemberId, u32)>,
-    offsets: BTreeMap<(String, u32), Offset>,
+    offsets: BTreeMap<(String, PartitionId), Offset>,
 }
 
 #[derive(Debug)]
@@ -93,7 +93,7 @@ struct TxnState {
     producer_id: i64,
     epoch: i16,
     phase: Phase,
-    partitions: BTreeSet<(String, u32)>,
+    partitions: BTreeSet<(String, PartitionId)>,
     groups: BTreeMap<String, PendingOffsets>,
     /// How the last transaction ended (true: committed), so a retried EndTxn succeeds.
     last_ended: Option<bool>,
@@ -186,10 +186,10 @@ impl Stored {
         }
     }
 
-    fn ongoing(s: &TxnState, partitions: &BTreeSet<(String, u32)>) -> Stored {
+    fn ongoing(s: &TxnState, partitions: &BTreeSet<(String, PartitionId)>) -> Stored {
         Stored {
             state: StoredState::Ongoing,
-            partitions: partitions.iter().cloned().collect(),
+            partitions: partitions.iter().map(|(t, p)| (t.clone(), p.get())).collect(),
             ..Stored::empty(s.producer_id, s.epoch, s.timeout_ms, None)
         }
     }
@@ -198,18 +198,18 @@ impl Stored {
         producer_id: i64,
         epoch: i16,
         timeout_ms: i32,
-        partitions: &BTreeSet<(String, u32)>,
+        partitions: &BTreeSet<(String, PartitionId)>,
         groups: &BTreeMap<String, PendingOffsets>,
     ) -> Stored {
         Stored {
             state: StoredState::PrepareCommit,
-            partitions: partitions.iter().cloned().collect(),
+            partitions: partitions.iter().map(|(t, p)| (t.clone(), p.get())).collect(),
             offsets: groups
                 .iter()
                 .map(|(group, pending)| StoredGroup {
                     group: group.clone(),
                     member: pending.member.as_ref().map(|(m, g)| (m.as_str().to_string(), *g)),
-                    offsets: pending.offsets.iter().map(|((t, p), o)| (t.clone(), *p, o.0)).collect(),
+                    offsets: pending.offsets.iter().map(|((t, p), o)| (t.clone(), p.get(), o.0)).collect(),
                 })
                 .collect(),
             ..Stored::empty(producer_id, epoch, timeout_ms, None)
@@ -222,7 +222,7 @@ impl Stored {
             .map(|g| {
                 let pending = PendingOffsets {
                     member: g.member.as_ref().map(|(m, gen_id)| (MemberId::new(m.as_str()), *gen_id)),
-                    offsets: g.offsets.iter().map(|(t, p, o)| ((t.clone(), *p), Offset(*o))).collect(),
+                    offsets: g.offsets.iter().map(|(t, p, o)| ((t.clone(), PartitionId(*p)), Offset(*o))).collect(),
                 };
                 (g.group.clone(), pending)
             })
@@ -234,11 +234,11 @@ impl Stored {
 async fn persist(engine: &EngineHandle, tid: &str, stored: &Stored) -> Result<(), EngineError> {
     let value = serde_json::to_vec(stored).map_err(|e| EngineError::InvalidConfig(e.to_string()))?;
     let record = OwnedRecord { key: Some(tid.as_bytes().to_vec()), value, event_time: Timestamp::now() };
-    engine.send_to(TRANSACTION_STATE_TOPIC, 0, record).await.map(|_| ())
+    engine.send_to(TRANSACTION_STATE_TOPIC, PartitionId(0), record).await.map(|_| ())
 }
 
 /// Partitions of a transaction, as (topic, partition).
-type Partitions = BTreeSet<(String, u32)>;
+type Partitions = BTreeSet<(String, PartitionId)>;
 
 /// Every transactional id the listener knows (see the module docs).
 #[derive(Debug, Default)]
@@ -281,7 +281,7 @@ impl TransactionCoordinator {
         producer_id: i64,
         epoch: i16,
         topic: &str,
-        partition: u32,
+        partition: PartitionId,
     ) -> Result<Appending<'_>, (i16, String)> {
         let mut txns = self.lock();
         let s = Self::verify(&mut txns, tid, producer_id, epoch).map_err(|c| {
@@ -340,15 +340,15 @@ pub(crate) async fn recover(engine: &EngineHandle) -> Result<(TransactionCoordin
         }
     }
     let mut latest: HashMap<String, Stored> = HashMap::new();
-    let (mut at, end) = engine.offsets(TRANSACTION_STATE_TOPIC, 0).await?;
+    let (mut at, end) = engine.offsets(TRANSACTION_STATE_TOPIC, PartitionId(0)).await?;
     let mut unreadable = 0usize;
     while at < end {
-        let batches = engine.fetch(TRANSACTION_STATE_TOPIC, 0, at, 4 << 20, Duration::ZERO).await?;
+        let batches = engine.fetch(TRANSACTION_STATE_TOPIC, PartitionId(0), at, 4 << 20, Duration::ZERO).await?;
         if batches.is_empty() {
             break;
         }
         for r in batches.records() {
-            let r = r.map_err(|e| EngineError::log(TRANSACTION_STATE_TOPIC, 0, e))?;
+            let r = r.map_err(|e| EngineError::log(TRANSACTION_STATE_TOPIC, PartitionId(0), e))?;
             let tid = r.key().and_then(|k| std::str::from_utf8(k).ok());
             match (tid, serde_json::from_slice::<Stored>(r.value())) {
                 (Some(tid), Ok(stored)) => {
@@ -362,7 +362,8 @@ pub(crate) async fn recover(engine: &EngineHandle) -> Result<(TransactionCoordin
     let (mut aborted, mut committed) = (0, 0);
     let mut txns = HashMap::with_capacity(latest.len());
     for (tid, stored) in latest {
-        let partitions: BTreeSet<(String, u32)> = stored.partitions.iter().cloned().collect();
+        let partitions: BTreeSet<(String, PartitionId)> =
+            stored.partitions.iter().map(|(t, p)| (t.clone(), PartitionId(*p))).collect();
         let state = match stored.state {
             StoredState::Empty => {
                 let mut s = TxnState::new(stored.producer_id, stored.epoch, stored.timeout_ms);
@@ -410,7 +411,7 @@ async fn abort_and_fence(
     producer_id: i64,
     epoch: i16,
     timeout_ms: i32,
-    partitions: &BTreeSet<(String, u32)>,
+    partitions: &BTreeSet<(String, PartitionId)>,
 ) -> Result<(i64, i16), EngineError> {
     write_markers(engine, producer_id, partitions, Marker::Abort).await?;
     let (id, epoch) =
@@ -425,7 +426,7 @@ async fn commit_group_offsets(
     groups: &BTreeMap<String, PendingOffsets>,
 ) -> Result<(), EngineError> {
     for (group, pending) in groups {
-        let offsets: Vec<(String, u32, Offset)> =
+        let offsets: Vec<(String, PartitionId, Offset)> =
             pending.offsets.iter().map(|((t, p), o)| (t.clone(), *p, *o)).collect();
         if offsets.is_empty() {
             continue;
@@ -452,7 +453,7 @@ async fn commit_group_offsets(
 async fn write_markers(
     engine: &EngineHandle,
     producer_id: i64,
-    partitions: &BTreeSet<(String, u32)>,
+    partitions: &BTreeSet<(String, PartitionId)>,
     marker: Marker,
 ) -> Result<(), EngineError> {
     type Write<'a> = std::pin::Pin<Box<dyn futures_lite::Future<Output = Result<(), EngineError>> + 'a>>;

@@ -16,6 +16,7 @@ use kafka_protocol::messages::{
     EndTxnRequest, EndTxnResponse, InitProducerIdRequest, InitProducerIdResponse, ProducerId as WireProducerId,
     TxnOffsetCommitRequest, TxnOffsetCommitResponse,
 };
+use sluice_io::PartitionId;
 use sluice_io::txn::Marker;
 
 use super::*;
@@ -202,7 +203,8 @@ pub(crate) async fn add_partitions(ctx: &Arc<Context>, req: AddPartitionsToTxnRe
             Ok(s) => {
                 let mut partitions = s.partitions.clone();
                 for (ti, p, _) in &codes {
-                    partitions.insert((req.v3_and_below_topics[*ti].name.0.as_str().to_string(), *p as u32));
+                    partitions
+                        .insert((req.v3_and_below_topics[*ti].name.0.as_str().to_string(), PartitionId(*p as u32)));
                 }
                 if codes.is_empty() {
                     Ok(None)
@@ -290,8 +292,8 @@ pub(crate) fn txn_offset_commit(ctx: &Arc<Context>, req: TxnOffsetCommitRequest)
         let count = ctx.engine.describe_topic(t.name.0.as_str()).map(|d| d.shards.len()).ok();
         for p in &t.partitions {
             let i = p.partition_index;
-            let c = match (count, u32::try_from(i), u64::try_from(p.committed_offset)) {
-                (Some(n), Ok(pi), Ok(o)) if (pi as usize) < n => {
+            let c = match (count, PartitionId::try_from(i), u64::try_from(p.committed_offset)) {
+                (Some(n), Ok(pi), Ok(o)) if pi.index() < n => {
                     offsets.push(((t.name.0.as_str().to_string(), pi), Offset(o)));
                     code::NONE
                 }

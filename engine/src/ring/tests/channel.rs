@@ -35,7 +35,7 @@ fn every_message_kind_passes() {
         Message::data(Vec::new()),
         Message::Watermark(EventTime::MIN),
         Message::Watermark(sluice_io::Timestamp(42)),
-        Message::Barrier(7),
+        Message::Barrier(sluice_io::CheckpointId(7)),
         Message::Control(Control::Idle),
         Message::Control(Control::Active),
         Message::EndOfStream,
