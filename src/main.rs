@@ -62,6 +62,10 @@ struct ServeArgs {
     /// their own (thread-per-core; see tuning.md for what it measured)
     #[arg(long)]
     on_shards: bool,
+    /// How often each shard applies retention, compaction and segment.ms rolls to its
+    /// partitions, in milliseconds (Kafka's log.retention.check.interval.ms).
+    #[arg(long, value_name = "MS", default_value_t = 300_000, value_parser = clap::value_parser!(u64).range(1..))]
+    retention_check_ms: u64,
 }
 
 #[derive(Debug, Args)]
@@ -146,6 +150,26 @@ enum TopicCommand {
     Delete(TopicArgs),
     /// Grow a topic to more partitions.
     AddPartitions(AddPartitionsArgs),
+    /// Apply retention and compaction to every partition now (the server does this by
+    /// itself every --retention-check-ms); prints what each partition gave back.
+    Clean(TopicArgs),
+    /// Make a partition's records below an offset unreadable (Kafka's DeleteRecords): its
+    /// start offset moves there and the segments wholly below it are deleted.
+    Trim(TrimArgs),
+}
+
+#[derive(Debug, Args)]
+struct TrimArgs {
+    /// The topic.
+    topic: String,
+    #[command(flatten)]
+    dir: DataDir,
+    /// The partition.
+    #[arg(long)]
+    partition: u32,
+    /// The new start offset (at most the partition's end).
+    #[arg(long)]
+    before: u64,
 }
 
 #[derive(Debug, Args)]
@@ -168,9 +192,19 @@ struct CreateArgs {
     /// Durability of each append: always, interval:MS or never.
     #[arg(long, default_value = "interval:5")]
     fsync: String,
-    /// delete or compact.
+    /// delete, compact, or compact,delete.
     #[arg(long, default_value = "delete")]
     cleanup: String,
+    /// Roll the active segment once it is this many milliseconds old.
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+    segment_ms: Option<u64>,
+    /// How long compaction keeps a tombstone (an empty value), in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 86_400_000)]
+    delete_retention_ms: u64,
+    /// Compact once this share (0 to 1) of the closed segments is new since the last
+    /// compaction.
+    #[arg(long, value_name = "RATIO", default_value_t = 0.5)]
+    min_cleanable_dirty_ratio: f64,
     /// Delete closed segments older than this many milliseconds.
     #[arg(long)]
     retention_ms: Option<u64>,
@@ -282,6 +316,12 @@ fn run(cli: Cli) -> Result<()> {
             println!("topic {} now has {} partitions", a.topic, d.shards.len());
             Ok(())
         }),
+        Command::Topic(TopicCommand::Clean(a)) => with_engine(&a.dir, |h| clean(h, &a.topic)),
+        Command::Topic(TopicCommand::Trim(a)) => with_engine(&a.dir, |h| {
+            let start = block_on(h.delete_records(&a.topic, PartitionId(a.partition), Offset(a.before)))?;
+            println!("partition {}\tstart {start}", a.partition);
+            Ok(())
+        }),
         Command::Produce(a) => with_engine(&a.dir, |h| produce(h, &a)),
         Command::Consume(a) if a.group.is_some() => with_engine(&a.dir, |h| consume_group(h, &a)),
         Command::Consume(a) => with_engine(&a.dir, |h| consume(h, &a)),
@@ -360,6 +400,7 @@ fn serve(a: &ServeArgs) -> Result<()> {
     let signals = signals::block_termination()?;
     let mut config = EngineConfig::new(&a.dir.data_dir);
     config.shards = a.shards;
+    config.retention_check = Duration::from_millis(a.retention_check_ms);
     let engine = block_on(Engine::open(config)).with_context(|| format!("opening {}", a.dir.data_dir.display()))?;
     let mut kafka = KafkaConfig::new(a.listen);
     kafka.advertise = advertise;
@@ -429,6 +470,9 @@ fn create(h: &EngineHandle, a: &CreateArgs) -> Result<()> {
         retention_ms: a.retention_ms,
         retention_bytes: a.retention_bytes,
         segment_bytes: a.segment_bytes,
+        segment_ms: a.segment_ms,
+        delete_retention_ms: a.delete_retention_ms,
+        min_cleanable_dirty_ratio: a.min_cleanable_dirty_ratio,
         max_record_bytes: a.max_record_bytes,
         ..TopicConfig::default()
     };
@@ -441,7 +485,7 @@ fn describe(h: &EngineHandle, topic: &str) -> Result<()> {
     let d = h.describe_topic(topic)?;
     let c = &d.config;
     println!(
-        "topic {}\tpartitions {}\tfsync {}\tcleanup {}\tsegment_bytes {}\tretention_ms {}\tretention_bytes {}\tmax_record_bytes {}",
+        "topic {}\tpartitions {}\tfsync {}\tcleanup {}\tsegment_bytes {}\tretention_ms {}\tretention_bytes {}\tmax_record_bytes {}\tsegment_ms {}\tdelete_retention_ms {}\tmin_cleanable_dirty_ratio {}",
         d.name,
         d.shards.len(),
         c.fsync,
@@ -449,11 +493,32 @@ fn describe(h: &EngineHandle, topic: &str) -> Result<()> {
         c.segment_bytes,
         c.retention_ms.map_or("none".into(), |v| v.to_string()),
         c.retention_bytes.map_or("none".into(), |v| v.to_string()),
-        c.max_record_bytes
+        c.max_record_bytes,
+        c.segment_ms.map_or("none".into(), |v| v.to_string()),
+        c.delete_retention_ms,
+        c.min_cleanable_dirty_ratio
     );
     for (p, shard) in PartitionId::all(d.partitions()).zip(&d.shards) {
         let (start, end) = block_on(h.offsets(topic, p))?;
         println!("partition {p}\tshard {shard}\tstart {start}\tend {end}");
+    }
+    Ok(())
+}
+
+/// `sluice topic clean`: one line per partition with what the pass gave back and where
+/// the partition now starts.
+fn clean(h: &EngineHandle, topic: &str) -> Result<()> {
+    for (p, r) in block_on(h.clean_topic(topic))? {
+        let (records_removed, compacted) = r
+            .compaction
+            .as_ref()
+            .map_or((0, 0), |c| (c.records_superseded + c.tombstones_removed, c.segments_rewritten));
+        println!(
+            "partition {p}\tsegments_deleted {}\tsegments_compacted {compacted}\trecords_removed {records_removed}\tbytes_reclaimed {}\tstart {}",
+            r.retention.segments_deleted,
+            r.bytes_reclaimed(),
+            block_on(h.offsets(topic, p))?.0,
+        );
     }
     Ok(())
 }

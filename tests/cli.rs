@@ -171,3 +171,58 @@ fn count_runs_a_windowed_pipeline_over_a_topic_and_prints_each_window() {
     fails(&sluice(&["count", "nope", "--data-dir", d], ""), "unknown topic");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn topic_clean_and_trim_apply_retention_compaction_and_delete_records_now() {
+    let dir = data_dir("clean");
+    let d = dir.to_str().unwrap();
+    let create = |name: &str, extra: &[&str]| {
+        let mut args = vec!["topic", "create", name, "--data-dir", d, "--segment-bytes", "4096"];
+        args.extend_from_slice(extra);
+        ok(&sluice(&args, ""));
+    };
+    create("sized", &["--retention-bytes", "8192"]);
+    create("compacted", &["--cleanup", "compact", "--delete-retention-ms", "1000"]);
+    // Six runs of 100 records: each run's batch (about 5.6 KB) rolls a 4 KiB segment.
+    for run in 0..6 {
+        let input: String = (run * 100..run * 100 + 100).map(|i| format!("key{}\tvalue {i:04}\n", i % 3)).collect();
+        ok(&sluice(&["produce", "sized", "--data-dir", d], &input));
+        ok(&sluice(&["produce", "compacted", "--data-dir", d], &input));
+    }
+    let describe = ok(&sluice(&["topic", "describe", "compacted", "--data-dir", d], ""));
+    assert!(describe.contains("cleanup compact") && describe.contains("delete_retention_ms 1000"), "{describe}");
+
+    let field = |line: &str, name: &str| -> u64 {
+        let f: Vec<&str> = line.split('\t').collect();
+        let at =
+            f.iter().position(|x| x.starts_with(&format!("{name} "))).unwrap_or_else(|| panic!("{name} in {line}"));
+        f[at][name.len() + 1..].trim().parse().unwrap()
+    };
+    let out = ok(&sluice(&["topic", "clean", "sized", "--data-dir", d], ""));
+    assert!(field(&out, "segments_deleted") > 0 && field(&out, "start") > 0, "{out}");
+    let out = ok(&sluice(&["topic", "clean", "compacted", "--data-dir", d], ""));
+    assert!(field(&out, "records_removed") > 0 && field(&out, "bytes_reclaimed") > 0, "{out}");
+    let read = ok(&sluice(&["consume", "compacted", "--data-dir", d, "--from-beginning"], ""));
+    assert!(read.lines().count() < 600, "compacted: {} records left", read.lines().count());
+    assert!(read.contains("key0\tvalue 0597") && read.contains("key2\tvalue 0599"), "latest per key kept");
+
+    // Trim: the start moves into the middle of what is left; reads start there.
+    let start = field(&ok(&sluice(&["topic", "clean", "sized", "--data-dir", d], "")), "start");
+    let before = (start + 590) / 2;
+    let out = ok(&sluice(
+        &["topic", "trim", "sized", "--data-dir", d, "--partition", "0", "--before", &before.to_string()],
+        "",
+    ));
+    assert_eq!(out.trim(), format!("partition 0\tstart {before}"));
+    let read = ok(&sluice(&["consume", "sized", "--data-dir", d, "--from-beginning", "--max", "1"], ""));
+    assert_eq!(read.split('\t').nth(1), Some(before.to_string().as_str()), "{read}");
+    fails(
+        &sluice(&["topic", "trim", "sized", "--data-dir", d, "--partition", "0", "--before", "601"], ""),
+        "out of range",
+    );
+    fails(
+        &sluice(&["topic", "trim", "sized", "--data-dir", d, "--partition", "1", "--before", "1"], ""),
+        "out of range",
+    );
+    fails(&sluice(&["topic", "clean", "missing", "--data-dir", d], ""), "unknown topic");
+}

@@ -23,6 +23,13 @@ pub struct EngineConfig {
     pub request_queue: usize,
     /// Settings for topics created without their own.
     pub topic_defaults: TopicConfig,
+    /// How often each shard applies retention, compaction and time-based rolls to its
+    /// partitions (Kafka's `log.retention.check.interval.ms`, default 5 minutes).
+    pub retention_check: Duration,
+    /// Segment size of the internal topics (`__consumer_offsets`,
+    /// `__transaction_state`) when they are created (Kafka's
+    /// `offsets.topic.segment.bytes`); compaction cleans only closed segments.
+    pub internal_segment_bytes: u64,
 }
 
 impl EngineConfig {
@@ -34,6 +41,8 @@ impl EngineConfig {
             ring_capacity_batches: 64,
             request_queue: 4096,
             topic_defaults: TopicConfig::default(),
+            retention_check: Duration::from_secs(300),
+            internal_segment_bytes: 16 << 20,
         }
     }
 
@@ -52,12 +61,21 @@ impl EngineConfig {
         if self.request_queue == 0 {
             return Err(EngineError::InvalidConfig("request_queue must be positive".into()));
         }
+        if self.retention_check.is_zero() {
+            return Err(EngineError::InvalidConfig("retention_check must be positive".into()));
+        }
+        if !(4096..=u64::from(u32::MAX)).contains(&self.internal_segment_bytes) {
+            return Err(EngineError::InvalidConfig(format!(
+                "internal_segment_bytes {} must be within [4096, 4 GiB)",
+                self.internal_segment_bytes
+            )));
+        }
         Ok(n)
     }
 }
 
 /// Per-topic settings, persisted with the topic.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TopicConfig {
     /// When an append is durable (stored in the metadata as `always`, `interval:MS` or
@@ -66,6 +84,9 @@ pub struct TopicConfig {
     pub fsync: FsyncPolicy,
     /// Segment size before a roll.
     pub segment_bytes: u64,
+    /// Roll the active segment once it is this old, if set (`segment.ms`).
+    #[serde(default)]
+    pub segment_ms: Option<u64>,
     /// Delete closed segments older than this, if set.
     pub retention_ms: Option<u64>,
     /// Delete the oldest closed segments while a partition is larger than this, if set.
@@ -73,6 +94,14 @@ pub struct TopicConfig {
     /// What happens to closed segments beyond retention (stored as `delete` or `compact`).
     #[serde(with = "as_text")]
     pub cleanup: CleanupPolicy,
+    /// How long compaction keeps a tombstone (a record with an empty value) after its
+    /// segment's newest record (`delete.retention.ms`, default one day).
+    #[serde(default = "default_delete_retention_ms")]
+    pub delete_retention_ms: u64,
+    /// Compact once this share of the closed segments' bytes is new since the last
+    /// compaction (`min.cleanable.dirty.ratio`, within 0..=1, default 0.5).
+    #[serde(default = "default_dirty_ratio")]
+    pub min_cleanable_dirty_ratio: f64,
     /// The largest record (key plus value) accepted.
     pub max_record_bytes: usize,
     /// How long a send may wait for more records to fill its batch.
@@ -86,9 +115,12 @@ impl Default for TopicConfig {
         TopicConfig {
             fsync: FsyncPolicy::Interval(Duration::from_millis(5)),
             segment_bytes: 256 << 20,
+            segment_ms: None,
             retention_ms: None,
             retention_bytes: None,
             cleanup: CleanupPolicy::Delete,
+            delete_retention_ms: default_delete_retention_ms(),
+            min_cleanable_dirty_ratio: default_dirty_ratio(),
             max_record_bytes: 1 << 20,
             linger_ms: 1,
             batch_records: 1000,
@@ -114,6 +146,9 @@ impl TopicConfig {
             fsync,
             cleanup,
             segment_bytes_max: self.segment_bytes,
+            segment_ms: self.segment_ms,
+            delete_retention_ms: self.delete_retention_ms,
+            min_cleanable_dirty_ratio: self.min_cleanable_dirty_ratio,
             retention_ms: self.retention_ms,
             retention_bytes: self.retention_bytes,
             max_batch_bytes: (self.max_record_bytes + 256).max(8 << 20),
@@ -127,6 +162,17 @@ impl TopicConfig {
     pub fn linger(&self) -> Duration {
         Duration::from_millis(self.linger_ms)
     }
+}
+
+// The ratio is validated to lie within 0..=1 (never NaN), so equality is total.
+impl Eq for TopicConfig {}
+
+fn default_delete_retention_ms() -> u64 {
+    86_400_000
+}
+
+fn default_dirty_ratio() -> f64 {
+    0.5
 }
 
 /// A setting stored in the metadata as its text form (`Display` and `FromStr`), so that

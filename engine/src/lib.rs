@@ -30,4 +30,5 @@ pub use engine::groups::PartitionLag;
 pub use engine::{Engine, EngineHandle, TopicDescription};
 pub use error::{EngineError, Result};
 pub use record::{OwnedRecord, PackedRecords};
+pub use shard::CleanerStats;
 pub use topic::names::{NameError, validate_name};

@@ -15,7 +15,6 @@
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use crate::config::CleanupPolicy;
 use crate::error::{LogError, Result};
 use crate::log::Log;
 use crate::record::{BatchMeta, Header, MAX_BODY_BYTES, Record, encode_into};
@@ -62,6 +61,8 @@ async fn for_each_chunk<F: StorageFile>(
         }
         f(&batches).await?;
         pos = batches.end_pos();
+        // Compaction runs beside appends and fetches on the same executor: give way.
+        glommio::yield_if_needed().await;
     }
     Ok(())
 }
@@ -71,15 +72,17 @@ impl<S: Storage> Log<S> {
     /// `delete_retention_ms` (compared with their segment's newest event time).
     pub async fn compact(&self, now: Timestamp) -> Result<CompactionReport> {
         let config = &self.inner.config;
-        if config.cleanup != CleanupPolicy::Compact {
+        if !config.cleanup.compacts() {
             return Err(LogError::InvalidConfig(format!("{} is not a compacted log", self.dir().display())));
         }
-        let closed: Vec<ClosedRef<S::File>> = {
+        let (closed, clean_end) = {
             let st = self.inner.state.borrow();
-            st.closed
+            let closed: Vec<ClosedRef<S::File>> = st
+                .closed
                 .iter()
                 .map(|s| ClosedRef { base: s.base, file: s.file.clone(), paths: s.paths.clone(), facts: s.facts() })
-                .collect()
+                .collect();
+            (closed, st.active.base)
         };
         // Pass 1: the latest offset of every key.
         let mut latest: HashMap<Vec<u8>, Offset> = HashMap::new();
@@ -102,6 +105,7 @@ impl<S: Storage> Log<S> {
         }
         // Pass 2: rewrite each segment that loses records.
         let mut report = CompactionReport::default();
+        let mut tombstone_due = None;
         let tombstone_horizon = now.0.saturating_sub(config.delete_retention_ms as i64);
         for seg in &closed {
             let expired = seg.facts.max_time.0 < tombstone_horizon;
@@ -117,6 +121,12 @@ impl<S: Storage> Log<S> {
                 for r in batches.records() {
                     let r = r?;
                     match keep(r.key(), r.value(), r.offset()) {
+                        (true, _) if r.key().is_some() && r.value().is_empty() => {
+                            // A tombstone kept until `delete_retention_ms` after its segment's
+                            // newest record: a pass at that time removes it.
+                            let due = seg.facts.max_time.0.saturating_add(config.delete_retention_ms as i64);
+                            tombstone_due = Some(tombstone_due.map_or(due, |t: i64| t.min(due)));
+                        }
                         (true, _) => {}
                         (false, true) => tombstones += 1,
                         (false, false) => superseded += 1,
@@ -139,6 +149,9 @@ impl<S: Storage> Log<S> {
                     self.inner.state.borrow().closed.iter().find(|s| s.base == seg.base).map_or(0, |s| s.facts().size);
             }
         }
+        let st = &mut *self.inner.state.borrow_mut();
+        st.clean_through = st.clean_through.max(clean_end);
+        st.tombstones_due = tombstone_due.map(Timestamp);
         Ok(report)
     }
 

@@ -63,6 +63,23 @@ pub enum CleanupPolicy {
     Delete,
     /// Keep the latest record per key in closed segments.
     Compact,
+    /// Both (Kafka's `compact,delete`): compacted, and segments past the retention time
+    /// or size deleted as well.
+    CompactDelete,
+}
+
+impl CleanupPolicy {
+    /// Whether retention deletes segments past the retention time or size.
+    #[must_use]
+    pub fn deletes(self) -> bool {
+        matches!(self, CleanupPolicy::Delete | CleanupPolicy::CompactDelete)
+    }
+
+    /// Whether compaction keeps only the latest record per key.
+    #[must_use]
+    pub fn compacts(self) -> bool {
+        matches!(self, CleanupPolicy::Compact | CleanupPolicy::CompactDelete)
+    }
 }
 
 impl fmt::Display for CleanupPolicy {
@@ -70,6 +87,7 @@ impl fmt::Display for CleanupPolicy {
         f.write_str(match self {
             CleanupPolicy::Delete => "delete",
             CleanupPolicy::Compact => "compact",
+            CleanupPolicy::CompactDelete => "compact,delete",
         })
     }
 }
@@ -81,7 +99,10 @@ impl FromStr for CleanupPolicy {
         match s {
             "delete" => Ok(CleanupPolicy::Delete),
             "compact" => Ok(CleanupPolicy::Compact),
-            _ => Err(LogError::InvalidConfig(format!("cleanup policy {s:?}: expected delete or compact"))),
+            "compact,delete" | "delete,compact" => Ok(CleanupPolicy::CompactDelete),
+            _ => Err(LogError::InvalidConfig(format!(
+                "cleanup policy {s:?}: expected delete, compact or compact,delete"
+            ))),
         }
     }
 }
@@ -128,6 +149,9 @@ pub struct LogConfig {
     pub cleanup: CleanupPolicy,
     /// How long a tombstone survives compaction (`delete.retention.ms`).
     pub delete_retention_ms: u64,
+    /// Compact once the share of the closed segments' bytes written since the last
+    /// compaction reaches this (`min.cleanable.dirty.ratio`, within 0..=1).
+    pub min_cleanable_dirty_ratio: f64,
     /// The largest stored batch accepted (`max.message.bytes`).
     pub max_batch_bytes: usize,
     /// How much to verify on open.
@@ -149,6 +173,7 @@ impl Default for LogConfig {
             retention_bytes: None,
             cleanup: CleanupPolicy::Delete,
             delete_retention_ms: 86_400_000,
+            min_cleanable_dirty_ratio: 0.5,
             max_batch_bytes: 8 << 20,
             recovery: RecoveryMode::Tail,
         }
@@ -179,6 +204,9 @@ impl LogConfig {
         }
         if self.segment_ms == Some(0) || self.retention_ms == Some(0) {
             return bad("segment_ms and retention_ms must be positive when set".into());
+        }
+        if !(0.0..=1.0).contains(&self.min_cleanable_dirty_ratio) {
+            return bad(format!("min_cleanable_dirty_ratio {} must be within [0, 1]", self.min_cleanable_dirty_ratio));
         }
         Ok(())
     }

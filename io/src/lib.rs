@@ -38,7 +38,7 @@ pub use checkpoint::{
 pub use compaction::CompactionReport;
 pub use config::{CleanupPolicy, FsyncPolicy, LogConfig, RecoveryMode};
 pub use error::{IndexError, IndexFile, LogError, Result};
-pub use log::{AppendInfo, Log, RetentionReport};
+pub use log::{AppendInfo, CleanReport, CleanTrigger, Log, RetentionReport};
 pub use reader::LogReader;
 pub use record::{BatchMeta, BatchView, Header, Record, RecordView};
 pub use recovery::{RecoveryReport, Truncation};

@@ -313,3 +313,45 @@ fn tail_reads_are_served_from_the_write_behind_buffers() {
         assert_eq!(n, 300);
     });
 }
+
+#[test]
+fn delete_records_moves_the_start_inside_a_segment_and_it_holds_across_reopen() {
+    let dir = common::temp_dir("delete-records");
+    common::run(move || async move {
+        let config = LogConfig { segment_bytes_max: 16 << 10, fsync: FsyncPolicy::Always, ..LogConfig::default() };
+        let (log, _) = Log::open(UringStorage, &dir, config.clone()).await.unwrap();
+        append_n(&log, 0, 3000, 40).await;
+        let bases = log.segment_bases();
+        assert!(bases.len() >= 4, "{bases:?}");
+        // Inside the third segment: the first two go, the third stays and starts mid-way.
+        let before = Offset(bases[2].0 + 5);
+        assert_eq!(log.delete_records_before(before).await.unwrap(), before);
+        assert_eq!(log.start_offset(), before);
+        assert_eq!(log.segment_bases()[0], bases[2]);
+        assert!(matches!(log.read(Offset(bases[2].0 + 4), 100).await, Err(LogError::OffsetOutOfRange { .. })));
+        let rest = read_all(&log, before).await;
+        assert_eq!(rest.first().map(|r| r.0), Some(before.0), "records below the start are not handed out");
+        assert_eq!(rest.len() as u64, 3000 - before.0);
+        // Backwards changes nothing; past the end is refused.
+        assert_eq!(log.delete_records_before(Offset(3)).await.unwrap(), before);
+        assert!(matches!(
+            log.delete_records_before(Offset(3001)).await,
+            Err(LogError::OffsetOutOfRange { requested: Offset(3001), .. })
+        ));
+        log.close().await.unwrap();
+        let (log, _) = Log::open(UringStorage, &dir, config.clone()).await.unwrap();
+        assert_eq!(log.start_offset(), before, "the start holds across a reopen");
+        // Up to the end: every closed segment goes; the log is empty and appends go on.
+        assert_eq!(log.delete_records_before(Offset(3000)).await.unwrap(), Offset(3000));
+        assert_eq!(log.segment_count(), 1);
+        append_n(&log, 3000, 10, 10).await;
+        assert_eq!(read_all(&log, Offset(3000)).await.len(), 10);
+        log.close().await.unwrap();
+        let (log, _) = Log::open(UringStorage, &dir, config).await.unwrap();
+        assert_eq!((log.start_offset(), log.end_offset()), (Offset(3000), Offset(3010)));
+        // Only the active segment: the start moves inside it.
+        assert_eq!(log.segment_count(), 1);
+        assert_eq!(log.delete_records_before(Offset(3004)).await.unwrap(), Offset(3004));
+        assert_eq!(read_all(&log, Offset(3004)).await.len(), 6);
+    });
+}

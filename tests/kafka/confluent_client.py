@@ -169,6 +169,31 @@ c.close()
 check(checked > 0, "offsets_for_times found something")
 step(f"offsets_for_times({target}): {checked} partitions seeked, first record at or after the time, the one before earlier")
 
+# DeleteRecords: the start of the busiest partition moves; reads from the beginning start there.
+busiest = max(per_partition, key=lambda k: len(per_partition[k]))
+cut = len(per_partition[busiest]) // 2
+done = admin.delete_records([TopicPartition(TOPIC, busiest, cut)])
+for tp, f in done.items():
+    result = f.result(timeout=10)
+    check(result.low_watermark == cut, f"low watermark {result.low_watermark}, asked {cut}")
+c = Consumer({**COMMON, "group.id": "cg-deleted", "enable.auto.commit": False})
+low, high = c.get_watermark_offsets(TopicPartition(TOPIC, busiest), timeout=10)
+check(low == cut, f"the partition now starts at {low}, not {cut}")
+c.assign([TopicPartition(TOPIC, busiest, -2)])  # OFFSET_BEGINNING
+m = None
+deadline = time.time() + 10
+while m is None and time.time() < deadline:
+    m = c.poll(0.5)
+check(m is not None and m.error() is None and m.offset() == cut, f"first record read {m and m.offset()}")
+c.close()
+try:
+    list(admin.delete_records([TopicPartition(TOPIC, busiest, high + 5)]).values())[0].result(timeout=10)
+    check(False, "deleting past the high watermark must fail")
+except KafkaException as e:
+    check(e.args[0].name() == "OFFSET_OUT_OF_RANGE", f"error {e.args[0]}")
+step(f"admin: delete_records moved partition {busiest}'s start to {cut}; reading from the beginning starts there; "
+     f"past the end is OFFSET_OUT_OF_RANGE")
+
 # Deleting the topic.
 admin.delete_topics([TOPIC])[TOPIC].result(timeout=10)
 md = admin.list_topics(timeout=10)

@@ -190,6 +190,16 @@ impl EngineHandle {
         self.call(shard, |reply| Request::Sync { topic, partition, reply }).await
     }
 
+    /// Makes the records below `before` unreadable (Kafka's DeleteRecords): the
+    /// partition's start offset moves there, stored before it takes effect, and the
+    /// segments wholly below it are deleted. `before` may be any offset up to the end; at
+    /// or below the current start it changes nothing. Returns the new start.
+    pub async fn delete_records(&self, topic: &str, partition: PartitionId, before: Offset) -> Result<Offset> {
+        let (shard, _) = self.owner(topic, partition)?;
+        let topic = topic.to_string();
+        self.call(shard, |reply| Request::DeleteRecords { topic, partition, before, reply }).await
+    }
+
     /// The first offset whose record's event time is at or after `time`, if any.
     pub async fn offset_for_time(
         &self,

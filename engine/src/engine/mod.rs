@@ -50,6 +50,8 @@ struct Shared {
     /// and safe to share between threads).
     unkeyed_sent: std::sync::atomic::AtomicU64,
     topic_defaults: TopicConfig,
+    /// Segment size of the internal topics when they are created.
+    internal_segment_bytes: u64,
 }
 
 mod async_lock_free {
@@ -158,6 +160,7 @@ impl Engine {
         }
         let cpus: Vec<usize> = core_affinity::get_core_ids().unwrap_or_default().into_iter().map(|c| c.id).collect();
         let io_memory = executor_io_memory(shards);
+        let settings = shard::ShardSettings { retention_check: config.retention_check };
         let mut senders = Vec::with_capacity(shards);
         let mut threads = Vec::with_capacity(shards);
         for shard in 0..shards {
@@ -171,7 +174,7 @@ impl Engine {
                 .io_memory(io_memory)
                 .ring_depth(128);
             let handle = builder
-                .spawn(move || shard::run(rx))
+                .spawn(move || shard::run(rx, settings))
                 .map_err(|e| EngineError::InvalidConfig(format!("starting shard {shard}: {e}")))?;
             senders.push(tx);
             threads.push(std::thread::spawn(move || {
@@ -186,6 +189,7 @@ impl Engine {
                 admin: async_lock_free::AdminLock::new(),
                 unkeyed_sent: std::sync::atomic::AtomicU64::new(0),
                 topic_defaults: config.topic_defaults.clone(),
+                internal_segment_bytes: config.internal_segment_bytes,
             }),
         };
         let engine = Engine { handle, threads, _lock: lock };
@@ -197,7 +201,7 @@ impl Engine {
             let config = TopicConfig {
                 fsync: sluice_io::FsyncPolicy::Always,
                 cleanup: sluice_io::CleanupPolicy::Compact,
-                segment_bytes: 16 << 20,
+                segment_bytes: config.internal_segment_bytes,
                 ..TopicConfig::default()
             };
             engine.handle.create_topic(offsets::TOPIC, shards as u32, Some(config)).await?;

@@ -2,11 +2,11 @@
 //! partitions. Metadata changes are serialized by the handle's admin lock and stored
 //! before the shards open or close partitions.
 
-use sluice_io::PartitionId;
+use sluice_io::{CleanReport, PartitionId};
 
 use crate::config::TopicConfig;
 use crate::error::{EngineError, Result};
-use crate::shard::Request;
+use crate::shard::{CleanerStats, Request};
 use crate::topic::meta::{TopicMeta, assign_shards};
 use crate::topic::names::validate_name;
 
@@ -41,6 +41,33 @@ impl EngineHandle {
         }
         self.open_partitions(name, &topic, 0).await?;
         Ok(TopicDescription { name: name.to_string(), config: topic.config, shards: topic.shards })
+    }
+
+    /// Applies retention and compaction to every partition of a topic now, whatever the
+    /// dirty ratio (the cleaner does this on its own every `retention_check`). Internal
+    /// topics may be named too.
+    pub async fn clean_topic(&self, name: &str) -> Result<Vec<(PartitionId, CleanReport)>> {
+        let t = self.topic(name)?;
+        let mut reports = Vec::with_capacity(t.shards.len());
+        for (p, &shard) in PartitionId::all(t.partitions()).zip(&t.shards) {
+            let topic = name.to_string();
+            reports.push((p, self.call(shard, |reply| Request::Clean { topic, partition: p, reply }).await?));
+        }
+        Ok(reports)
+    }
+
+    /// What each shard's cleaner has done since the engine started, by shard.
+    pub async fn cleaner_stats(&self) -> Result<Vec<CleanerStats>> {
+        let mut all = Vec::with_capacity(self.inner.shards.len());
+        for shard in 0..self.inner.shards.len() as u32 {
+            all.push(self.call(shard, |reply| Request::CleanerStats { reply }).await?);
+        }
+        Ok(all)
+    }
+
+    /// Segment size of the internal topics when they are created.
+    pub(crate) fn internal_segment_bytes(&self) -> u64 {
+        self.inner.internal_segment_bytes
     }
 
     /// The topics, by name, without internal ones (`__consumer_offsets`, `__transaction_state`).

@@ -10,14 +10,15 @@ use std::sync::Arc;
 use sluice_io::FsyncPolicy;
 
 use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
+use kafka_protocol::messages::delete_records_response::{DeleteRecordsPartitionResult, DeleteRecordsTopicResult};
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
 use kafka_protocol::messages::{
-    BrokerId, CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
-    FindCoordinatorRequest, FindCoordinatorResponse, InitProducerIdRequest, InitProducerIdResponse, MetadataRequest,
-    MetadataResponse, ProducerId, TopicName,
+    BrokerId, CreateTopicsRequest, CreateTopicsResponse, DeleteRecordsRequest, DeleteRecordsResponse,
+    DeleteTopicsRequest, DeleteTopicsResponse, FindCoordinatorRequest, FindCoordinatorResponse, InitProducerIdRequest,
+    InitProducerIdResponse, MetadataRequest, MetadataResponse, ProducerId, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -124,6 +125,15 @@ fn apply_config(config: &mut TopicConfig, key: &str, value: Option<&str>) -> Res
         "retention.ms" => config.retention_ms = if value == "-1" { None } else { Some(number(value)?) },
         "retention.bytes" => config.retention_bytes = if value == "-1" { None } else { Some(number(value)?) },
         "segment.bytes" => config.segment_bytes = number(value)?,
+        "segment.ms" => config.segment_ms = Some(number(value)?),
+        "delete.retention.ms" => config.delete_retention_ms = number(value)?,
+        "min.cleanable.dirty.ratio" => {
+            config.min_cleanable_dirty_ratio = value
+                .parse::<f64>()
+                .ok()
+                .filter(|r| (0.0..=1.0).contains(r))
+                .ok_or_else(|| ConfigRefused::Invalid { key: key.into(), value: value.into() })?;
+        }
         "max.message.bytes" => {
             config.max_record_bytes = usize::try_from(number(value)?)
                 .map_err(|_| ConfigRefused::TooLarge { key: key.into(), value: value.into() })?;
@@ -238,6 +248,38 @@ pub(crate) async fn delete_topics(ctx: &Arc<Context>, req: DeleteTopicsRequest, 
             }
         }
         resp.responses.push(r);
+    }
+    resp
+}
+
+/// Handles a DeleteRecords request: each partition's start offset moves to the offset
+/// asked (-1: the high watermark), and the answer is the new start (the low watermark).
+pub(crate) async fn delete_records(ctx: &Arc<Context>, req: DeleteRecordsRequest) -> DeleteRecordsResponse {
+    let mut resp = DeleteRecordsResponse::default();
+    for t in req.topics {
+        let topic = t.name.0.as_str();
+        let mut tr = DeleteRecordsTopicResult::default();
+        for p in t.partitions {
+            let mut pr = DeleteRecordsPartitionResult::default();
+            pr.partition_index = p.partition_index;
+            pr.low_watermark = -1;
+            let moved = async {
+                let partition = sluice_io::PartitionId::try_from(p.partition_index)
+                    .map_err(|_| code::UNKNOWN_TOPIC_OR_PARTITION)?;
+                let before = match p.offset {
+                    -1 => ctx.engine.offsets(topic, partition).await.map_err(|e| errors::of(&e))?.1,
+                    o => sluice_io::Offset(u64::try_from(o).map_err(|_| code::OFFSET_OUT_OF_RANGE)?),
+                };
+                ctx.engine.delete_records(topic, partition, before).await.map_err(|e| errors::of(&e))
+            };
+            match moved.await {
+                Ok(start) => pr.low_watermark = start.0 as i64,
+                Err(code) => pr.error_code = code,
+            }
+            tr.partitions.push(pr);
+        }
+        tr.name = t.name;
+        resp.topics.push(tr);
     }
     resp
 }

@@ -68,6 +68,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ApiVersions, 0, 3),
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DeleteTopics, 1, 6),
+    (ApiKey::DeleteRecords, 0, 2),
     (ApiKey::InitProducerId, 0, 4),
     (ApiKey::AddPartitionsToTxn, 0, 3),
     (ApiKey::AddOffsetsToTxn, 0, 3),
@@ -194,6 +195,9 @@ fn start(ctx: &Arc<Context>, api: ApiKey, version: i16, header: RequestHeader, r
         })),
         RequestKind::DeleteTopics(req) => Handled::Working(Box::pin(async move {
             done(ResponseKind::DeleteTopics(admin::delete_topics(&ctx, req, version).await))
+        })),
+        RequestKind::DeleteRecords(req) => Handled::Working(Box::pin(async move {
+            done(ResponseKind::DeleteRecords(admin::delete_records(&ctx, req).await))
         })),
         RequestKind::FindCoordinator(req) => {
             Handled::Ready(done(ResponseKind::FindCoordinator(admin::find_coordinator(&ctx, req, version))))

@@ -112,6 +112,7 @@ const CREATE_TOPICS: &[F] = &[
     since(1, I8),
 ];
 const DELETE_TOPICS: &[F] = &[since(6, Arr(&[all(Str), all(Uuid)])), until(5, ArrStr), all(I32)];
+const DELETE_RECORDS: &[F] = &[all(Arr(&[all(Str), all(Arr(&[all(I32), all(I64)]))])), all(I32)];
 const INIT_PRODUCER_ID: &[F] = &[all(Str), all(I32), since(3, I64), since(3, I16)];
 // Versions 0-3 only (4 batches transactions for brokers).
 const ADD_PARTITIONS_TO_TXN: &[F] =
@@ -148,6 +149,7 @@ fn schema(api_key: i16) -> Option<(&'static [F], i16)> {
         18 => (API_VERSIONS, 3),
         19 => (CREATE_TOPICS, 5),
         20 => (DELETE_TOPICS, 4),
+        21 => (DELETE_RECORDS, 2),
         22 => (INIT_PRODUCER_ID, 2),
         24 => (ADD_PARTITIONS_TO_TXN, 3),
         25 => (ADD_OFFSETS_TO_TXN, 3),
@@ -464,6 +466,16 @@ mod tests {
                 t.assignments = vec![a];
                 t.configs = vec![c];
                 let mut r = CreateTopicsRequest::default();
+                r.topics = vec![t];
+                enc(&r, &mut buf, version)
+            }
+            ApiKey::DeleteRecords => {
+                let mut p = delete_records_request::DeleteRecordsPartition::default();
+                p.offset = 7;
+                let mut t = delete_records_request::DeleteRecordsTopic::default();
+                t.name = topic;
+                t.partitions = vec![p];
+                let mut r = DeleteRecordsRequest::default();
                 r.topics = vec![t];
                 enc(&r, &mut buf, version)
             }

@@ -6,6 +6,7 @@
 //! is `!Send` and lives on that executor. Requests and replies cross threads through
 //! bounded channels; records cross as owned bytes.
 
+mod cleaner;
 mod groups;
 mod partition;
 mod request;
@@ -17,8 +18,9 @@ use std::time::{Duration, Instant};
 
 use std::path::PathBuf;
 
-use sluice_io::{Log, LogConfig, PartitionId, UringStorage};
+use sluice_io::{CleanTrigger, Log, LogConfig, PartitionId, UringStorage};
 
+pub use self::cleaner::CleanerStats;
 use self::partition::{Partition, append, enqueue, fetch, flush_pending, wake_all};
 pub(crate) use self::request::{Batching, LocalTask, Reply, Request};
 use crate::error::{EngineError, Result};
@@ -35,14 +37,27 @@ struct ShardState {
     groups: GroupCoordinator,
     /// Committed offsets by group, as read from and written to the offsets topic.
     committed: HashMap<String, Committed>,
+    /// What the cleaner has done, and its task queue.
+    cleaning: CleanerStats,
+    cleaner: Option<glommio::TaskQueueHandle>,
+}
+
+/// What a shard is started with.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ShardSettings {
+    /// How often the cleaner passes over the shard's partitions.
+    pub(crate) retention_check: Duration,
 }
 
 /// How often a shard looks for members whose session timed out.
 const EXPIRY_CHECK: Duration = Duration::from_millis(25);
 
 /// Runs a shard until it is told to shut down or every sender is gone.
-pub(crate) async fn run(requests: async_channel::Receiver<Request>) {
+pub(crate) async fn run(requests: async_channel::Receiver<Request>, settings: ShardSettings) {
     let state = Rc::new(RefCell::new(ShardState::default()));
+    let cleaner_queue = cleaner::queue();
+    state.borrow_mut().cleaner = Some(cleaner_queue);
+    cleaner::spawn_checks(Rc::downgrade(&state), cleaner_queue, settings.retention_check);
     let expiry = Rc::downgrade(&state);
     glommio::spawn_local(async move {
         loop {
@@ -131,6 +146,29 @@ async fn handle(state: &Rc<RefCell<ShardState>>, request: Request) {
                 }
             };
             let _ = reply.send(result).await;
+        }
+        Request::Clean { topic, partition: p, reply } => {
+            let queue = state.borrow().cleaner.expect("set when the shard starts");
+            let state = state.clone();
+            let pass = async move {
+                let result = cleaner::clean(&state, &topic, p, CleanTrigger::Now).await;
+                let _ = reply.send(result).await;
+            };
+            glommio::spawn_local_into(pass, queue).expect("the cleaner's queue belongs to this executor").detach();
+        }
+        Request::DeleteRecords { topic, partition: p, before, reply } => {
+            let result = match partition(state, &topic, p) {
+                Err(e) => Err(e),
+                Ok(part) => {
+                    let log = part.borrow().log.clone();
+                    log.delete_records_before(before).await.map_err(|e| EngineError::log(&topic, p, e))
+                }
+            };
+            let _ = reply.send(result).await;
+        }
+        Request::CleanerStats { reply } => {
+            let stats = state.borrow().cleaning.clone();
+            let _ = reply.send(Ok(stats)).await;
         }
         Request::Run { task } => task().await,
         Request::Shutdown { .. } => unreachable!("handled by the loop"),

@@ -6,13 +6,14 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use sluice_io::{AppendInfo, BatchMeta, LogConfig, Offset, OwnedBatches, PartitionId, Timestamp};
+use sluice_io::{AppendInfo, BatchMeta, CleanReport, LogConfig, Offset, OwnedBatches, PartitionId, Timestamp};
 
 use crate::error::Result;
 use crate::group::assignor::MemberId;
 use crate::group::coordinator::{GroupDescription, JoinRequest, MemberState};
 use crate::group::offsets::Committed;
 use crate::record::{AppendRecords, OwnedRecord};
+use crate::shard::CleanerStats;
 
 /// A reply channel for one request.
 pub(crate) type Reply<T> = async_channel::Sender<Result<T>>;
@@ -80,6 +81,14 @@ pub(crate) enum Request {
     GroupDescribe { group: String, reply: Reply<Option<GroupDescription>> },
     /// The groups this shard coordinates or holds offsets of.
     GroupList { reply: Reply<Vec<String>> },
+    /// Apply retention and compaction to a partition now ([`sluice_io::Log::clean`]), in
+    /// the cleaner's task queue.
+    Clean { topic: String, partition: PartitionId, reply: Reply<CleanReport> },
+    /// Move a partition's start offset up to `before` (Kafka's DeleteRecords); answers the
+    /// new start.
+    DeleteRecords { topic: String, partition: PartitionId, before: Offset, reply: Reply<Offset> },
+    /// What this shard's cleaner has done.
+    CleanerStats { reply: Reply<CleanerStats> },
     /// Run host code on this shard's executor ([`EngineHandle::run_on`]).
     ///
     /// [`EngineHandle::run_on`]: crate::EngineHandle::run_on

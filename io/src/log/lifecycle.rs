@@ -16,6 +16,7 @@ use std::path::PathBuf;
 use std::rc::Rc;
 
 use super::flush::spawn_interval_flusher;
+use super::retention::stored_start;
 use super::{Inner, Log, State};
 use crate::config::{FsyncPolicy, LogConfig};
 use crate::error::{LogError, Result};
@@ -74,14 +75,19 @@ impl<S: Storage> Log<S> {
         if created || report.truncated.is_some() {
             storage.sync_dir(&dir).await.map_err(|e| LogError::io("fsync directory", &dir, e))?;
         }
-        let start_offset = closed.first().map_or(active_base, |s| s.base);
         let next_offset = active.facts().next_offset;
+        // A start moved by DeleteRecords may lie inside the first segment (never past
+        // the end: a cut after a crash may have taken records it was moved over).
+        let stored = stored_start(&storage, &dir).await?.unwrap_or(Offset(0)).min(next_offset);
+        let start_offset = closed.first().map_or(active_base, |s| s.base).max(stored);
         let state = State {
             closed,
             active,
             appender,
             next_offset,
             start_offset,
+            clean_through: start_offset,
+            tombstones_due: None,
             durable_offset: next_offset,
             allocated,
             allocating: false,

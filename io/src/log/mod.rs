@@ -24,8 +24,11 @@
 //! - `flush.rs`: group commit (`flush`, `sync_to`) and the interval flusher.
 //! - `read.rs`: reads by offset and by time, from disk or from the write-behind buffers.
 //! - `retention.rs`: deleting whole closed segments by age or size.
+//! - `clean.rs`: one cleaning pass as the engine's cleaner runs it: time-based rolls,
+//!   retention and compaction (by dirty ratio), per the cleanup policy.
 
 mod append;
+mod clean;
 mod flush;
 mod lifecycle;
 mod read;
@@ -38,7 +41,8 @@ use std::rc::Rc;
 use std::task::Waker;
 
 pub use append::AppendInfo;
-pub use retention::RetentionReport;
+pub use clean::{CleanReport, CleanTrigger};
+pub use retention::{LOG_START_FILE, RetentionReport};
 
 use crate::config::LogConfig;
 use crate::error::{LogError, Result};
@@ -76,6 +80,13 @@ pub(crate) struct State<F: StorageFile> {
     pub(crate) appender: Appender<F>,
     pub(crate) next_offset: Offset,
     pub(crate) start_offset: Offset,
+    /// Closed segments below this were compacted (Kafka's cleaner checkpoint); those at
+    /// or above it are dirty. Kept in memory: after a reopen every closed segment counts
+    /// as dirty until the next compaction.
+    pub(crate) clean_through: Offset,
+    /// When the earliest tombstone the last compaction kept will have outlived
+    /// `delete_retention_ms`: a compaction is due then, dirty or not.
+    pub(crate) tombstones_due: Option<crate::types::Timestamp>,
     durable_offset: Offset,
     /// Bytes the active segment's file is allocated to, and whether a step is under way.
     allocated: u64,

@@ -67,7 +67,7 @@ impl SegmentPaths {
 }
 
 /// Writes a small file whole through the storage (index files), durably.
-async fn write_small_file<S: Storage>(storage: &S, path: &Path, bytes: &[u8]) -> Result<()> {
+pub(crate) async fn write_small_file<S: Storage>(storage: &S, path: &Path, bytes: &[u8]) -> Result<()> {
     let io = |op| move |e| LogError::io(op, path, e);
     let file = storage.open(path, true).await.map_err(io("open"))?;
     let align = file.alignment() as usize;
@@ -82,7 +82,7 @@ async fn write_small_file<S: Storage>(storage: &S, path: &Path, bytes: &[u8]) ->
 }
 
 /// Reads a whole small file, or `None` if it does not exist.
-async fn read_small_file<S: Storage>(storage: &S, path: &Path) -> Result<Option<Vec<u8>>> {
+pub(crate) async fn read_small_file<S: Storage>(storage: &S, path: &Path) -> Result<Option<Vec<u8>>> {
     if !path.exists() {
         return Ok(None);
     }

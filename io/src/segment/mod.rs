@@ -16,7 +16,8 @@ use std::rc::Rc;
 
 pub use files::SegmentPaths;
 pub(crate) use files::{
-    first_allocation, first_step, load_index, open_segment_file, remove_index_files, remove_segment_files, write_index,
+    first_allocation, first_step, load_index, open_segment_file, read_small_file, remove_index_files,
+    remove_segment_files, write_index, write_small_file,
 };
 pub use index::{SegmentFacts, SegmentIndex};
 pub use read::{OwnedBatches, ReadBatches};

@@ -330,7 +330,7 @@ pub(crate) async fn recover(engine: &EngineHandle) -> Result<(TransactionCoordin
         let config = TopicConfig {
             fsync: sluice_io::FsyncPolicy::Always,
             cleanup: sluice_io::CleanupPolicy::Compact,
-            segment_bytes: 16 << 20,
+            segment_bytes: engine.internal_segment_bytes(),
             linger_ms: 0,
             ..TopicConfig::default()
         };
