@@ -102,6 +102,11 @@ fn bad_input_is_a_one_line_error() {
     assert!(!dir.join("..").join("escape-0").exists());
     fails(&sluice(&["topic", "create", "t", "--data-dir", d, "--fsync", "sometimes"], ""), "fsync policy");
     fails(&sluice(&["topic", "create", "t", "--data-dir", d, "--partitions", "0"], ""), "partitions");
+    // One prefix, each cause once.
+    let out = sluice(&["topic", "create", "t", "--data-dir", d, "--segment-bytes", "10"], "");
+    fails(&out, "error: invalid configuration: segment_bytes_max 10 must be within");
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("invalid configuration: invalid"), "{out:?}");
+    fails(&sluice(&["topic", "create", "t", "--data-dir", d, "--min-cleanable-dirty-ratio", "2"], ""), "within [0, 1]");
     fails(&sluice(&["produce", "missing", "--data-dir", d], "x\n"), "unknown topic");
     fails(&sluice(&["consume", "missing", "--data-dir", d], ""), "unknown topic");
     ok(&sluice(&["topic", "create", "t", "--data-dir", d, "--max-record-bytes", "10"], ""));

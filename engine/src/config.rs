@@ -154,7 +154,11 @@ impl TopicConfig {
             max_batch_bytes: (self.max_record_bytes + 256).max(8 << 20),
             ..LogConfig::default()
         };
-        config.validate().map_err(|e| bad(e.to_string()))?;
+        config.validate().map_err(|e| match e {
+            // Its text without the log's own "invalid configuration" prefix: ours says it.
+            sluice_io::LogError::InvalidConfig(m) => bad(m),
+            e => bad(e.to_string()),
+        })?;
         Ok(config)
     }
 

@@ -160,6 +160,30 @@ impl Drop for KafkaServer {
     }
 }
 
+/// A listening socket on `addr` for this executor: `SO_REUSEPORT`, so every executor
+/// binds its own socket to the one address and the kernel spreads connections over them,
+/// and `SO_REUSEADDR`, so a restart binds at once even while connections of the last run
+/// linger in TIME_WAIT (after a kill with clients connected they would block the port for
+/// a minute).
+fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    use std::os::fd::{FromRawFd, IntoRawFd};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(1024)?;
+    let fd = socket.into_raw_fd();
+    // SAFETY: `fd` is a TCP socket this function created, bound and set listening, and
+    // `into_raw_fd` gave up its ownership, so the listener built here is its only owner
+    // (glommio's `from_raw_fd` wants exactly that: a bound, listening socket). Exercised
+    // by every listener test, and by tests/kafka_serve.rs's restart after a kill with a
+    // client connected.
+    #[allow(unsafe_code)]
+    let listener = unsafe { TcpListener::from_raw_fd(fd) };
+    Ok(listener)
+}
+
 async fn accept_loop(
     executor: usize,
     ctx: Arc<Context>,
@@ -167,7 +191,7 @@ async fn accept_loop(
     stop: async_channel::Receiver<()>,
     ready: std::sync::mpsc::SyncSender<std::io::Result<()>>,
 ) {
-    let listener = match TcpListener::bind(addr) {
+    let listener = match bind(addr) {
         Ok(l) => {
             let _ = ready.send(Ok(()));
             l
