@@ -136,9 +136,11 @@ pub struct LogConfig {
     /// Preallocate the active segment ahead of its writes (`file.preallocate`).
     pub preallocate: bool,
     /// How far ahead, at most: the active segment is allocated in steps that start at
-    /// 4 MiB and double with each step up to this size (never past `segment_bytes_max`),
+    /// 64 KiB and double with each step up to this size (never past `segment_bytes_max`),
     /// the next step started in the background when the writes come within half a step
-    /// of the allocated end. Small partitions stay small; busy ones allocate rarely.
+    /// of the allocated end; after a roll the new segment starts with the step reached
+    /// (at most the old segment's size). Idle partitions stay small; busy ones allocate
+    /// rarely.
     pub preallocate_step_bytes: u64,
     /// Delete closed segments whose newest record is older than this (`retention.ms`).
     pub retention_ms: Option<u64>,

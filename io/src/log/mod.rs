@@ -91,7 +91,7 @@ pub(crate) struct State<F: StorageFile> {
     /// Bytes the active segment's file is allocated to, and whether a step is under way.
     allocated: u64,
     allocating: bool,
-    /// The next step's size: doubles from 4 MiB up to `preallocate_step_bytes`.
+    /// The next step's size: doubles from 64 KiB up to `preallocate_step_bytes`.
     allocation_step: u64,
     sync_running: bool,
     rolling: bool,

@@ -3,8 +3,9 @@
 //! A roll (by size, by age, or asked for) finishes the old segment (its last writes,
 //! truncating the preallocated tail, fsync, then its index files) while the next segment
 //! is created and preallocated, then fsyncs the directory. The active segment is
-//! `fallocate`d ahead of its writes in steps that double from 4 MiB up to
-//! `preallocate_step_bytes`.
+//! `fallocate`d ahead of its writes in steps that double from 64 KiB up to
+//! `preallocate_step_bytes`; a new segment starts with the step the last one reached, at
+//! most the size that one held.
 //!
 //! Invariants: the roll lock is held for the whole roll, and appends wait for it (the
 //! `rolling` flag); a closed segment's index files are written only once the data they
@@ -79,8 +80,15 @@ impl<S: Storage> Log<S> {
             write_index(&inner.storage, &paths, &index).await
         };
         let new_paths = SegmentPaths::new(&inner.dir, facts.next_offset);
-        let (finished, opened) =
-            futures_lite::future::zip(finish_old, open_segment_file(&inner.storage, &new_paths, &inner.config)).await;
+        // The new segment starts with the step the old one reached, but no more than the old
+        // one held: a busy partition keeps allocating in large steps, while one rolled by age
+        // with little in it goes back to small ones.
+        let step = {
+            let st = inner.state.borrow();
+            st.allocation_step.min(facts.size.next_multiple_of(4096)).max(first_step(&inner.config))
+        };
+        let opened = open_segment_file(&inner.storage, &new_paths, &inner.config, step);
+        let (finished, opened) = futures_lite::future::zip(finish_old, opened).await;
         finished?;
         let (new_file, allocated) = opened?;
         let new_file = Rc::new(new_file);
@@ -101,7 +109,7 @@ impl<S: Storage> Log<S> {
         st.closed.push(old);
         st.appender = appender;
         st.allocated = allocated;
-        st.allocation_step = first_step(&inner.config);
+        st.allocation_step = (step * 2).min(inner.config.preallocate_step_bytes);
         st.durable_offset = st.durable_offset.max(facts.next_offset);
         Ok(())
     }
@@ -124,6 +132,9 @@ pub(super) fn maybe_extend_allocation<S: Storage>(inner: &Rc<Inner<S>>, st: &mut
     let (file, base) = (st.active.file.clone(), st.active.base);
     let inner = Rc::downgrade(inner);
     glommio::spawn_local(async move {
+        // glommio may run a new task at once, inside this call, while the caller still
+        // holds the state: wait for the next turn before anything can touch it.
+        futures_lite::future::yield_now().await;
         let done = file.allocate(target).await.is_ok() && file.sync().await.is_ok();
         if let Some(inner) = inner.upgrade() {
             let mut st = inner.state.borrow_mut();

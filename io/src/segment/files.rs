@@ -108,15 +108,16 @@ pub(crate) async fn write_index<S: Storage>(storage: &S, paths: &SegmentPaths, i
     offsets.and(times)
 }
 
-/// Creates a segment file with its first preallocation step; returns it and the size
-/// allocated.
+/// Creates a segment file preallocated to `step` bytes (none when preallocation is off);
+/// returns it and the size allocated.
 pub(crate) async fn open_segment_file<S: Storage>(
     storage: &S,
     paths: &SegmentPaths,
     config: &LogConfig,
+    step: u64,
 ) -> Result<(S::File, u64)> {
     let file = storage.open(&paths.log, true).await.map_err(|e| LogError::io("create", &paths.log, e))?;
-    let allocated = first_allocation(config, 0);
+    let allocated = if config.preallocate { step.min(config.segment_bytes_max) } else { 0 };
     if allocated > 0 {
         file.allocate(allocated).await.map_err(|e| LogError::io("fallocate", &paths.log, e))?;
         // Commit the allocation now, so that the first sync of an append does not pay for it.
@@ -134,10 +135,15 @@ pub(crate) fn first_allocation(config: &LogConfig, data_end: u64) -> u64 {
     (data_end.next_multiple_of(4096) + first_step(config)).min(config.segment_bytes_max.max(data_end))
 }
 
-/// The first preallocation step: 4 MiB, or less if the largest step is smaller.
+/// The first preallocation step of a partition: 64 KiB (or the largest step, if smaller),
+/// so that an idle partition holds little more than its data (an empty 1 000-partition
+/// topic took 4 GiB with a 4 MiB first step).
 pub(crate) fn first_step(config: &LogConfig) -> u64 {
-    config.preallocate_step_bytes.min(4 << 20)
+    config.preallocate_step_bytes.min(FIRST_STEP_BYTES)
 }
+
+/// See [`first_step`].
+pub(crate) const FIRST_STEP_BYTES: u64 = 64 << 10;
 
 /// Removes a segment's data and index files.
 pub(crate) async fn remove_segment_files<S: Storage>(storage: &S, paths: &SegmentPaths) -> Result<()> {
