@@ -56,7 +56,7 @@ struct ServeArgs {
     #[arg(long, value_name = "HOST:PORT")]
     advertise: Option<String>,
     /// Shards (and listener executors); one per CPU by default.
-    #[arg(long)]
+    #[arg(allow_negative_numbers = true, long)]
     shards: Option<usize>,
     /// Serve connections on the shards' own executors instead of on listener executors of
     /// their own (thread-per-core; see tuning.md for what it measured)
@@ -64,7 +64,7 @@ struct ServeArgs {
     on_shards: bool,
     /// How often each shard applies retention, compaction and segment.ms rolls to its
     /// partitions, in milliseconds (Kafka's log.retention.check.interval.ms).
-    #[arg(long, value_name = "MS", default_value_t = 300_000, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(allow_negative_numbers = true, long, value_name = "MS", default_value_t = 300_000, value_parser = clap::value_parser!(u64).range(1..))]
     retention_check_ms: u64,
 }
 
@@ -75,14 +75,14 @@ struct CountArgs {
     #[command(flatten)]
     dir: DataDir,
     /// Window length in milliseconds.
-    #[arg(long, default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(allow_negative_numbers = true, long, default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1..))]
     window_ms: u64,
     /// How far out of order records may arrive, in milliseconds.
-    #[arg(long, default_value_t = 0)]
+    #[arg(allow_negative_numbers = true, long, default_value_t = 0)]
     out_of_orderness_ms: u64,
     /// Start at the first record at or after this event time (ms since the epoch);
     /// the default is the first offset held.
-    #[arg(long)]
+    #[arg(allow_negative_numbers = true, long)]
     timestamp: Option<i64>,
     /// Keep counting new records instead of stopping at the end (stop with Ctrl-C).
     #[arg(long)]
@@ -124,10 +124,10 @@ struct ResetArgs {
     #[arg(long)]
     to_latest: bool,
     /// To this offset (clamped to what each partition holds).
-    #[arg(long)]
+    #[arg(allow_negative_numbers = true, long)]
     to_offset: Option<u64>,
     /// To the first record at or after this event time (ms since the epoch).
-    #[arg(long)]
+    #[arg(allow_negative_numbers = true, long)]
     to_datetime: Option<i64>,
 }
 
@@ -165,10 +165,10 @@ struct TrimArgs {
     #[command(flatten)]
     dir: DataDir,
     /// The partition.
-    #[arg(long)]
+    #[arg(allow_negative_numbers = true, long)]
     partition: u32,
     /// The new start offset (at most the partition's end).
-    #[arg(long)]
+    #[arg(allow_negative_numbers = true, long)]
     before: u64,
 }
 
@@ -187,7 +187,7 @@ struct CreateArgs {
     #[command(flatten)]
     dir: DataDir,
     /// Number of partitions.
-    #[arg(long, default_value_t = 1)]
+    #[arg(allow_negative_numbers = true, long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     partitions: u32,
     /// Durability of each append: always, interval:MS or never.
     #[arg(long, default_value = "interval:5")]
@@ -196,26 +196,26 @@ struct CreateArgs {
     #[arg(long, default_value = "delete")]
     cleanup: String,
     /// Roll the active segment once it is this many milliseconds old.
-    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(allow_negative_numbers = true, long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
     segment_ms: Option<u64>,
     /// How long compaction keeps a tombstone (an empty value), in milliseconds.
-    #[arg(long, value_name = "MS", default_value_t = 86_400_000)]
+    #[arg(allow_negative_numbers = true, long, value_name = "MS", default_value_t = 86_400_000)]
     delete_retention_ms: u64,
     /// Compact once this share (0 to 1) of the closed segments is new since the last
     /// compaction.
-    #[arg(long, value_name = "RATIO", default_value_t = 0.5)]
+    #[arg(allow_negative_numbers = true, long, value_name = "RATIO", default_value_t = 0.5)]
     min_cleanable_dirty_ratio: f64,
     /// Delete closed segments older than this many milliseconds.
-    #[arg(long)]
+    #[arg(allow_negative_numbers = true, long)]
     retention_ms: Option<u64>,
     /// Delete the oldest closed segments while a partition is larger than this.
-    #[arg(long)]
+    #[arg(allow_negative_numbers = true, long)]
     retention_bytes: Option<u64>,
     /// Segment size before a roll.
-    #[arg(long, default_value_t = 256 << 20)]
+    #[arg(allow_negative_numbers = true, long, default_value_t = 256 << 20)]
     segment_bytes: u64,
     /// The largest record (key plus value) accepted.
-    #[arg(long, default_value_t = 1 << 20)]
+    #[arg(allow_negative_numbers = true, long, default_value_t = 1 << 20)]
     max_record_bytes: usize,
 }
 
@@ -226,7 +226,7 @@ struct AddPartitionsArgs {
     #[command(flatten)]
     dir: DataDir,
     /// The new partition count.
-    #[arg(long)]
+    #[arg(allow_negative_numbers = true, long, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     partitions: u32,
 }
 
@@ -251,16 +251,16 @@ struct ConsumeArgs {
     #[arg(long, conflicts_with_all = ["offset", "timestamp"])]
     from_beginning: bool,
     /// Start at this offset (with --partition, or in every partition).
-    #[arg(long, conflicts_with = "timestamp")]
+    #[arg(allow_negative_numbers = true, long, conflicts_with = "timestamp")]
     offset: Option<u64>,
     /// Start at the first record at or after this event time (ms since the epoch).
-    #[arg(long)]
+    #[arg(allow_negative_numbers = true, long)]
     timestamp: Option<i64>,
     /// Read only this partition.
-    #[arg(long)]
+    #[arg(allow_negative_numbers = true, long)]
     partition: Option<u32>,
     /// Stop after this many records.
-    #[arg(long)]
+    #[arg(allow_negative_numbers = true, long)]
     max: Option<u64>,
     /// Keep waiting for new records instead of stopping at the end.
     #[arg(long)]
@@ -289,6 +289,15 @@ fn main() -> ExitCode {
     };
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
+        // A reader that went away (`sluice consume ... | head -1`) ends the output, not in
+        // an error.
+        Err(e)
+            if e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            }) =>
+        {
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             eprintln!("error: {}", one_line(&e));
             ExitCode::FAILURE
@@ -315,7 +324,7 @@ fn one_line(e: &anyhow::Error) -> String {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
-        Command::Topic(TopicCommand::Create(a)) => with_engine(&a.dir, |h| create(h, &a)),
+        Command::Topic(TopicCommand::Create(a)) => with_new_engine(&a.dir, |h| create(h, &a)),
         Command::Topic(TopicCommand::List(dir)) => with_engine(&dir, |h| {
             for t in h.list_topics() {
                 println!("{t}");
@@ -340,7 +349,12 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }),
         Command::Produce(a) => with_engine(&a.dir, |h| produce(h, &a)),
-        Command::Consume(a) if a.group.is_some() => with_engine(&a.dir, |h| consume_group(h, &a)),
+        Command::Consume(a) if a.group.is_some() => {
+            // Blocked before the engine's threads start, so that SIGINT and SIGTERM reach
+            // the loop below (which commits what was printed) instead of ending the process.
+            let signals = signals::block_termination()?;
+            with_engine(&a.dir, |h| consume_group(h, &a, &signals))
+        }
         Command::Consume(a) => with_engine(&a.dir, |h| consume(h, &a)),
         Command::Count(a) => with_engine(&a.dir, |h| count(h, &a)),
         Command::Serve(a) => serve(&a),
@@ -400,7 +414,6 @@ fn count(h: &EngineHandle, a: &CountArgs) -> Result<()> {
     Ok(())
 }
 
-/// Starts the engine on the data directory, runs `f` with a handle, and shuts it down.
 /// `sluice serve`: the engine and its Kafka listener, until SIGINT or SIGTERM.
 fn serve(a: &ServeArgs) -> Result<()> {
     use sluice_engine::kafka::{KafkaConfig, KafkaServer};
@@ -460,6 +473,22 @@ mod signals {
         }
     }
 
+    /// One of the blocked signals, if one is pending; does not wait.
+    pub(super) fn pending(set: &libc::sigset_t) -> anyhow::Result<Option<i32>> {
+        let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: `set` was filled by `block_termination`; a null info pointer is allowed;
+        // `zero` is a valid timeout. Covered by tests/cli.rs, which stops a following group
+        // consumer with SIGTERM.
+        let rc = unsafe { libc::sigtimedwait(set, std::ptr::null_mut(), &zero) };
+        if rc >= 0 {
+            return Ok(Some(rc));
+        }
+        match std::io::Error::last_os_error() {
+            e if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EINTR)) => Ok(None),
+            e => anyhow::bail!("checking for a signal: {e}"),
+        }
+    }
+
     /// Waits for one of the blocked signals; returns its number.
     pub(super) fn wait(set: &libc::sigset_t) -> anyhow::Result<i32> {
         let mut signal = 0;
@@ -472,7 +501,19 @@ mod signals {
     }
 }
 
+/// [`with_new_engine`] on a data directory that must exist already: a mistyped path is
+/// an error, not a new empty store.
 fn with_engine(dir: &DataDir, f: impl FnOnce(&EngineHandle) -> Result<()>) -> Result<()> {
+    let path = &dir.data_dir;
+    if !path.is_dir() {
+        bail!("data directory {} does not exist (sluice topic create makes one; check --data-dir)", path.display());
+    }
+    with_new_engine(dir, f)
+}
+
+/// Starts the engine on the data directory (creating it if needed), runs `f` with a
+/// handle, and shuts it down.
+fn with_new_engine(dir: &DataDir, f: impl FnOnce(&EngineHandle) -> Result<()>) -> Result<()> {
     let engine = block_on(Engine::open(EngineConfig::new(&dir.data_dir)))
         .with_context(|| format!("opening {}", dir.data_dir.display()))?;
     let result = f(&engine.handle());
@@ -540,39 +581,68 @@ fn clean(h: &EngineHandle, topic: &str) -> Result<()> {
     Ok(())
 }
 
+/// A line of `sluice produce`'s input: `key<TAB>value`, or a value alone.
+fn key_value(line: &str) -> (Option<&[u8]>, &[u8]) {
+    match line.split_once('\t') {
+        Some((k, v)) => (Some(k.as_bytes()), v.as_bytes()),
+        None => (None, line.as_bytes()),
+    }
+}
+
+/// `sluice produce`. Each line is checked before anything after it is sent: a bad line
+/// stops the run with every line before it written and none after, and the error names
+/// the line and how many records were written, so a retry can start after them.
 fn produce(h: &EngineHandle, a: &ProduceArgs) -> Result<()> {
-    h.describe_topic(&a.topic)?;
+    let limit = h.describe_topic(&a.topic)?.config.max_record_bytes;
     let stdin = std::io::stdin();
     let mut out = std::io::stdout().lock();
     // Sends go out a window at a time, so that a window shares batches and fsyncs.
     const WINDOW: usize = 1000;
     let mut lines = stdin.lock().lines();
-    let mut total = 0u64;
+    let mut written = 0u64;
     loop {
-        let window: Vec<String> =
-            lines.by_ref().take(WINDOW).collect::<std::io::Result<_>>().context("reading stdin")?;
+        let first_line = written + 1;
+        let window: Vec<String> = lines
+            .by_ref()
+            .take(WINDOW)
+            .collect::<std::io::Result<_>>()
+            .with_context(|| format!("reading stdin after line {written} ({written} records written)"))?;
         if window.is_empty() {
             break;
         }
+        let size = |line: &str| {
+            let (k, v) = key_value(line);
+            k.map_or(0, <[u8]>::len) + v.len()
+        };
+        let bad = window.iter().position(|l| size(l) > limit);
         let now = Timestamp::now();
-        let sends = window.iter().map(|line| {
-            let (key, value) = match line.split_once('\t') {
-                Some((k, v)) => (Some(k.as_bytes()), v.as_bytes()),
-                None => (None, line.as_bytes()),
-            };
+        let sends = window[..bad.unwrap_or(window.len())].iter().map(|line| {
+            let (key, value) = key_value(line);
             h.send(&a.topic, key, value, now)
         });
         let results = block_on(join_all(sends.collect()));
-        for r in results {
-            let (p, off) = r?;
-            total += 1;
+        let failed = results.iter().position(Result::is_err);
+        for (p, off) in results.iter().filter_map(|r| r.as_ref().ok()) {
+            written += 1;
             if a.verbose {
                 writeln!(out, "{p}\t{off}")?;
             }
         }
+        if let Some(i) = failed {
+            let e = results.into_iter().nth(i).and_then(Result::err).expect("an error at i");
+            bail!("line {}: {e}; {written} records written", first_line + i as u64);
+        }
+        if let Some(i) = bad {
+            bail!(
+                "line {}: a record of {} bytes exceeds topic {:?}'s limit of {limit} bytes; {written} records written (every line before it), none after",
+                first_line + i as u64,
+                size(&window[i]),
+                a.topic
+            );
+        }
     }
     if !a.verbose {
-        eprintln!("produced {total} records to {}", a.topic);
+        eprintln!("produced {written} records to {}", a.topic);
     }
     Ok(())
 }
@@ -632,7 +702,12 @@ fn consume(h: &EngineHandle, a: &ConsumeArgs) -> Result<()> {
 }
 
 fn describe_group(h: &EngineHandle, group: &str) -> Result<()> {
-    match block_on(h.describe_group(group))? {
+    let lag = block_on(h.group_lag(group))?;
+    let description = block_on(h.describe_group(group))?;
+    if lag.is_empty() && description.is_none() {
+        bail!("unknown group {group:?}");
+    }
+    match description {
         Some(d) if !d.members.is_empty() => {
             println!(
                 "group {}\tgeneration {}\tassignor {}\tmembers {}",
@@ -648,17 +723,16 @@ fn describe_group(h: &EngineHandle, group: &str) -> Result<()> {
         }
         _ => println!("group {group}\tmembers 0"),
     }
-    let lag = block_on(h.group_lag(group))?;
-    if lag.is_empty() && block_on(h.describe_group(group))?.is_none() {
-        bail!("unknown group {group:?}");
-    }
     for l in lag {
         println!("{}\t{}\tcommitted {}\tend {}\tlag {}", l.topic, l.partition, l.committed, l.end, l.lag);
     }
     Ok(())
 }
 
-fn consume_group(h: &EngineHandle, a: &ConsumeArgs) -> Result<()> {
+/// `sluice consume --group`: prints records and commits the position after the last one
+/// printed when it stops: at the end (without --follow), after --max records, on SIGINT or
+/// SIGTERM, and when stdout closes.
+fn consume_group(h: &EngineHandle, a: &ConsumeArgs, signals: &libc::sigset_t) -> Result<()> {
     let group = a.group.as_deref().expect("called with a group");
     let options = GroupOptions {
         reset: if a.from_beginning { OffsetReset::Earliest } else { OffsetReset::Latest },
@@ -669,21 +743,30 @@ fn consume_group(h: &EngineHandle, a: &ConsumeArgs) -> Result<()> {
     let mut out = std::io::stdout().lock();
     // The next offset after the last record printed, per partition: what gets committed.
     let mut done = std::collections::BTreeMap::new();
-    while left > 0 {
-        let mut caught_up = true;
-        for (t, p, at) in member.positions() {
-            caught_up &= at >= block_on(h.offsets(&t, p))?.1;
+    let mut read = || -> Result<()> {
+        while left > 0 {
+            if let Some(signal) = signals::pending(signals)? {
+                eprintln!("sluice consume: signal {signal}, committing and leaving the group");
+                break;
+            }
+            let mut caught_up = true;
+            for (t, p, at) in member.positions() {
+                caught_up &= at >= block_on(h.offsets(&t, p))?.1;
+            }
+            if caught_up && !a.follow {
+                break;
+            }
+            let wait = if a.follow { Duration::from_millis(500) } else { Duration::ZERO };
+            print_records(&mut out, &block_on(member.poll(wait))?, &mut left, &mut done)?;
         }
-        if caught_up && !a.follow {
-            break;
-        }
-        let wait = if a.follow { Duration::from_millis(500) } else { Duration::ZERO };
-        print_records(&mut out, &block_on(member.poll(wait))?, &mut left, &mut done)?;
-    }
+        Ok(())
+    };
+    // What was printed is committed however the reading ended (a closed stdout too).
+    let result = read();
     let offsets: Vec<(String, PartitionId, Offset)> = done.into_iter().map(|((t, p), o)| (t, p, o)).collect();
     block_on(member.commit_offsets(&offsets))?;
     block_on(member.leave())?;
-    Ok(())
+    result
 }
 
 /// Prints polled records as `partition<TAB>offset<TAB>key<TAB>value`, at most `left` of

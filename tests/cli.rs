@@ -231,3 +231,73 @@ fn topic_clean_and_trim_apply_retention_compaction_and_delete_records_now() {
     );
     fails(&sluice(&["topic", "clean", "missing", "--data-dir", d], ""), "unknown topic");
 }
+
+#[test]
+fn the_cli_is_careful_at_its_edges() {
+    let dir = data_dir("edges");
+    let d = dir.to_str().unwrap();
+    // A mistyped data directory is refused by every command but create, and not made.
+    let missing = dir.join("missing");
+    let m = missing.to_str().unwrap();
+    for args in [
+        vec!["topic", "list", "--data-dir", m],
+        vec!["consume", "t", "--data-dir", m],
+        vec!["group", "list", "--data-dir", m],
+        vec!["produce", "t", "--data-dir", m],
+    ] {
+        fails(&sluice(&args, "x\n"), "does not exist");
+    }
+    assert!(!missing.exists(), "no empty store was made");
+    // Out of range and negative numbers: one clear line.
+    fails(&sluice(&["topic", "create", "t", "--data-dir", d, "--partitions", "-1"], ""), "-1 is not in 1..=10000");
+    fails(&sluice(&["topic", "create", "t", "--data-dir", d, "--partitions", "10001"], ""), "10001 is not in");
+    fails(&sluice(&["consume", "t", "--data-dir", d, "--max", "-5"], ""), "'-5'");
+
+    // produce stops at the first bad line: everything before it written, nothing after.
+    ok(&sluice(&["topic", "create", "t", "--data-dir", d, "--max-record-bytes", "20"], ""));
+    let input: String = (1..=2600)
+        .map(|i| if i == 2501 { "a line far longer than twenty bytes\n".to_string() } else { format!("v{i}\n") })
+        .collect();
+    let out = sluice(&["produce", "t", "--data-dir", d], &input);
+    fails(&out, "line 2501: a record of 35 bytes exceeds");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("2500 records written"), "{out:?}");
+    let describe = ok(&sluice(&["topic", "describe", "t", "--data-dir", d], ""));
+    assert!(describe.contains("start 0\tend 2500"), "{describe}");
+
+    // An unknown group: the error alone.
+    let out = sluice(&["group", "describe", "nosuch", "--data-dir", d], "");
+    fails(&out, "unknown group");
+    assert!(out.stdout.is_empty(), "{}", String::from_utf8_lossy(&out.stdout));
+
+    // A reader that goes away ends the output quietly, with status 0.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["consume", "t", "--data-dir", d, "--from-beginning"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("consume");
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut first).unwrap();
+    assert!(first.starts_with("0\t0\t"), "{first:?}");
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success() && out.stderr.is_empty(), "{out:?}");
+
+    // A following group consumer stopped by SIGTERM commits what it printed.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["consume", "t", "--data-dir", d, "--group", "g", "--from-beginning", "--follow"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("consume --group");
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
+    for _ in 0..2500 {
+        lines.next().expect("a record").unwrap();
+    }
+    // SAFETY: kill(2) on a child we started and have not reaped, with SIGTERM.
+    let rc = unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    assert_eq!(rc, 0);
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    let described = ok(&sluice(&["group", "describe", "g", "--data-dir", d], ""));
+    assert!(described.contains("committed 2500\tend 2500\tlag 0"), "{described}");
+}

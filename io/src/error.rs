@@ -126,10 +126,12 @@ impl LogError {
     /// variant so callers can tell it apart.
     pub fn io(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> LogError {
         let path = path.into();
-        if source.raw_os_error() == Some(libc::ENOSPC) {
-            LogError::NoSpace { path }
-        } else {
-            LogError::Io { op, path, source }
+        match source.raw_os_error() {
+            Some(libc::ENOSPC) => LogError::NoSpace { path },
+            // The OS error alone: glommio's own text repeats the path and adds its internals
+            // ("op: Creating path: Some(..) with fd: None"), and the path is said already.
+            Some(code) => LogError::Io { op, path, source: io::Error::from_raw_os_error(code) },
+            None => LogError::Io { op, path, source },
         }
     }
 

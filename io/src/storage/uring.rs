@@ -11,6 +11,18 @@ use glommio::io::{DmaBuffer, DmaFile, OpenOptions, ReadResult};
 
 use super::{Storage, StorageFile};
 
+/// A glommio error as the OS error it carries. glommio's own conversion to `io::Error`
+/// keeps only its text for the errors it enriches with the operation and path, so an
+/// ENOSPC could not be told apart from any other failure, and messages repeated the path
+/// with glommio's internals.
+fn os_error<T>(e: glommio::GlommioError<T>) -> io::Error {
+    match e {
+        glommio::GlommioError::IoError(e) => e,
+        glommio::GlommioError::EnhancedIoError { source, .. } => source,
+        e => e.into(),
+    }
+}
+
 /// io_uring storage through glommio. Must be used inside a glommio executor.
 #[derive(Clone, Debug, Default)]
 pub struct UringStorage;
@@ -34,8 +46,8 @@ async fn probe_device_once(dir: &Path) -> io::Result<()> {
     if std::fs::metadata(&probe).map(|m| m.len()).unwrap_or(0) < 4096 {
         std::fs::write(&probe, [0u8; 4096])?;
     }
-    let file = DmaFile::open(&probe).await?;
-    file.close().await?;
+    let file = DmaFile::open(&probe).await.map_err(os_error)?;
+    file.close().await.map_err(os_error)?;
     PROBED_DEVICES.with(|p| p.borrow_mut().insert(dev));
     Ok(())
 }
@@ -46,7 +58,7 @@ impl Storage for UringStorage {
     async fn open(&self, path: &Path, create: bool) -> io::Result<UringFile> {
         let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         probe_device_once(dir).await?;
-        let file = OpenOptions::new().read(true).write(true).create(create).dma_open(path).await?;
+        let file = OpenOptions::new().read(true).write(true).create(create).dma_open(path).await.map_err(os_error)?;
         Ok(UringFile { file: Rc::new(file), path: path.to_path_buf() })
     }
 
@@ -59,9 +71,9 @@ impl Storage for UringStorage {
     }
 
     async fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        let d = glommio::io::Directory::open(dir).await?;
-        d.sync().await?;
-        d.close().await?;
+        let d = glommio::io::Directory::open(dir).await.map_err(os_error)?;
+        d.sync().await.map_err(os_error)?;
+        d.close().await.map_err(os_error)?;
         Ok(())
     }
 }
@@ -83,27 +95,27 @@ impl StorageFile for UringFile {
     }
 
     async fn write_at(&self, buf: Rc<DmaBuffer>, pos: u64) -> io::Result<usize> {
-        Ok(self.file.write_rc_at(buf, pos).await?)
+        self.file.write_rc_at(buf, pos).await.map_err(os_error)
     }
 
     async fn read_at(&self, pos: u64, len: usize) -> io::Result<ReadResult> {
-        Ok(self.file.read_at(pos, len).await?)
+        self.file.read_at(pos, len).await.map_err(os_error)
     }
 
     async fn sync(&self) -> io::Result<()> {
-        Ok(self.file.fdatasync().await?)
+        self.file.fdatasync().await.map_err(os_error)
     }
 
     async fn allocate(&self, len: u64) -> io::Result<()> {
-        Ok(self.file.pre_allocate(len, false).await?)
+        self.file.pre_allocate(len, false).await.map_err(os_error)
     }
 
     async fn truncate(&self, len: u64) -> io::Result<()> {
-        Ok(self.file.truncate(len).await?)
+        self.file.truncate(len).await.map_err(os_error)
     }
 
     async fn size(&self) -> io::Result<u64> {
-        Ok(self.file.file_size().await?)
+        self.file.file_size().await.map_err(os_error)
     }
 
     fn path(&self) -> &Path {
