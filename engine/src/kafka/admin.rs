@@ -90,7 +90,9 @@ pub(crate) async fn metadata(ctx: &Arc<Context>, req: MetadataRequest, version: 
         {
             match ctx.engine.create_topic(&name, partitions, None).await {
                 Ok(_) | Err(EngineError::TopicExists(_)) => {}
-                Err(e) => eprintln!("sluice kafka listener: auto-creating topic {name:?}: {e}"),
+                Err(e) => {
+                    ctx.errors.report(format_args!("auto-creating topic {name:?}: {e}"));
+                }
             }
         }
         resp.topics.push(topic_metadata(ctx, &name));

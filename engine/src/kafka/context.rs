@@ -5,7 +5,9 @@
 //! any handler.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use super::KafkaConfig;
 use super::groups::JoinBarrier;
@@ -26,11 +28,72 @@ pub(crate) struct Context {
     pub(crate) stable: StableIndex,
     /// Each group's join barrier (`groups::JoinBarrier`).
     pub(crate) joins: Mutex<HashMap<String, JoinBarrier>>,
+    /// Connection and request failures, written to stderr with a rate limit.
+    pub(crate) errors: ErrorLog,
+}
+
+/// Lines about failed connections and requests: at most [`ErrorLog::BURST`] per
+/// [`ErrorLog::WINDOW`] over the whole listener, so a flood of bad clients cannot flood
+/// the server's log; the rest are counted, and the next line written says how many were
+/// left out.
+#[derive(Debug, Default)]
+pub(crate) struct ErrorLog {
+    window: Mutex<Option<(Instant, u32, u64)>>,
+    /// Every failure reported, written or not.
+    pub(crate) total: AtomicU64,
+}
+
+impl ErrorLog {
+    /// Lines written per window.
+    pub(crate) const BURST: u32 = 10;
+    /// The window.
+    pub(crate) const WINDOW: Duration = Duration::from_secs(10);
+
+    /// Writes `line` (after the listener's prefix) unless this window's lines are used up;
+    /// true if it was written.
+    pub(crate) fn report(&self, line: std::fmt::Arguments<'_>) -> bool {
+        self.total.fetch_add(1, Ordering::Relaxed);
+        let now = Instant::now();
+        let mut w = self.window.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (start, written, hidden) = w.get_or_insert((now, 0, 0));
+        if now.duration_since(*start) >= Self::WINDOW {
+            (*start, *written) = (now, 0);
+        }
+        if *written >= Self::BURST {
+            *hidden += 1;
+            return false;
+        }
+        *written += 1;
+        let left_out = std::mem::take(hidden);
+        if left_out > 0 {
+            eprintln!("sluice kafka listener: {line} ({left_out} more failures not shown before this one)");
+        } else {
+            eprintln!("sluice kafka listener: {line}");
+        }
+        true
+    }
 }
 
 impl Context {
     /// The groups' join barriers, locked (a panic elsewhere leaves them usable).
     pub(crate) fn joins(&self) -> MutexGuard<'_, HashMap<String, JoinBarrier>> {
         self.joins.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_error_log_writes_a_burst_per_window_and_counts_the_rest() {
+        let log = ErrorLog::default();
+        let written = (0..25).filter(|i| log.report(format_args!("failure {i}"))).count();
+        assert_eq!(written, ErrorLog::BURST as usize);
+        assert_eq!(log.total.load(Ordering::Relaxed), 25);
+        // A new window writes again, first saying how many were left out.
+        log.window.lock().unwrap().as_mut().unwrap().0 -= ErrorLog::WINDOW;
+        assert!(log.report(format_args!("after the window")));
+        assert_eq!(log.window.lock().unwrap().unwrap().2, 0, "the left-out count was said");
     }
 }

@@ -229,7 +229,7 @@ async fn stable_views(ctx: &Context, wanted: &[Wanted], reads: &[Read]) -> Vec<O
                     Err(e) => Err(e),
                 };
                 if let Err(e) = updated {
-                    eprintln!("sluice kafka listener: transactions of {topic}-{p}: {e}");
+                    ctx.errors.report(format_args!("transactions of {topic}-{p}: {e}"));
                     let stable = Stable { offset: from, aborted: Vec::new() };
                     return Some(Committed { bytes: 0, stable, error: Some(errors::of(&e)) });
                 }
@@ -298,7 +298,7 @@ pub(crate) async fn fetch(ctx: &Arc<Context>, req: FetchRequest, version: i16) -
     let mut topics: Vec<FetchableTopicResponse> = Vec::new();
     for ((topic, partition, _, _), read) in wanted.iter().zip(reads) {
         let stable = committed.next().flatten();
-        let pd = partition_data(topic, *partition, read, stable, &mut budget, &mut first_data);
+        let pd = partition_data(ctx, topic, *partition, read, stable, &mut budget, &mut first_data);
         match topics.last_mut() {
             Some(t) if t.topic.0.as_str() == topic => t.partitions.push(pd),
             _ => {
@@ -318,6 +318,7 @@ pub(crate) async fn fetch(ctx: &Arc<Context>, req: FetchRequest, version: i16) -
 /// read_committed reader, and its batches re-encoded as Kafka's, within what is left of
 /// the response's byte budget (the first partition with data always gets its batches).
 fn partition_data(
+    ctx: &Context,
     topic: &str,
     partition: i32,
     read: Read,
@@ -369,7 +370,7 @@ fn partition_data(
                         Ok(view) => records::encode_batch(view, &mut out),
                         Err(e) => {
                             pd.error_code = code::KAFKA_STORAGE_ERROR;
-                            eprintln!("sluice kafka listener: fetch of {topic}-{partition}: {e}");
+                            ctx.errors.report(format_args!("fetch of {topic}-{partition}: {e}"));
                             break;
                         }
                     }

@@ -88,6 +88,7 @@ impl KafkaServer {
             txns,
             stable: super::stable::StableIndex::default(),
             joins: std::sync::Mutex::default(),
+            errors: super::context::ErrorLog::default(),
         });
         let (stop_tx, stop_rx) = async_channel::bounded::<()>(1);
         let cpus: Vec<usize> = core_affinity::get_core_ids().unwrap_or_default().into_iter().map(|c| c.id).collect();
@@ -233,7 +234,7 @@ async fn accept_loop(
             Some(Ok(s)) => s,
             Some(Err(e)) => {
                 // Out of file descriptors and the like: wait a little rather than spin.
-                eprintln!("sluice kafka listener: accept failed: {e}");
+                ctx.errors.report(format_args!("accept failed: {e}"));
                 glommio::timer::sleep(Duration::from_millis(10)).await;
                 continue;
             }
@@ -304,9 +305,9 @@ async fn serve_connection(ctx: Arc<Context>, stream: TcpStream, stop: async_chan
         glommio::channels::local_channel::new_bounded::<Pending>(ctx.config.max_in_flight_per_connection);
     // Dropped when the writer stops, which the reader sees as the channel closing.
     let (writer_alive, writer_gone) = async_channel::bounded::<()>(1);
-    let write_timeout = ctx.config.write_timeout;
+    let writer_ctx = ctx.clone();
     let writer_task = glommio::spawn_local(async move {
-        write_loop(writer, queue_rx, write_timeout).await;
+        write_loop(writer, queue_rx, &writer_ctx).await;
         drop(writer_alive);
     });
     let mut pool = FramePool::default();
@@ -320,13 +321,13 @@ async fn serve_connection(ctx: Arc<Context>, stream: TcpStream, stop: async_chan
             }
             Some(Err(FrameError::Io(_))) | Some(Ok(None)) | None => break, // gone, or shutting down
             Some(Err(e)) => {
-                eprintln!("sluice kafka listener: closing a connection: {e}");
+                ctx.errors.report(format_args!("closing a connection: {e}"));
                 break;
             }
         };
         let pending = match dispatch::handle(&ctx, frame) {
             Handled::Close(reason) => {
-                eprintln!("sluice kafka listener: closing a connection: {reason}");
+                ctx.errors.report(format_args!("closing a connection: {reason}"));
                 break;
             }
             Handled::Ready(bytes) => Some(Pending::Ready(bytes)),
@@ -351,7 +352,7 @@ async fn serve_connection(ctx: Arc<Context>, stream: TcpStream, stop: async_chan
 async fn write_loop(
     mut writer: WriteHalf<TcpStream>,
     queue: glommio::channels::local_channel::LocalReceiver<Pending>,
-    write_timeout: Duration,
+    ctx: &Context,
 ) {
     while let Some(pending) = queue.recv().await {
         let reply = match pending {
@@ -362,12 +363,18 @@ async fn write_loop(
             Ok(Some(bytes)) => bytes,
             Ok(None) => continue, // acks=0: no response
             Err(reason) => {
-                eprintln!("sluice kafka listener: closing a connection: {reason}");
+                ctx.errors.report(format_args!("closing a connection: {reason}"));
                 return;
             }
         };
         let write = async { writer.write_all(&bytes).await.and(writer.flush().await) };
-        if with_timeout(write_timeout, write).await.is_err() {
+        if let Err(e) = with_timeout(ctx.config.write_timeout, write).await {
+            if matches!(e, FrameError::TimedOut) {
+                ctx.errors.report(format_args!(
+                    "closing a connection: the client read no response for {:?} (write_timeout)",
+                    ctx.config.write_timeout
+                ));
+            }
             return;
         }
     }
