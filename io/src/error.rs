@@ -128,6 +128,7 @@ impl LogError {
         let path = path.into();
         match source.raw_os_error() {
             Some(libc::ENOSPC) => LogError::NoSpace { path },
+            None if source.kind() == io::ErrorKind::StorageFull => LogError::NoSpace { path },
             // The OS error alone: glommio's own text repeats the path and adds its internals
             // ("op: Creating path: Some(..) with fd: None"), and the path is said already.
             Some(code) => LogError::Io { op, path, source: io::Error::from_raw_os_error(code) },

@@ -176,7 +176,12 @@ pub(crate) async fn recover_active<S: Storage>(
     }
     let allocated = first_allocation(config, facts.size);
     if allocated > facts.size {
-        file.allocate(allocated).await.map_err(|e| LogError::io("fallocate", &paths.log, e))?;
+        match file.allocate(allocated).await.map_err(|e| LogError::io("fallocate", &paths.log, e)) {
+            // A full device does not keep the log from opening: it serves reads, and
+            // appends extend the file themselves (and fail, until there is room).
+            Err(LogError::NoSpace { .. }) | Ok(()) => {}
+            Err(e) => return Err(e),
+        }
     }
     if let Some((pos, reason)) = outcome.damage {
         debug_assert_eq!(pos, facts.size, "the scan stops at the end of the valid batches");

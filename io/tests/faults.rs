@@ -87,10 +87,15 @@ async fn append<S: Storage>(
     result
 }
 
-/// Reads the whole log: (offset, tag, index) of every record, checking that offsets are
-/// contiguous from 0 and that every record is well formed.
+/// Reads the whole log as readers see it: (offset, tag, index) of every record up to the
+/// visible end, checking that offsets are contiguous from 0, that every record is well
+/// formed, and that nothing past the visible end is ever served (the appends a failed
+/// write or sync left behind are not).
 async fn read_all<S: Storage>(log: &Log<S>) -> Vec<(u64, u64)> {
-    let end = log.end_offset().0;
+    let end = log.visible_offset().0;
+    assert!(end <= log.end_offset().0);
+    let past = log.read(Offset(end), 64 << 10).await.unwrap_or_else(|e| panic!("read at the visible end: {e}"));
+    assert!(past.is_empty() || log.visible_offset().0 > end, "records past the visible end {end} were served");
     let mut out = Vec::new();
     let mut at = 0;
     while at < end {

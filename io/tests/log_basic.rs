@@ -285,7 +285,7 @@ fn compaction_drops_old_tombstones_only() {
 }
 
 #[test]
-fn tail_reads_are_served_from_the_write_behind_buffers() {
+fn tail_reads_are_served_from_the_write_behind_buffers_and_never_show_what_was_not_written() {
     let dir = common::temp_dir("tail-memory");
     common::run(move || async move {
         let storage = sluice_io::FaultyStorage::new();
@@ -293,9 +293,16 @@ fn tail_reads_are_served_from_the_write_behind_buffers() {
         let config = LogConfig { fsync: FsyncPolicy::Never, ..LogConfig::default() };
         let (log, _) = Log::open(storage, &dir, config).await.unwrap();
         append_n(&log, 0, 300, 30).await;
+        assert_eq!(log.make_visible().await.unwrap(), Offset(300));
         // From here the disk refuses every write: what a tail reader gets must come from
-        // the appender's buffers, and be exact.
+        // the appender's buffers, and be exact; and records appended now, which never
+        // reach the disk, are never read.
         plan.borrow_mut().crashed = true;
+        for i in 300..330 {
+            let v = value(i);
+            let _ = log.append(&[Record::keyed(b"k", &v, Timestamp(0))]).await;
+        }
+        assert_eq!(log.visible_offset(), Offset(300));
         let mut at = Offset(0);
         let mut n = 0;
         loop {
@@ -311,6 +318,7 @@ fn tail_reads_are_served_from_the_write_behind_buffers() {
             at = batches.next_offset();
         }
         assert_eq!(n, 300);
+        assert_eq!(at, Offset(300), "the reader stops at the visible end");
     });
 }
 

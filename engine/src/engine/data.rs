@@ -172,7 +172,10 @@ impl EngineHandle {
         self.call(shard, |reply| Request::Fetch { topic, partition, offset, max_bytes, wait: max_wait, reply }).await
     }
 
-    /// The first offset still held and the next offset to be written.
+    /// The first offset still held and the end readers see (Kafka's high watermark):
+    /// under `fsync=always` what is fsynced, otherwise everything appended (written out of
+    /// the process's buffers first, so a kill cannot take back what a reader is told of).
+    /// An append that has resolved is below it.
     pub async fn offsets(&self, topic: &str, partition: PartitionId) -> Result<(Offset, Offset)> {
         let (shard, _) = self.owner(topic, partition)?;
         let topic = topic.to_string();

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use glommio::{Latency, Shares, TaskQueueHandle};
 use sluice_io::{CleanReport, CleanTrigger, PartitionId, Timestamp};
 
+use super::partition::{Partition, reopen_if_room};
 use super::{Key, ShardState, partition};
 use crate::error::{EngineError, Result};
 
@@ -30,6 +31,10 @@ pub(super) const CLEANER_SHARES: usize = 100;
 
 /// Failures are written to stderr at most this often per shard (the rest are counted).
 pub(super) const REPORT_EVERY: Duration = Duration::from_secs(10);
+
+/// How often a shard looks for partitions whose log failed (a full disk) to reopen them
+/// once the device has room again.
+pub(super) const PROBE_FAILED_EVERY: Duration = Duration::from_secs(1);
 
 /// What the shard's cleaner has done since the shard started.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -99,6 +104,36 @@ pub(super) fn spawn_checks(state: Weak<RefCell<ShardState>>, queue: TaskQueueHan
                 // A partition deleted since the list was taken is skipped.
                 if shard.borrow().partitions.contains_key(&(topic.clone(), p)) {
                     let _ = clean(&shard, &topic, p, CleanTrigger::Scheduled).await;
+                }
+            }
+        }
+    };
+    glommio::spawn_local_into(task, queue).expect("the cleaner's queue belongs to this executor").detach();
+}
+
+/// Starts the probe that reopens failed partitions ([`PROBE_FAILED_EVERY`]); it ends
+/// when the shard's state is dropped.
+pub(super) fn spawn_failure_probes(state: Weak<RefCell<ShardState>>, queue: TaskQueueHandle) {
+    let task = async move {
+        loop {
+            glommio::timer::sleep(PROBE_FAILED_EVERY).await;
+            let Some(shard) = state.upgrade() else { return };
+            let failed: Vec<(Key, Rc<RefCell<Partition>>, String)> = shard
+                .borrow()
+                .partitions
+                .iter()
+                .filter_map(|(k, part)| part.borrow().log.failure().map(|why| (k.clone(), part.clone(), why)))
+                .collect();
+            drop(shard);
+            for ((topic, p), part, why) in failed {
+                match reopen_if_room(&part).await {
+                    Ok(true) => eprintln!("sluice: {topic}-{p} reopened, appends resume (it had failed: {why})"),
+                    Ok(false) => {}
+                    Err(e) => {
+                        if let Some(shard) = state.upgrade() {
+                            shard.borrow_mut().cleaning.failed(&EngineError::log(&topic, p, e));
+                        }
+                    }
                 }
             }
         }

@@ -58,6 +58,7 @@ pub(crate) async fn run(requests: async_channel::Receiver<Request>, settings: Sh
     let cleaner_queue = cleaner::queue();
     state.borrow_mut().cleaner = Some(cleaner_queue);
     cleaner::spawn_checks(Rc::downgrade(&state), cleaner_queue, settings.retention_check);
+    cleaner::spawn_failure_probes(Rc::downgrade(&state), cleaner_queue);
     let expiry = Rc::downgrade(&state);
     glommio::spawn_local(async move {
         loop {
@@ -121,10 +122,18 @@ async fn handle(state: &Rc<RefCell<ShardState>>, request: Request) {
             let _ = reply.send(result).await;
         }
         Request::Offsets { topic, partition: p, reply } => {
-            let result = partition(state, &topic, p).map(|part| {
-                let log = &part.borrow().log;
-                (log.start_offset(), log.end_offset())
-            });
+            let result = match partition(state, &topic, p) {
+                Err(e) => Err(e),
+                Ok(part) => {
+                    let log = part.borrow().log.clone();
+                    // The end readers see (the high watermark), made as current as the
+                    // policy allows: a reader is never told of offsets it cannot read.
+                    match log.make_visible().await {
+                        Ok(end) => Ok((log.start_offset(), end)),
+                        Err(e) => Err(EngineError::log(&topic, p, e)),
+                    }
+                }
+            };
             let _ = reply.send(result).await;
         }
         Request::Sync { topic, partition: p, reply } => {

@@ -66,6 +66,40 @@ impl Partition {
     }
 }
 
+/// Reopens a partition whose log failed (a full disk, a failed write), once the device
+/// has room again: recovery cuts the log back to what was written, the partition's state
+/// is rebuilt from it, and appends resume. Returns false, changing nothing, while a probe
+/// file of one write buffer cannot be allocated next to the log. Waiting fetches look
+/// again; sends that were waiting on the failed log have had their errors.
+pub(super) async fn reopen_if_room(part: &Rc<RefCell<Partition>>) -> sluice_io::Result<bool> {
+    let (dir, config, batching) = {
+        let pt = part.borrow();
+        (pt.log.dir().to_path_buf(), pt.log.config().clone(), pt.batching)
+    };
+    if !has_room(&dir, config.write_buffer_bytes as u64).await {
+        return Ok(false);
+    }
+    let (log, _report) = Log::open(UringStorage, dir, config).await?;
+    let fresh = Partition::open(log, batching).await?;
+    let old = std::mem::replace(&mut *part.borrow_mut(), fresh);
+    for w in old.waiters {
+        w.wake();
+    }
+    Ok(true)
+}
+
+/// Whether `bytes` can be allocated in `dir`: a probe file is allocated and removed.
+async fn has_room(dir: &std::path::Path, bytes: u64) -> bool {
+    use sluice_io::storage::{Storage, StorageFile};
+    let probe = dir.join(".space-probe");
+    let room = match UringStorage.open(&probe, true).await {
+        Ok(file) => file.allocate(bytes).await.is_ok(),
+        Err(_) => false,
+    };
+    let _ = UringStorage.remove(&probe).await;
+    room
+}
+
 pub(super) async fn append(
     part: &Rc<RefCell<Partition>>,
     topic: &str,
@@ -189,10 +223,16 @@ pub(super) async fn fetch(
     wait: Duration,
 ) -> Result<OwnedBatches> {
     let log = part.borrow().log.clone();
-    if offset == log.end_offset() && !wait.is_zero() {
+    // Records a read may return: under fsync=always those fsynced (appends wake this once
+    // they are), otherwise those appended (the read writes them out first).
+    let readable = |log: &Log<UringStorage>| match log.config().fsync {
+        sluice_io::FsyncPolicy::Always => log.visible_offset(),
+        _ => log.end_offset(),
+    };
+    if offset >= readable(&log) && offset <= log.end_offset() && !wait.is_zero() {
         let deadline = glommio::timer::sleep(wait);
         let arrived = std::future::poll_fn(|cx| {
-            if log.end_offset() > offset {
+            if readable(&log) > offset {
                 return std::task::Poll::Ready(());
             }
             let mut pt = part.borrow_mut();

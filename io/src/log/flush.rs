@@ -53,7 +53,10 @@ impl<S: Storage> Log<S> {
             let mut st = self.inner.state.borrow_mut();
             st.sync_running = false;
             match &result {
-                Ok(upto) => st.durable_offset = st.durable_offset.max(*upto),
+                Ok(upto) => {
+                    st.durable_offset = st.durable_offset.max(*upto);
+                    st.written_offset = st.written_offset.max(*upto);
+                }
                 Err(e) => {
                     st.failed.get_or_insert_with(|| e.to_string());
                 }
@@ -62,6 +65,31 @@ impl<S: Storage> Log<S> {
             drop(st);
             result?;
         }
+    }
+
+    /// Makes every append so far visible to readers ([`visible_offset`](Self::visible_offset))
+    /// as far as the policy allows without an fsync: under `interval` and `never` the
+    /// write-behind buffers are written out (no fsync); under `always` nothing is done
+    /// (what is not fsynced yet waits for its group commit). Returns the visible end. A log
+    /// whose writes failed makes nothing more visible: what failed is never read.
+    pub async fn make_visible(&self) -> Result<Offset> {
+        if self.inner.config.fsync == crate::config::FsyncPolicy::Always {
+            return Ok(self.visible_offset());
+        }
+        let flush = {
+            let st = &mut *self.inner.state.borrow_mut();
+            if st.written_offset >= st.next_offset {
+                return Ok(st.written_offset);
+            }
+            let upto = st.next_offset;
+            flush_unless_failed(&mut st.appender).map(|f| (f, upto, st.active.paths.log.clone()))
+        };
+        if let Some(((handle, ticket), upto, path)) = flush {
+            handle.wait(ticket).await.map_err(|e| LogError::io("write", &path, e))?;
+            let st = &mut *self.inner.state.borrow_mut();
+            st.written_offset = st.written_offset.max(upto);
+        }
+        Ok(self.visible_offset())
     }
 
     async fn sync_now(&self) -> Result<Offset> {

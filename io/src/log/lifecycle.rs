@@ -89,6 +89,7 @@ impl<S: Storage> Log<S> {
             clean_through: start_offset,
             tombstones_due: None,
             durable_offset: next_offset,
+            written_offset: next_offset,
             allocated,
             allocating: false,
             allocation_step: first_step(&config),

@@ -88,6 +88,9 @@ pub(crate) struct State<F: StorageFile> {
     /// `delete_retention_ms`: a compaction is due then, dirty or not.
     pub(crate) tombstones_due: Option<crate::types::Timestamp>,
     durable_offset: Offset,
+    /// Every offset below this is in a completed write: a kill of the process cannot take
+    /// it back (the durable offset is at or below it).
+    written_offset: Offset,
     /// Bytes the active segment's file is allocated to, and whether a step is under way.
     allocated: u64,
     allocating: bool,
@@ -144,6 +147,26 @@ impl<S: Storage> Log<S> {
         self.inner.state.borrow().durable_offset
     }
 
+    /// Every offset below this is written: past the process's buffers, so a kill of the
+    /// process cannot take it back (a crash of the machine still may, unless synced).
+    #[must_use]
+    pub fn written_offset(&self) -> Offset {
+        self.inner.state.borrow().written_offset
+    }
+
+    /// The end of what readers see (Kafka's high watermark on one node): what is fsynced
+    /// under `FsyncPolicy::Always`, what is written otherwise. Nothing past it was ever
+    /// read, so nothing a reader saw can vanish in a crash the policy covers, and the
+    /// offsets of appends that failed are never seen. See [`make_visible`](Self::make_visible).
+    #[must_use]
+    pub fn visible_offset(&self) -> Offset {
+        let st = self.inner.state.borrow();
+        match self.inner.config.fsync {
+            crate::config::FsyncPolicy::Always => st.durable_offset,
+            _ => st.written_offset,
+        }
+    }
+
     /// Segments, the active one included.
     #[must_use]
     pub fn segment_count(&self) -> usize {
@@ -160,6 +183,17 @@ impl<S: Storage> Log<S> {
     #[must_use]
     pub fn segment_bases(&self) -> Vec<Offset> {
         self.inner.state.borrow().segments().map(|s| s.base).collect()
+    }
+
+    /// Why the log refuses appends, if it does: a write or fsync failed (a full device,
+    /// an I/O error). It stays readable; reopening it (recovery) makes it writable again.
+    #[must_use]
+    pub fn failure(&self) -> Option<String> {
+        let st = self.inner.state.borrow();
+        if st.is_closed {
+            return None;
+        }
+        st.failed.clone().or_else(|| st.appender.error().map(|e| format!("write failed: {e}")))
     }
 
     fn closed_error(&self) -> LogError {

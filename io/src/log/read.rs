@@ -19,9 +19,24 @@ use crate::types::{Offset, Timestamp};
 
 impl<S: Storage> Log<S> {
     /// Reads whole batches starting with the one that holds `offset`, up to about
-    /// `max_bytes` (at least one batch, however large). Reading at the end offset
-    /// returns no batches; outside `[start, end]` is [`LogError::OffsetOutOfRange`].
+    /// `max_bytes` (at least one batch, however large), and none at or past the visible
+    /// end ([`visible_offset`](Self::visible_offset)), making what was appended visible
+    /// first where the policy allows ([`make_visible`](Self::make_visible)). Reading at the
+    /// visible end returns no batches; outside `[start, end]` is
+    /// [`LogError::OffsetOutOfRange`].
     pub async fn read(&self, offset: Offset, max_bytes: usize) -> Result<ReadBatches> {
+        // A write that fails here fails the log for appends (they report it); a reader just
+        // sees what is visible.
+        let bound = match self.visible_offset() < self.end_offset() {
+            true => self.make_visible().await.unwrap_or_else(|_| self.visible_offset()),
+            false => self.visible_offset(),
+        };
+        let mut batches = self.read_unbounded(offset, max_bytes).await?;
+        batches.keep_below(bound);
+        Ok(batches)
+    }
+
+    async fn read_unbounded(&self, offset: Offset, max_bytes: usize) -> Result<ReadBatches> {
         let mut at = offset;
         loop {
             let (file, path, start_pos, end_pos, next_base, base, damage) = {

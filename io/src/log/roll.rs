@@ -111,6 +111,7 @@ impl<S: Storage> Log<S> {
         st.allocated = allocated;
         st.allocation_step = (step * 2).min(inner.config.preallocate_step_bytes);
         st.durable_offset = st.durable_offset.max(facts.next_offset);
+        st.written_offset = st.written_offset.max(facts.next_offset);
         Ok(())
     }
 }

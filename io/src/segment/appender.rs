@@ -287,7 +287,11 @@ impl<F: StorageFile> Appender<F> {
             let want = buf.len();
             let result = match file.write_at(buf.clone(), pos).await {
                 Ok(n) if n == want => Ok(()),
-                Ok(n) => Err(io::Error::new(io::ErrorKind::WriteZero, format!("short write: {n} of {want} bytes"))),
+                // A direct write to a regular file stops short when the device fills up.
+                Ok(n) => Err(io::Error::new(
+                    io::ErrorKind::StorageFull,
+                    format!("short write: {n} of {want} bytes (the device is full)"),
+                )),
                 Err(e) => Err(e),
             };
             let mut t = tracker.borrow_mut();

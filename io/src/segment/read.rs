@@ -170,6 +170,15 @@ impl ReadBatches {
         self.next
     }
 
+    /// Drops the batches at or past `bound` (the log's visible end).
+    pub(crate) fn keep_below(&mut self, bound: Offset) {
+        let n = self.batches.iter().take_while(|(_, h)| h.base_offset < bound).count();
+        if n < self.batches.len() {
+            self.batches.truncate(n);
+            self.next = self.batches.last().map_or(self.from, |(_, h)| h.next_offset());
+        }
+    }
+
     /// The batches, checked, read in place. The first may start before the offset asked
     /// for; [`records`](Self::records) skips those records.
     pub fn batches(&self) -> impl Iterator<Item = Result<BatchView<'_>>> + '_ {
