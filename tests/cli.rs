@@ -301,3 +301,28 @@ fn the_cli_is_careful_at_its_edges() {
     let described = ok(&sluice(&["group", "describe", "g", "--data-dir", d], ""));
     assert!(described.contains("committed 2500\tend 2500\tlag 0"), "{described}");
 }
+
+#[test]
+fn a_relative_data_dir_works_for_every_command() {
+    let base = data_dir("relative");
+    std::fs::create_dir_all(&base).unwrap();
+    let run = |args: &[&str], stdin: &str| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(args)
+            .current_dir(&base)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run sluice");
+        child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+        child.wait_with_output().unwrap()
+    };
+    ok(&run(&["topic", "create", "t", "--data-dir", "rel/data", "--partitions", "2"], ""));
+    ok(&run(&["produce", "t", "--data-dir", "rel/data"], "a\tone\nb\ttwo\n"));
+    let out = ok(&run(&["consume", "t", "--data-dir", "rel/data", "--from-beginning"], ""));
+    assert_eq!(out.lines().count(), 2, "{out}");
+    ok(&run(&["topic", "clean", "t", "--data-dir", "./rel/data"], ""));
+    assert!(base.join("rel/data/topics/t-1").is_dir());
+    let _ = std::fs::remove_dir_all(&base);
+}
