@@ -66,6 +66,9 @@ impl<S: Storage> Log<S> {
                     stage.commit();
                     st.active.index.add_batch(pos, &header);
                     st.next_offset = header.next_offset();
+                    if let Some(flusher) = st.flusher.take() {
+                        flusher.wake();
+                    }
                     maybe_extend_allocation(&self.inner, st);
                     break AppendInfo { base_offset: header.base_offset, last_offset: header.last_offset() };
                 }

@@ -98,6 +98,7 @@ impl<S: Storage> Log<S> {
             failed: None,
             is_closed: false,
             waiters: Vec::new(),
+            flusher: None,
         };
         let inner = Rc::new(Inner {
             storage,

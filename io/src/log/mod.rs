@@ -73,6 +73,15 @@ pub(crate) struct Inner<S: Storage> {
     pub(crate) roll_lock: glommio::sync::Semaphore,
 }
 
+impl<S: Storage> Drop for Inner<S> {
+    /// A parked interval flusher looks once more, finds the log gone, and ends.
+    fn drop(&mut self) {
+        if let Some(w) = self.state.get_mut().flusher.take() {
+            w.wake();
+        }
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct State<F: StorageFile> {
     pub(crate) closed: Vec<Segment<F>>,
@@ -101,6 +110,9 @@ pub(crate) struct State<F: StorageFile> {
     failed: Option<String>,
     is_closed: bool,
     waiters: Vec<Waker>,
+    /// The interval flusher, parked while there is nothing to sync: the next append wakes
+    /// it, so an idle partition costs no timer wake-ups.
+    flusher: Option<Waker>,
 }
 
 impl<F: StorageFile> State<F> {
