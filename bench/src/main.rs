@@ -5,7 +5,7 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 use sluice_bench::{
     harness::write_json,
-    workloads::{kafka, log, nexmark, pipeline, ring},
+    workloads::{cleaning, footprint, kafka, log, nexmark, pipeline, ring},
 };
 
 /// sluice's load and latency harness.
@@ -37,6 +37,11 @@ enum Workload {
     /// Result latency of the windowed keyed count with checkpoints every second against
     /// none, and (--state-keys N) the time to checkpoint and restore N keys of state
     Checkpoint(sluice_bench::workloads::checkpoint::CheckpointArgs),
+    /// Time to create and to reopen a topic of many partitions, its bytes on disk and the
+    /// resident memory it holds, and a record through every partition
+    Footprint(footprint::FootprintArgs),
+    /// Append latency while the cleaner compacts the partition, against none
+    Cleaning(cleaning::CleaningArgs),
     /// Several runs' --json reports side by side (and their latency curves on one chart
     /// with --plot)
     Report(sluice_bench::report::ReportArgs),
@@ -82,6 +87,20 @@ fn main() -> Result<()> {
         }
         Workload::Nexmark(args) => {
             let report = nexmark::run(&args)?;
+            report.table().print();
+            if let Some(path) = &args.run.json {
+                write_json(path, &report)?;
+            }
+        }
+        Workload::Footprint(args) => {
+            let report = footprint::run(&args)?;
+            report.table().print();
+            if let Some(path) = &args.json {
+                write_json(path, &report)?;
+            }
+        }
+        Workload::Cleaning(args) => {
+            let report = cleaning::run(&args)?;
             report.table().print();
             if let Some(path) = &args.run.json {
                 write_json(path, &report)?;

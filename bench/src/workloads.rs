@@ -6,7 +6,9 @@
 //! are left to the binary.
 
 pub mod checkpoint;
+pub mod cleaning;
 pub mod e2e;
+pub mod footprint;
 pub mod kafka;
 #[cfg(feature = "kafka-client")]
 pub mod kafka_rdkafka;
@@ -98,4 +100,10 @@ impl CommonArgs {
             None => WorkDir::fresh(&format!("sluice-bench-{workload}"), self.keep),
         }
     }
+}
+
+/// The 1-minute load average (`/proc/loadavg`), for a report to say how busy the machine
+/// was when its run started.
+pub(crate) fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg").ok()?.split_whitespace().next()?.parse().ok()
 }
