@@ -361,3 +361,20 @@ fn run_on_runs_host_tasks_on_each_shard_and_they_use_the_handle() {
     assert!(matches!(err, EngineError::InvalidConfig(ref m) if m.contains("no shard 2")), "{err}");
     block_on(engine.shutdown()).unwrap();
 }
+
+#[test]
+fn an_engine_opened_again_in_the_same_process_does_not_keep_the_last_ones_files_open() {
+    let dir = data_dir("descriptors");
+    let open_fds = || std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0);
+    let e = block_on(Engine::open(config(&dir, 2))).unwrap();
+    block_on(e.handle().create_topic("many", 200, None)).unwrap();
+    block_on(e.shutdown()).unwrap();
+    let before = open_fds();
+    for _ in 0..3 {
+        let e = block_on(Engine::open(config(&dir, 2))).unwrap();
+        block_on(e.shutdown()).unwrap();
+    }
+    let after = open_fds();
+    // Other tests of this binary run beside it: allow some slack, far below 200 a run.
+    assert!(after < before + 100, "descriptors grew from {before} to {after} over three runs of 200 partitions");
+}

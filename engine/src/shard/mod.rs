@@ -71,6 +71,7 @@ pub(crate) async fn run(requests: async_channel::Receiver<Request>, settings: Sh
     while let Ok(request) = requests.recv().await {
         if let Request::Shutdown { reply } = request {
             let result = shutdown(&state).await;
+            release_files(state).await;
             let _ = reply.send(result).await;
             return;
         }
@@ -78,6 +79,16 @@ pub(crate) async fn run(requests: async_channel::Receiver<Request>, settings: Sh
         glommio::spawn_local(async move { handle(&state, request).await }).detach();
     }
     let _ = shutdown(&state).await;
+    release_files(state).await;
+}
+
+/// Drops the shard's state and gives the executor's reactor a turn, so that the files it
+/// held are closed now: glommio closes a dropped file in its next I/O cycle, which an
+/// executor about to end never has, and an engine opened again in the same process found
+/// every partition's descriptors of the last one still open.
+async fn release_files(state: Rc<RefCell<ShardState>>) {
+    drop(state);
+    glommio::timer::sleep(Duration::from_millis(1)).await;
 }
 
 fn partition(state: &Rc<RefCell<ShardState>>, topic: &str, p: PartitionId) -> Result<Rc<RefCell<Partition>>> {
