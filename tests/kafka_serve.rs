@@ -27,17 +27,8 @@ fn kcat(args: &[&str], stdin: &str) -> std::process::Output {
 #[test]
 fn serve_answers_kafka_clients_and_stops_on_sigterm() {
     let dir = data_dir("sigterm");
-    let mut server = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["serve", "--data-dir"])
-        .arg(&dir)
-        .args(["--listen", "127.0.0.1:0", "--shards", "2"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("sluice serve starts");
-    let mut line = String::new();
-    BufReader::new(server.stdout.take().expect("stdout")).read_line(&mut line).expect("a line");
-    let addr = line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("unexpected first line {line:?}"));
+    let (mut server, addr) = start_serve(&dir, "127.0.0.1:0").unwrap_or_else(|e| panic!("sluice serve: {e}"));
+    let addr = addr.as_str();
     assert!(addr.starts_with("127.0.0.1:"), "loopback by default: {addr}");
 
     // kcat produces to a topic that does not exist yet (created on first use, as Kafka's

@@ -46,3 +46,15 @@ pub use table::Table;
 pub use time_bound::TimeBound;
 pub use wake::{WAKE_ROWS, WAKE_SLEEP, WakeProbe};
 pub use workdir::WorkDir;
+
+/// The median of `values` (the mean of the middle two for an even count); 0 for none.
+#[must_use]
+pub fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}

@@ -297,7 +297,7 @@ pub fn run(args: &CleaningArgs) -> anyhow::Result<CleaningReport> {
         without_cleaner_latency_us: without,
         with_cleaner_latency_us: with,
         p99_ratio: with.p99 as f64 / without.p99.max(1) as f64,
-        median_round_p99_ratio: median(&round_p99_ratio),
+        median_round_p99_ratio: crate::harness::median(&round_p99_ratio),
         round_p99_ratio,
         without_cleaner_records_per_sec: per_sec(time.1),
         with_cleaner_records_per_sec: per_sec(time.0),
@@ -309,17 +309,6 @@ pub fn run(args: &CleaningArgs) -> anyhow::Result<CleaningReport> {
         with_cleaner_latency_curve: with_curve,
         without_cleaner_latency_curve: without_curve,
     })
-}
-
-/// The median of `values` (the mean of the middle two for an even count); 0 for none.
-fn median(values: &[f64]) -> f64 {
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
 }
 
 /// One phase on an engine of its own in `dir` (which must not exist yet).

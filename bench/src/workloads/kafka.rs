@@ -388,17 +388,6 @@ fn latency(addr: &str, args: &KafkaArgs, partitions: u32) -> anyhow::Result<(f64
     Ok((parsed.achieved_rate, rec))
 }
 
-/// The median of `values` (the mean of the middle two for an even count); 0 for none.
-fn median(values: &[f64]) -> f64 {
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
-
 /// Produces `--records` records into `topic` through the listener at `addr` with
 /// `--client`: the records per second, and the client's CPU time before its clock started
 /// (making the records; zero for kcat, whose input files are made beforehand).
@@ -506,9 +495,9 @@ pub fn run(args: &KafkaArgs) -> anyhow::Result<KafkaReport> {
         client: args.client,
         record_bytes: args.record_bytes,
         fsync: args.fsync,
-        embedded_records_per_s: median(&embedded_rates),
-        kafka_records_per_s: median(&kafka_rates),
-        kafka_over_embedded: median(&ratios),
+        embedded_records_per_s: crate::harness::median(&embedded_rates),
+        kafka_records_per_s: crate::harness::median(&kafka_rates),
+        kafka_over_embedded: crate::harness::median(&ratios),
         round_embedded_records_per_s: embedded_rates,
         round_kafka_records_per_s: kafka_rates,
         listener: args.listener,
