@@ -223,16 +223,11 @@ pub(super) async fn fetch(
     wait: Duration,
 ) -> Result<OwnedBatches> {
     let log = part.borrow().log.clone();
-    // Records a read may return: under fsync=always those fsynced (appends wake this once
-    // they are), otherwise those appended (the read writes them out first).
-    let readable = |log: &Log<UringStorage>| match log.config().fsync {
-        sluice_io::FsyncPolicy::Always => log.visible_offset(),
-        _ => log.end_offset(),
-    };
-    if offset >= readable(&log) && offset <= log.end_offset() && !wait.is_zero() {
+    // Appends wake this once what they wrote is readable (under fsync=always, once synced).
+    if offset >= log.readable_end() && offset <= log.end_offset() && !wait.is_zero() {
         let deadline = glommio::timer::sleep(wait);
         let arrived = std::future::poll_fn(|cx| {
-            if readable(&log) > offset {
+            if log.readable_end() > offset {
                 return std::task::Poll::Ready(());
             }
             let mut pt = part.borrow_mut();

@@ -72,7 +72,7 @@ impl<S: Storage> Log<S> {
         let roll = {
             let st = self.inner.state.borrow();
             let facts = st.active.facts();
-            let aged = config.segment_ms.is_some_and(|ms| st.active.opened.elapsed().as_millis() >= u128::from(ms));
+            let aged = self.aged(&st.active);
             let expired = config.cleanup.deletes()
                 && config.retention_ms.is_some_and(|ms| facts.max_time.0 < now.0.saturating_sub(ms as i64));
             facts.size > 0 && (aged || expired)

@@ -3,7 +3,7 @@
 //! `sync_to` elects one leader that flushes the write-behind buffers and fsyncs; every
 //! append made before the leader started is covered, and those arriving meanwhile wait
 //! for the next sync. Under `FsyncPolicy::Interval` a background task does the same every
-//! interval.
+//! interval while there is something to sync, and parks until the next append otherwise.
 //!
 //! Invariants: at most one sync is in flight (`sync_running`); the durable offset only
 //! grows; a failed write or fsync fails every append waiting on it and puts the log in

@@ -159,6 +159,17 @@ impl<S: Storage> Log<S> {
         self.inner.state.borrow().durable_offset
     }
 
+    /// The end a read may reach now: the visible end under `FsyncPolicy::Always` (what is
+    /// fsynced), the end of the log otherwise (a read writes the tail out first). A
+    /// long-polling reader waits until this passes its position.
+    #[must_use]
+    pub fn readable_end(&self) -> Offset {
+        match self.inner.config.fsync {
+            crate::config::FsyncPolicy::Always => self.visible_offset(),
+            _ => self.end_offset(),
+        }
+    }
+
     /// Every offset below this is written: past the process's buffers, so a kill of the
     /// process cannot take it back (a crash of the machine still may, unless synced).
     #[must_use]

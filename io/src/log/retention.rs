@@ -86,15 +86,8 @@ impl<S: Storage> Log<S> {
             let st = &mut *self.inner.state.borrow_mut();
             st.start_offset = st.start_offset.max(before);
             // A closed segment goes when the next one starts at or below the new start.
-            let next_bases: Vec<Offset> = st
-                .closed
-                .iter()
-                .skip(1)
-                .map(|s| s.base)
-                .chain(std::iter::once(st.active.base))
-                .take(st.closed.len())
-                .collect();
-            let n = next_bases.iter().take_while(|&&b| b <= st.start_offset).count();
+            let next_base = |i: usize| st.closed.get(i + 1).map_or(st.active.base, |s| s.base);
+            let n = (0..st.closed.len()).take_while(|&i| next_base(i) <= st.start_offset).count();
             st.closed.drain(..n).map(|s| s.paths).collect()
         };
         for paths in &removed {

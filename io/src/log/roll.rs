@@ -26,9 +26,12 @@ impl<S: Storage> Log<S> {
     /// older than `segment_ms`.
     pub(super) fn should_roll(&self, active: &Segment<S::File>, incoming: usize) -> bool {
         let size = active.facts().size;
-        size > 0
-            && (size + incoming as u64 > self.inner.config.segment_bytes_max
-                || self.inner.config.segment_ms.is_some_and(|ms| active.opened.elapsed().as_millis() >= u128::from(ms)))
+        size > 0 && (size + incoming as u64 > self.inner.config.segment_bytes_max || self.aged(active))
+    }
+
+    /// Whether `segment` is older than `segment_ms` (so due to roll by age).
+    pub(super) fn aged(&self, segment: &Segment<S::File>) -> bool {
+        self.inner.config.segment_ms.is_some_and(|ms| segment.opened.elapsed().as_millis() >= u128::from(ms))
     }
 
     /// Closes the active segment and starts a new one, whether or not it is full.
