@@ -85,6 +85,13 @@ impl Storage for FaultyStorage {
     async fn open(&self, path: &Path, create: bool) -> io::Result<FaultyFile> {
         self.check_crashed()?;
         let inner = self.inner.open(path, create).await?;
+        // A file opened again (by a recovery after a crash) holds what it held: a torn
+        // write must keep those bytes, so the mark starts at the file's size, not at 0.
+        let held = inner.size().await?;
+        let mut plan = self.plan.borrow_mut();
+        let mark = plan.written_to.entry(path.to_path_buf()).or_default();
+        *mark = (*mark).max(held);
+        drop(plan);
         Ok(FaultyFile { inner, storage: self.clone() })
     }
 
