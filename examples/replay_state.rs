@@ -56,11 +56,11 @@ fn run_service(handle: &EngineHandle) -> Result<BTreeMap<String, Account>, Box<d
         entry.last_change = time;
         // Placed as the engine's producers place keyed records, appended a batch at a time.
         let partition = handle.partition_for("balances", Some(account.as_bytes()))?;
-        by_partition.entry(partition).or_default().push(OwnedRecord {
-            key: Some(account.into_bytes()),
-            value: entry.balance.to_string().into_bytes(),
-            event_time: time,
-        });
+        by_partition.entry(partition).or_default().push(OwnedRecord::new(
+            Some(account.into_bytes()),
+            entry.balance.to_string().into_bytes(),
+            time,
+        ));
         if i % 500 == 499 || i == UPDATES - 1 {
             for (partition, records) in std::mem::take(&mut by_partition) {
                 block_on(handle.append("balances", partition, records, BatchMeta::default()))?;
@@ -109,7 +109,10 @@ fn rebuild(handle: &EngineHandle) -> Result<BTreeMap<String, Account>, Box<dyn s
             .topic_source(&source, strategy)
             .map(|r: TopicRecord| {
                 let account = String::from_utf8_lossy(r.key.as_deref().unwrap_or_default()).into_owned();
-                let balance = std::str::from_utf8(&r.value).ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+                let balance = std::str::from_utf8(r.value.as_deref().unwrap_or_default())
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
                 (account, balance)
             })
             .key_by(|(account, _)| account.clone())

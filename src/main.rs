@@ -13,7 +13,8 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 use futures_lite::future::block_on;
 use sluice_engine::{
-    Consumer, Engine, EngineConfig, EngineHandle, GroupConsumer, GroupOptions, OffsetReset, SeekTo, TopicConfig,
+    Consumer, Engine, EngineConfig, EngineHandle, GroupConsumer, GroupOptions, OffsetReset, OwnedHeader, OwnedRecord,
+    SeekTo, TopicConfig,
 };
 use sluice_io::{Offset, PartitionId, Timestamp};
 
@@ -198,7 +199,7 @@ struct CreateArgs {
     /// Roll the active segment once it is this many milliseconds old.
     #[arg(allow_negative_numbers = true, long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
     segment_ms: Option<u64>,
-    /// How long compaction keeps a tombstone (an empty value), in milliseconds.
+    /// How long compaction keeps a tombstone (a key with a null value), in milliseconds.
     #[arg(allow_negative_numbers = true, long, value_name = "MS", default_value_t = 86_400_000)]
     delete_retention_ms: u64,
     /// Compact once this share (0 to 1) of the closed segments is new since the last
@@ -239,6 +240,14 @@ struct ProduceArgs {
     /// Print each record's partition and offset.
     #[arg(long)]
     verbose: bool,
+    /// A header every record gets: NAME=VALUE, or NAME alone for a null value (as kcat's
+    /// -H). Repeatable; names may repeat.
+    #[arg(long = "header", value_name = "NAME=VALUE")]
+    headers: Vec<String>,
+    /// A line with an empty value (`key<TAB>`) sends a null value: a tombstone, which
+    /// compaction removes with the key's earlier records.
+    #[arg(long)]
+    null_empty: bool,
 }
 
 #[derive(Debug, Args)]
@@ -269,6 +278,13 @@ struct ConsumeArgs {
     /// offsets (else per --from-beginning), and the positions are committed at the end.
     #[arg(long, conflicts_with_all = ["offset", "timestamp", "partition"])]
     group: Option<String>,
+    /// Print each record's headers as a fifth column: NAME=VALUE pairs joined by ','
+    /// (NAME alone for a null value).
+    #[arg(long)]
+    headers: bool,
+    /// Print this for a null key or value (the default prints nothing, as for an empty one).
+    #[arg(long, value_name = "TEXT")]
+    null: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -594,6 +610,15 @@ fn key_value(line: &str) -> (Option<&[u8]>, &[u8]) {
 /// the line and how many records were written, so a retry can start after them.
 fn produce(h: &EngineHandle, a: &ProduceArgs) -> Result<()> {
     let limit = h.describe_topic(&a.topic)?.config.max_record_bytes;
+    let headers: Vec<OwnedHeader> = a
+        .headers
+        .iter()
+        .map(|h| match h.split_once('=') {
+            Some((k, v)) => OwnedHeader::new(k, v),
+            None => OwnedHeader { key: h.clone(), value: None },
+        })
+        .collect();
+    let header_bytes: usize = headers.iter().map(|h| h.key.len() + h.value.as_ref().map_or(0, Vec::len)).sum();
     let stdin = std::io::stdin();
     let mut out = std::io::stdout().lock();
     // Sends go out a window at a time, so that a window shares batches and fsyncs.
@@ -612,13 +637,15 @@ fn produce(h: &EngineHandle, a: &ProduceArgs) -> Result<()> {
         }
         let size = |line: &str| {
             let (k, v) = key_value(line);
-            k.map_or(0, <[u8]>::len) + v.len()
+            k.map_or(0, <[u8]>::len) + v.len() + header_bytes
         };
         let bad = window.iter().position(|l| size(l) > limit);
         let now = Timestamp::now();
         let sends = window[..bad.unwrap_or(window.len())].iter().map(|line| {
             let (key, value) = key_value(line);
-            h.send(&a.topic, key, value, now)
+            let value = (!(a.null_empty && value.is_empty())).then(|| value.to_vec());
+            let record = OwnedRecord { key: key.map(<[u8]>::to_vec), value, event_time: now, headers: headers.clone() };
+            h.send_record(&a.topic, record)
         });
         let results = block_on(join_all(sends.collect()));
         let failed = results.iter().position(Result::is_err);
@@ -696,7 +723,7 @@ fn consume(h: &EngineHandle, a: &ConsumeArgs) -> Result<()> {
             break;
         }
         let wait = if a.follow { Duration::from_millis(500) } else { Duration::ZERO };
-        print_records(&mut out, &block_on(consumer.poll(wait))?, &mut left, &mut Default::default())?;
+        print_records(&mut out, a, &block_on(consumer.poll(wait))?, &mut left, &mut Default::default())?;
     }
     Ok(())
 }
@@ -757,7 +784,7 @@ fn consume_group(h: &EngineHandle, a: &ConsumeArgs, signals: &libc::sigset_t) ->
                 break;
             }
             let wait = if a.follow { Duration::from_millis(500) } else { Duration::ZERO };
-            print_records(&mut out, &block_on(member.poll(wait))?, &mut left, &mut done)?;
+            print_records(&mut out, a, &block_on(member.poll(wait))?, &mut left, &mut done)?;
         }
         Ok(())
     };
@@ -769,10 +796,12 @@ fn consume_group(h: &EngineHandle, a: &ConsumeArgs, signals: &libc::sigset_t) ->
     result
 }
 
-/// Prints polled records as `partition<TAB>offset<TAB>key<TAB>value`, at most `left` of
+/// Prints polled records as `partition<TAB>offset<TAB>key<TAB>value` (and headers with
+/// `--headers`), at most `left` of
 /// them, noting in `done` the offset after the last one printed per partition.
 fn print_records(
     out: &mut impl Write,
+    a: &ConsumeArgs,
     polled: &[sluice_engine::Polled],
     left: &mut u64,
     done: &mut std::collections::BTreeMap<(String, PartitionId), Offset>,
@@ -783,8 +812,21 @@ fn print_records(
                 return Ok(());
             }
             let r = r?;
-            let key = r.key().map(String::from_utf8_lossy).unwrap_or_default();
-            writeln!(out, "{}\t{}\t{}\t{}", p.partition, r.offset(), key, String::from_utf8_lossy(r.value()))?;
+            let null = a.null.as_deref().unwrap_or_default();
+            let text =
+                |b: Option<&[u8]>| b.map_or_else(|| null.to_string(), |b| String::from_utf8_lossy(b).into_owned());
+            write!(out, "{}\t{}\t{}\t{}", p.partition, r.offset(), text(r.key()), text(r.value()))?;
+            if a.headers {
+                let headers: Vec<String> = r
+                    .headers()
+                    .map(|h| match h.value {
+                        Some(v) => format!("{}={}", h.key, String::from_utf8_lossy(v)),
+                        None => h.key.to_string(),
+                    })
+                    .collect();
+                write!(out, "\t{}", headers.join(","))?;
+            }
+            writeln!(out)?;
             done.insert((p.topic.clone(), p.partition), r.offset().plus(1));
             *left -= 1;
         }

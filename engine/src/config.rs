@@ -94,7 +94,7 @@ pub struct TopicConfig {
     /// What happens to closed segments beyond retention (stored as `delete` or `compact`).
     #[serde(with = "as_text")]
     pub cleanup: CleanupPolicy,
-    /// How long compaction keeps a tombstone (a record with an empty value) after its
+    /// How long compaction keeps a tombstone (a key with a null value) after its
     /// segment's newest record (`delete.retention.ms`, default one day).
     #[serde(default = "default_delete_retention_ms")]
     pub delete_retention_ms: u64,

@@ -29,6 +29,6 @@ pub use config::{EngineConfig, TopicConfig};
 pub use engine::groups::PartitionLag;
 pub use engine::{Engine, EngineHandle, TopicDescription};
 pub use error::{EngineError, Result};
-pub use record::{OwnedRecord, PackedRecords};
+pub use record::{OwnedHeader, OwnedRecord, PackedRecords};
 pub use shard::CleanerStats;
 pub use topic::names::{NameError, validate_name};

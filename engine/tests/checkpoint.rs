@@ -66,9 +66,9 @@ fn a_bounded_job_writes_each_result_once_and_a_restart_replays_nothing() {
             .checkpointing(CheckpointConfig::new(dir.join("reader-checkpoints")).interval(Duration::from_millis(10)))
             .run(move |scope| {
                 let sink = sink.clone();
-                scope
-                    .topic_source(&source, WatermarkStrategy::monotonous(TopicRecord::event_time))
-                    .for_each(move |e| sink.lock().unwrap().push(String::from_utf8(e.value.value).unwrap()));
+                scope.topic_source(&source, WatermarkStrategy::monotonous(TopicRecord::event_time)).for_each(
+                    move |e| sink.lock().unwrap().push(String::from_utf8(e.value.value.unwrap_or_default()).unwrap()),
+                );
             })
             .unwrap();
         let mut lines = lines.lock().unwrap().clone();
@@ -149,7 +149,7 @@ fn read_committed_shows_only_committed_transactions() {
     let e = engine(&dir);
     let h = e.handle();
     block_on(h.create_topic("t", 1, None)).unwrap();
-    let rec = |v: &str| OwnedRecord { key: None, value: v.as_bytes().to_vec(), event_time: Timestamp(1) };
+    let rec = |v: &str| OwnedRecord::new(None, v.as_bytes().to_vec(), Timestamp(1));
     let append = |records: Vec<OwnedRecord>, producer: i64, seq: i32| {
         block_on(h.append("t", PartitionId(0), records, Marker::data_meta(ProducerId(producer), seq))).unwrap();
     };
@@ -168,7 +168,9 @@ fn read_committed_shows_only_committed_transactions() {
             c.assign(&[("t".to_string(), PartitionId(0))], SeekTo::Earliest).await.unwrap();
             let mut out = Vec::new();
             for polled in c.poll(Duration::ZERO).await.unwrap() {
-                out.extend(polled.batches.records().map(|r| String::from_utf8(r.unwrap().value().to_vec()).unwrap()));
+                out.extend(
+                    polled.batches.records().map(|r| String::from_utf8(r.unwrap().value_bytes().to_vec()).unwrap()),
+                );
             }
             (out, c.positions()[&("t".to_string(), PartitionId(0))])
         })
@@ -177,7 +179,7 @@ fn read_committed_shows_only_committed_transactions() {
     let to_end = |isolation| {
         let polled = block_on(h.read_to_end("t", isolation)).unwrap();
         let records = polled.iter().flat_map(|p| p.batches.records());
-        records.map(|r| String::from_utf8(r.unwrap().value().to_vec()).unwrap()).collect::<Vec<_>>()
+        records.map(|r| String::from_utf8(r.unwrap().value_bytes().to_vec()).unwrap()).collect::<Vec<_>>()
     };
     // Both transactions open: read_committed stops at the first one's first record.
     let (seen, stable) = read(Isolation::ReadCommitted);

@@ -31,10 +31,12 @@ fn small_segments(cleanup: CleanupPolicy) -> TopicConfig {
 /// batches of 10, stamped `time`.
 fn append(h: &EngineHandle, topic: &str, keys: usize, from: usize, n: usize, value: &[u8], time: Timestamp) {
     let records: Vec<OwnedRecord> = (from..from + n)
-        .map(|i| OwnedRecord {
-            key: Some(format!("k{}", i % keys).into_bytes()),
-            value: [format!("{i}:").as_bytes(), value].concat(),
-            event_time: time,
+        .map(|i| {
+            OwnedRecord::new(
+                Some(format!("k{}", i % keys).into_bytes()),
+                [format!("{i}:").as_bytes(), value].concat(),
+                time,
+            )
         })
         .collect();
     for chunk in records.chunks(10) {
@@ -52,7 +54,7 @@ fn read_all(h: &EngineHandle, topic: &str) -> Vec<(u64, String, Vec<u8>)> {
             out.push((
                 r.offset().0,
                 String::from_utf8_lossy(r.key().unwrap_or_default()).into_owned(),
-                r.value().to_vec(),
+                r.value_bytes().to_vec(),
             ));
         }
     }
@@ -174,10 +176,11 @@ fn a_tombstone_outlives_its_key_then_goes_after_delete_retention() {
     let config = TopicConfig { delete_retention_ms: 1500, ..small_segments(CleanupPolicy::Compact) };
     block_on(h.create_topic("t", 1, Some(config))).unwrap();
     let now = Timestamp::now();
-    let rec = |key: &str, value: &[u8]| OwnedRecord { key: Some(key.into()), value: value.to_vec(), event_time: now };
+    let rec = |key: &str, value: &[u8]| OwnedRecord::new(Some(key.into()), value.to_vec(), now);
     block_on(h.append("t", P0, vec![rec("gone", b"v1"), rec("gone", b"v2")], BatchMeta::default())).unwrap();
-    // The tombstone: an empty value.
-    block_on(h.append("t", P0, vec![rec("gone", b"")], BatchMeta::default())).unwrap();
+    // The tombstone: a null value.
+    let tombstone = OwnedRecord::tombstone(b"gone".to_vec(), Timestamp::now());
+    block_on(h.append("t", P0, vec![tombstone], BatchMeta::default())).unwrap();
     // Other keys fill segments, so the tombstone's segment closes.
     append(&h, "t", 4, 0, 1000, &[b'z'; 20], now);
     let gone = |h: &EngineHandle| read_all(h, "t").into_iter().filter(|r| r.1 == "gone").collect::<Vec<_>>();

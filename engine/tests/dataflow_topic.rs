@@ -23,7 +23,8 @@ use sluice_engine::dataflow::topic::{StartFrom, TopicRecord, TopicSink, TopicSou
 use sluice_engine::dataflow::{Pipeline, PipelineConfig, WatermarkStrategy};
 use sluice_engine::topic::partitioner::partition_for_key;
 use sluice_engine::{
-    Consumer, Engine, EngineConfig, EngineError, EngineHandle, OffsetReset, OwnedRecord, SeekTo, TopicConfig,
+    Consumer, Engine, EngineConfig, EngineError, EngineHandle, OffsetReset, OwnedHeader, OwnedRecord, SeekTo,
+    TopicConfig,
 };
 use sluice_io::{BatchMeta, EventTime, Offset, PartitionId, Timestamp};
 
@@ -49,11 +50,7 @@ fn produce(h: &EngineHandle, topic: &str, records: &[Input]) -> Vec<(PartitionId
             let at = *next.entry(p).or_insert_with(|| block_on(h.offsets(topic, p)).unwrap().1);
             let list = by_partition.entry(p).or_default();
             placed.push((p, at.plus(list.len() as u64)));
-            list.push(OwnedRecord {
-                key: Some(key.clone().into_bytes()),
-                value: value.clone().into_bytes(),
-                event_time: Timestamp(*time),
-            });
+            list.push(OwnedRecord::new(Some(key.clone().into_bytes()), value.clone().into_bytes(), Timestamp(*time)));
         }
         for (p, list) in by_partition {
             let n = list.len() as u64;
@@ -85,8 +82,9 @@ fn consume_all(h: &EngineHandle, topic: &str) -> Vec<TopicRecord> {
                         partition: polled.partition,
                         offset: r.offset(),
                         key: r.key().map(<[u8]>::to_vec),
-                        value: r.value().to_vec(),
+                        value: r.value().map(<[u8]>::to_vec),
                         time: r.event_time(),
+                        headers: r.headers().map(|h| OwnedHeader::from_header(&h)).collect(),
                     });
                 }
             }
@@ -161,7 +159,7 @@ fn topic_to_topic_delivers_every_record_once_in_key_order() {
                     .topic_source(&source, WatermarkStrategy::monotonous(TopicRecord::event_time))
                     .map(|r| {
                         let key = String::from_utf8(r.key.expect("keyed")).unwrap();
-                        let value = format!("{key}/{}", String::from_utf8(r.value).unwrap());
+                        let value = format!("{key}/{}", String::from_utf8(r.value.unwrap_or_default()).unwrap());
                         (key, value)
                     })
                     .key_by(|(key, _)| key.clone())
@@ -176,7 +174,7 @@ fn topic_to_topic_delivers_every_record_once_in_key_order() {
         let mut next_of_key: HashMap<String, usize> = HashMap::new();
         for r in &out {
             let key = String::from_utf8(r.key.clone().unwrap()).unwrap();
-            let value = String::from_utf8(r.value.clone()).unwrap();
+            let value = String::from_utf8(r.value.clone().unwrap_or_default()).unwrap();
             assert_eq!(r.partition, partition_for_key(key.as_bytes(), 3), "placed by the engine's partitioner");
             assert_eq!(Some(&r.time.millis()), time_of.get(&value), "{value}: the event time travels with the record");
             // Records come partition by partition in offset order, and a key lives in one
@@ -211,7 +209,7 @@ fn starts_at_earliest_latest_and_a_timestamp() {
             let i = placed.iter().position(|&(p, o)| p == r.partition && o == r.offset).unwrap();
             let (key, value, time) = &records[i];
             assert_eq!(
-                (r.key.as_deref(), &r.value[..], r.time),
+                (r.key.as_deref(), r.value.as_deref().unwrap_or_default(), r.time),
                 (Some(key.as_bytes()), value.as_bytes(), Timestamp(*time))
             );
         }
@@ -373,7 +371,7 @@ fn an_unbounded_source_follows_new_records_until_stopped() {
     placed.sort_unstable();
     let want: Vec<(u32, u64)> = placed.iter().map(|(p, o)| (p.get(), o.0)).collect();
     assert_eq!(positions(&read), want, "exactly the records written after the source opened");
-    assert!(read.iter().all(|r| r.value.starts_with(b"new-")));
+    assert!(read.iter().all(|r| r.value.as_deref().unwrap_or_default().starts_with(b"new-")));
 }
 
 #[test]
@@ -425,4 +423,53 @@ fn a_fetch_the_engine_refuses_fails_the_pipeline() {
     let result = running.join();
     assert!(matches!(result, Err(EngineError::Pipeline(_))), "{result:?}");
     assert!(matches!(source.take_error(), Some(EngineError::UnknownTopic(t)) if t == "in"));
+}
+
+#[test]
+fn headers_and_null_values_pass_through_a_pipeline() {
+    let (_dir, engine) = open("headers");
+    let h = engine.handle();
+    block_on(h.create_topic("in", 2, None)).unwrap();
+    block_on(h.create_topic("out", 2, None)).unwrap();
+    let records: Vec<OwnedRecord> = (0..200)
+        .map(|i| {
+            let key = format!("k{}", i % 9).into_bytes();
+            let record = if i % 5 == 0 {
+                OwnedRecord::tombstone(key, Timestamp(i))
+            } else {
+                OwnedRecord::new(
+                    Some(key),
+                    if i % 7 == 0 { Vec::new() } else { format!("v{i}").into_bytes() },
+                    Timestamp(i),
+                )
+            };
+            record.with_header("i", Some(i.to_string().into_bytes())).with_header("null", None)
+        })
+        .collect();
+    for r in &records {
+        block_on(h.send_record("in", r.clone())).unwrap();
+    }
+    let source = block_on(TopicSource::open(&h, "in", StartFrom::Earliest)).unwrap().bounded();
+    let sink = TopicSink::open(&h, "out").unwrap();
+    Pipeline::new(PipelineConfig::with_shards(2))
+        .run(move |scope| {
+            scope.topic_source(&source, WatermarkStrategy::monotonous(TopicRecord::event_time)).to_topic_records(
+                &sink,
+                |r: TopicRecord, time| OwnedRecord {
+                    key: r.key,
+                    value: r.value,
+                    event_time: time,
+                    headers: [r.headers, vec![OwnedHeader::new("via", "pipeline")]].concat(),
+                },
+            );
+        })
+        .unwrap();
+    let mut out: Vec<OwnedRecord> = consume_all(&h, "out")
+        .into_iter()
+        .map(|r| OwnedRecord { key: r.key, value: r.value, event_time: r.time, headers: r.headers })
+        .collect();
+    out.sort_by_key(|r| r.event_time);
+    let want: Vec<OwnedRecord> =
+        records.into_iter().map(|r| r.with_header("via", Some(b"pipeline".to_vec()))).collect();
+    assert_eq!(out, want, "keys, values (null and empty apart), headers and times kept");
 }

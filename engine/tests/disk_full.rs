@@ -55,7 +55,7 @@ impl Drop for SmallDisk {
 }
 
 fn rec(value: &[u8]) -> OwnedRecord {
-    OwnedRecord { key: None, value: value.to_vec(), event_time: Timestamp::now() }
+    OwnedRecord::new(None, value.to_vec(), Timestamp::now())
 }
 
 fn open(dir: &Path) -> Engine {
@@ -69,8 +69,7 @@ fn fill(h: &EngineHandle, acked: &mut BTreeMap<u64, Vec<u8>>, tag: &str) -> Engi
     for b in 0.. {
         let values: Vec<Vec<u8>> =
             (0..20).map(|i| format!("{tag}-{b}-{i}:{}", "v".repeat(1000)).into_bytes()).collect();
-        let records =
-            values.iter().map(|v| OwnedRecord { key: None, value: v.clone(), event_time: Timestamp::now() }).collect();
+        let records = values.iter().map(|v| OwnedRecord::new(None, v.clone(), Timestamp::now())).collect();
         match block_on(h.append("t", P0, records, BatchMeta::default())) {
             Ok(info) => {
                 for (i, v) in values.into_iter().enumerate() {
@@ -91,7 +90,7 @@ fn check_reads(h: &EngineHandle, acked: &BTreeMap<u64, Vec<u8>>, when: &str) {
     for polled in block_on(h.read_to_end("t", Isolation::ReadUncommitted)).expect("reads work") {
         for r in polled.batches.records() {
             let r = r.expect("whole records");
-            seen.insert(r.offset().0, r.value().to_vec());
+            seen.insert(r.offset().0, r.value_bytes().to_vec());
         }
     }
     assert_eq!(&seen, acked, "{when}: readers see exactly what was acknowledged");

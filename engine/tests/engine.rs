@@ -30,7 +30,7 @@ fn read_partition(
             let batches = engine.fetch(topic, p, at, 1 << 20, Duration::ZERO).await.unwrap();
             for r in batches.records() {
                 let r = r.unwrap();
-                out.push((r.offset().0, r.key().map(<[u8]>::to_vec), r.value().to_vec()));
+                out.push((r.offset().0, r.key().map(<[u8]>::to_vec), r.value_bytes().to_vec()));
             }
             at = batches.next_offset();
         }
@@ -131,12 +131,7 @@ fn an_engine_opens_a_relative_data_directory() {
         let h = engine.handle();
         if round == 0 {
             block_on(h.create_topic("rel", 2, None)).unwrap();
-            block_on(h.send_to(
-                "rel",
-                PartitionId(1),
-                OwnedRecord { key: None, value: b"v".to_vec(), event_time: Timestamp(1) },
-            ))
-            .unwrap();
+            block_on(h.send_to("rel", PartitionId(1), OwnedRecord::new(None, b"v".to_vec(), Timestamp(1)))).unwrap();
         }
         assert_eq!(read_partition(&h, "rel", PartitionId(1)), [(0, None, b"v".to_vec())], "round {round}");
         block_on(engine.shutdown()).unwrap();
@@ -171,7 +166,7 @@ fn admin_and_bad_input_get_typed_errors() {
         block_on(h.send("t", None, &[0u8; 101], Timestamp(0))),
         Err(EngineError::RecordTooLarge { bytes: 101, limit: 100, .. })
     ));
-    let rec = OwnedRecord { key: None, value: b"v".to_vec(), event_time: Timestamp(0) };
+    let rec = OwnedRecord::new(None, b"v".to_vec(), Timestamp(0));
     assert!(matches!(
         block_on(h.send_to("t", PartitionId(2), rec.clone())),
         Err(EngineError::PartitionOutOfRange { partition: PartitionId(2), partitions: 2, .. })
@@ -196,22 +191,32 @@ fn admin_and_bad_input_get_typed_errors() {
     assert_eq!(block_on(h.offsets("t", PartitionId(3))).unwrap(), (Offset(0), Offset(2)));
     // Packed records: ranges of one buffer, checked against it and against the limit.
     let buf = bytes::Bytes::from(vec![b'k'; 300]);
-    let mut packed = PackedRecords::with_capacity(buf.clone(), 2);
-    packed.push(Some(0..1), 1..4, Timestamp(5)).unwrap();
-    packed.push(None, 4..4, Timestamp(6)).unwrap();
-    assert!(matches!(packed.push(None, 299..301, Timestamp(7)), Err(EngineError::InvalidConfig(_))));
-    assert_eq!(packed.len(), 2);
+    let mut packed = PackedRecords::with_capacity(buf.clone(), 3);
+    packed.push(Some(0..1), Some(1..4), Timestamp(5)).unwrap();
+    packed.push(None, Some(4..4), Timestamp(6)).unwrap();
+    // Headers go to the next record pushed; a null value is not an empty one.
+    packed.push_header(10..12, Some(12..13)).unwrap();
+    packed.push_header(13..14, None).unwrap();
+    packed.push(Some(20..21), None, Timestamp(7)).unwrap();
+    assert!(matches!(packed.push(None, Some(299..301), Timestamp(7)), Err(EngineError::InvalidConfig(_))));
+    assert!(matches!(packed.push_header(299..301, None), Err(EngineError::InvalidConfig(_))));
+    assert_eq!(packed.len(), 3);
     let info = block_on(h.append_packed("t", PartitionId(3), packed, BatchMeta::default())).unwrap();
-    assert_eq!((info.base_offset, info.last_offset), (Offset(2), Offset(3)));
+    assert_eq!((info.base_offset, info.last_offset), (Offset(2), Offset(4)));
     let got = block_on(h.fetch("t", PartitionId(3), Offset(2), 1 << 20, Duration::ZERO)).unwrap();
-    let got: Vec<(Option<Vec<u8>>, Vec<u8>, i64)> = got
-        .records()
-        .map(|r| r.unwrap())
-        .map(|r| (r.key().map(<[u8]>::to_vec), r.value().to_vec(), r.event_time().0))
-        .collect();
-    assert_eq!(got, vec![(Some(b"k".to_vec()), b"kkk".to_vec(), 5), (None, Vec::new(), 6)]);
+    let got: Vec<OwnedRecord> = got.records().map(|r| OwnedRecord::from_view(&r.unwrap())).collect();
+    assert_eq!(
+        got,
+        vec![
+            OwnedRecord::new(Some(b"k".to_vec()), b"kkk".to_vec(), Timestamp(5)),
+            OwnedRecord::new(None, Vec::new(), Timestamp(6)),
+            OwnedRecord::tombstone(b"k".to_vec(), Timestamp(7))
+                .with_header("kk", Some(b"k".to_vec()))
+                .with_header("k", None),
+        ]
+    );
     let mut big = PackedRecords::with_capacity(buf, 1);
-    big.push(None, 0..101, Timestamp(0)).unwrap();
+    big.push(None, Some(0..101), Timestamp(0)).unwrap();
     assert!(matches!(
         block_on(h.append_packed("t", PartitionId(3), big, BatchMeta::default())),
         Err(EngineError::RecordTooLarge { bytes: 101, limit: 100, .. })
@@ -243,7 +248,7 @@ fn long_poll_fetch_wakes_on_new_data() {
     std::thread::sleep(Duration::from_millis(50));
     block_on(h.send("events", None, b"hello", Timestamp(7))).unwrap();
     let got = waiter.join().unwrap();
-    let r: Vec<_> = got.records().map(|r| r.unwrap().value().to_vec()).collect();
+    let r: Vec<_> = got.records().map(|r| r.unwrap().value_bytes().to_vec()).collect();
     assert_eq!(r, vec![b"hello".to_vec()]);
     // With nothing to come, the poll returns empty after its wait.
     let empty = block_on(h.fetch("events", PartitionId(0), Offset(1), 1 << 20, Duration::from_millis(20))).unwrap();
@@ -272,7 +277,7 @@ fn consumer_assigns_seeks_and_polls() {
         }
         for p in polled {
             for r in p.batches.records() {
-                seen.push(String::from_utf8(r.unwrap().value().to_vec()).unwrap());
+                seen.push(String::from_utf8(r.unwrap().value_bytes().to_vec()).unwrap());
             }
         }
     }
@@ -344,11 +349,10 @@ fn run_on_runs_host_tasks_on_each_shard_and_they_use_the_handle() {
         let h = handle.clone();
         let (thread, read) = block_on(handle.run_on(shard, move || async move {
             let thread = std::thread::current().name().map(str::to_string);
-            let record =
-                OwnedRecord { key: None, value: format!("from {shard}").into_bytes(), event_time: Timestamp(1) };
+            let record = OwnedRecord::new(None, format!("from {shard}").into_bytes(), Timestamp(1));
             let info = h.append("t", PartitionId(1), vec![record], BatchMeta::default()).await.unwrap();
             let batches = h.fetch("t", PartitionId(1), info.base_offset, 1 << 20, Duration::ZERO).await.unwrap();
-            let value = batches.records().next().unwrap().unwrap().value().to_vec();
+            let value = batches.records().next().unwrap().unwrap().value_bytes().to_vec();
             (thread, value)
         }))
         .unwrap();

@@ -39,11 +39,7 @@ fn fill(h: &EngineHandle, topic: &str, partitions: u32, per_partition: u64) {
     block_on(h.create_topic(topic, partitions, None)).unwrap();
     for p in PartitionId::all(partitions) {
         for i in 0..per_partition {
-            let r = sluice_engine::OwnedRecord {
-                key: None,
-                value: format!("{topic}-{p}-{i}").into_bytes(),
-                event_time: Timestamp(i as i64),
-            };
+            let r = sluice_engine::OwnedRecord::new(None, format!("{topic}-{p}-{i}").into_bytes(), Timestamp(i as i64));
             block_on(h.send_to(topic, p, r)).unwrap();
         }
     }
@@ -176,7 +172,7 @@ fn committed_offsets_survive_a_restart_and_groups_are_independent() {
         block_on(h.send_to(
             "t",
             PartitionId(1),
-            sluice_engine::OwnedRecord { key: None, value: format!("new{i}").into_bytes(), event_time: Timestamp(100) },
+            sluice_engine::OwnedRecord::new(None, format!("new{i}").into_bytes(), Timestamp(100)),
         ))
         .unwrap();
     }
@@ -187,7 +183,7 @@ fn committed_offsets_survive_a_restart_and_groups_are_independent() {
     let mut values = Vec::new();
     for _ in 0..20 {
         for p in block_on(a.poll(Duration::from_millis(20))).unwrap() {
-            values.extend(p.batches.records().map(|r| String::from_utf8(r.unwrap().value().to_vec()).unwrap()));
+            values.extend(p.batches.records().map(|r| String::from_utf8(r.unwrap().value_bytes().to_vec()).unwrap()));
         }
     }
     assert_eq!(values, (0..5).map(|i| format!("new{i}")).collect::<Vec<_>>());

@@ -14,9 +14,7 @@ fn data_dir(name: &str) -> common::TestDir {
 }
 
 fn records(tag: &str, n: usize) -> Vec<OwnedRecord> {
-    (0..n)
-        .map(|i| OwnedRecord { key: None, value: format!("{tag}{i}").into_bytes(), event_time: Timestamp(0) })
-        .collect()
+    (0..n).map(|i| OwnedRecord::new(None, format!("{tag}{i}").into_bytes(), Timestamp(0))).collect()
 }
 
 fn count(h: &sluice_engine::EngineHandle) -> u64 {
@@ -71,6 +69,6 @@ fn retries_are_written_once_even_across_a_restart() {
     assert_ne!(q.id(), p.id());
     let batches = block_on(h.fetch("t", PartitionId(0), Offset(0), 1 << 20, Duration::ZERO)).unwrap();
     let values: Vec<String> =
-        batches.records().map(|r| String::from_utf8(r.unwrap().value().to_vec()).unwrap()).collect();
+        batches.records().map(|r| String::from_utf8(r.unwrap().value_bytes().to_vec()).unwrap()).collect();
     assert_eq!(values, ["a0", "a1", "a2", "b0", "b1"]);
 }

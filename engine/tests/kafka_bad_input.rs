@@ -434,7 +434,7 @@ fn large_requests_back_to_back_are_each_stored_as_sent() {
         let mut out = Vec::new();
         while at < end {
             let batches = h.fetch("t", PartitionId(0), at, 1 << 20, Duration::ZERO).await.expect("fetch");
-            out.extend(batches.records().map(|r| r.expect("record").value().to_vec()));
+            out.extend(batches.records().map(|r| r.expect("record").value_bytes().to_vec()));
             at = batches.next_offset();
         }
         out
@@ -515,7 +515,7 @@ fn pipelined_produce_requests_keep_their_order_while_the_shards_queue_is_full() 
         while at < end {
             let batches = h.fetch("t", PartitionId(0), at, 1 << 20, Duration::ZERO).await.expect("fetch");
             out.extend(
-                batches.records().map(|r| String::from_utf8(r.expect("record").value().to_vec()).expect("utf-8")),
+                batches.records().map(|r| String::from_utf8(r.expect("record").value_bytes().to_vec()).expect("utf-8")),
             );
             at = batches.next_offset();
         }

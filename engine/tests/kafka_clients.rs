@@ -233,6 +233,13 @@ fn kafka_python_member_joining_a_group_takes_partitions_over_without_rereading()
 }
 
 #[test]
+fn headers_null_keys_and_null_values_come_back_to_every_client_as_produced() {
+    need_kcat();
+    need_python_module("kafka");
+    run_script("record_fidelity.py", "confluent_kafka", "fidelity");
+}
+
+#[test]
 fn kafka_python_admin_idempotent_produce_group_commit_and_seek_by_time() {
     run_script("kafka_python_client.py", "kafka", "kp");
 }

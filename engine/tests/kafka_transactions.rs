@@ -431,11 +431,7 @@ fn a_commit_decided_before_a_crash_is_completed_when_the_listener_starts() {
     let prepared = format!(
         r#"{{"producer_id":{pid},"epoch":{epoch},"timeout_ms":60000,"state":"prepare_commit","partitions":[["t",0]],"offsets":[{{"group":"g","member":null,"offsets":[["t",0,2]]}}]}}"#
     );
-    let record = sluice_engine::OwnedRecord {
-        key: Some(b"tx".to_vec()),
-        value: prepared.into_bytes(),
-        event_time: sluice_io::Timestamp(1),
-    };
+    let record = sluice_engine::OwnedRecord::new(Some(b"tx".to_vec()), prepared.into_bytes(), sluice_io::Timestamp(1));
     block_on(served.handle().send_to(sluice_engine::kafka::TRANSACTION_STATE_TOPIC, PartitionId(0), record))
         .expect("appended");
 

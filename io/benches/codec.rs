@@ -38,7 +38,7 @@ fn codec(c: &mut Criterion) {
             let view = BatchView::new(black_box(&stored)).expect("valid batch");
             let mut sum = 0usize;
             for r in view.records() {
-                sum += r.value().len();
+                sum += r.value_bytes().len();
             }
             black_box(sum)
         })

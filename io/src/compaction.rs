@@ -1,6 +1,8 @@
 //! Log compaction: keep the latest record per key in closed segments (Kafka's
-//! `cleanup.policy=compact`), and drop tombstones (a key with an empty value) once they
-//! are older than `delete_retention_ms`.
+//! `cleanup.policy=compact`), and drop tombstones (a key with a null value) once they
+//! are older than `delete_retention_ms`. An empty value is a value like any other, as in
+//! Kafka. Control batches (transaction markers) are kept as they are and their keys do
+//! not compete with the data's.
 //!
 //! Offsets are preserved: a rewritten batch keeps its base offset and last offset delta,
 //! and each record keeps its offset delta, so readers see gaps, never renumbering. The
@@ -17,7 +19,7 @@ use std::rc::Rc;
 
 use crate::error::{LogError, Result};
 use crate::log::Log;
-use crate::record::{BatchMeta, Header, MAX_BODY_BYTES, Record, encode_into};
+use crate::record::{BatchMeta, Header, MAX_BODY_BYTES, Record, RecordView, encode_into};
 use crate::segment::appender::Appender;
 use crate::segment::{ReadBatches, SegmentFacts, SegmentIndex, SegmentPaths, read_batches, write_index};
 use crate::storage::{Storage, StorageFile};
@@ -67,6 +69,18 @@ async fn for_each_chunk<F: StorageFile>(
     Ok(())
 }
 
+/// The records of the chunk's data batches: control batches take no part in compaction.
+fn data_records<'a>(batches: &'a ReadBatches) -> impl Iterator<Item = Result<RecordView<'a>>> + 'a {
+    batches.batches().flat_map(|batch| {
+        let (records, err) = match batch {
+            Ok(b) if b.header().attributes.is_control() => (None, None),
+            Ok(b) => (Some(b.records().map(Ok)), None),
+            Err(e) => (None, Some(Err(e))),
+        };
+        records.into_iter().flatten().chain(err)
+    })
+}
+
 impl<S: Storage> Log<S> {
     /// Compacts the closed segments. `now` decides which tombstones have outlived
     /// `delete_retention_ms` (compared with their segment's newest event time).
@@ -88,7 +102,7 @@ impl<S: Storage> Log<S> {
         let mut latest: HashMap<Vec<u8>, Offset> = HashMap::new();
         for seg in &closed {
             for_each_chunk(seg, async |batches| {
-                for r in batches.records() {
+                for r in data_records(batches) {
                     let r = r?;
                     if let Some(k) = r.key() {
                         match latest.get_mut(k) {
@@ -109,19 +123,19 @@ impl<S: Storage> Log<S> {
         let tombstone_horizon = now.0.saturating_sub(config.delete_retention_ms as i64);
         for seg in &closed {
             let expired = seg.facts.max_time.0 < tombstone_horizon;
-            let keep = |key: Option<&[u8]>, value: &[u8], offset: Offset| match key {
+            let keep = |r: &RecordView<'_>| match r.key() {
                 None => (true, false),
-                Some(k) if latest.get(k) != Some(&offset) => (false, false),
-                Some(_) if value.is_empty() && expired => (false, true),
+                Some(k) if latest.get(k) != Some(&r.offset()) => (false, false),
+                Some(_) if r.value().is_none() && expired => (false, true),
                 Some(_) => (true, false),
             };
             let mut superseded = 0u64;
             let mut tombstones = 0u64;
             for_each_chunk(seg, async |batches| {
-                for r in batches.records() {
+                for r in data_records(batches) {
                     let r = r?;
-                    match keep(r.key(), r.value(), r.offset()) {
-                        (true, _) if r.key().is_some() && r.value().is_empty() => {
+                    match keep(&r) {
+                        (true, _) if r.is_tombstone() => {
                             // A tombstone kept until `delete_retention_ms` after its segment's
                             // newest record: a pass at that time removes it.
                             let due = seg.facts.max_time.0.saturating_add(config.delete_retention_ms as i64);
@@ -160,7 +174,7 @@ impl<S: Storage> Log<S> {
         &self,
         seg: &ClosedRef<S::File>,
         cleaned: &SegmentPaths,
-        keep: impl Fn(Option<&[u8]>, &[u8], Offset) -> (bool, bool),
+        keep: impl Fn(&RecordView<'_>) -> (bool, bool),
     ) -> Result<SegmentIndex> {
         let storage = &self.inner.storage;
         let config = &self.inner.config;
@@ -173,7 +187,8 @@ impl<S: Storage> Log<S> {
             for batch in batches.batches() {
                 let batch = batch?;
                 let h = *batch.header();
-                let kept: Vec<_> = batch.records().filter(|r| keep(r.key(), r.value(), r.offset()).0).collect();
+                let control = h.attributes.is_control();
+                let kept: Vec<_> = batch.records().filter(|r| control || keep(r).0).collect();
                 if kept.is_empty() {
                     continue;
                 }

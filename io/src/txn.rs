@@ -336,7 +336,7 @@ mod tests {
     }
 
     fn values(batches: &OwnedBatches) -> Vec<String> {
-        batches.records().map(|r| String::from_utf8(r.unwrap().value().to_vec()).unwrap()).collect()
+        batches.records().map(|r| String::from_utf8(r.unwrap().value_bytes().to_vec()).unwrap()).collect()
     }
 
     #[test]

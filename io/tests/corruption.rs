@@ -58,7 +58,7 @@ fn config(recovery: RecoveryMode) -> LogConfig {
 /// Asserts that `r` is exactly the record written at offset `o`.
 fn check_record(r: &RecordView<'_>, o: u64) {
     assert_eq!(r.offset(), Offset(o), "record offset");
-    assert_eq!(r.value(), value(o).as_slice(), "value of offset {o}");
+    assert_eq!(r.value_bytes(), value(o).as_slice(), "value of offset {o}");
     assert_eq!(r.key(), key(o).as_deref(), "key of offset {o}");
     assert_eq!(r.event_time(), time(o), "event time of offset {o}");
     assert_eq!(r.headers().len(), 0, "headers of offset {o}");
@@ -125,7 +125,12 @@ async fn build_pristine(dir: &Path, rng: &mut Rng) -> Vec<SegModel> {
         let vals: Vec<Vec<u8>> = (o..o + n).map(value).collect();
         let keys: Vec<Option<Vec<u8>>> = (o..o + n).map(key).collect();
         let recs: Vec<Record<'_>> = (0..n as usize)
-            .map(|i| Record { key: keys[i].as_deref(), value: &vals[i], event_time: time(o + i as u64), headers: &[] })
+            .map(|i| Record {
+                key: keys[i].as_deref(),
+                value: Some(&vals[i]),
+                event_time: time(o + i as u64),
+                headers: &[],
+            })
             .collect();
         let info = log.append(&recs).await.unwrap();
         assert_eq!(info.base_offset, Offset(o));
@@ -427,7 +432,12 @@ async fn check_full(dir: &Path, expect: &Expect, rng: &mut Rng) {
     let vals: Vec<Vec<u8>> = (end..end + 5).map(value).collect();
     let keys: Vec<Option<Vec<u8>>> = (end..end + 5).map(key).collect();
     let recs: Vec<Record<'_>> = (0..5)
-        .map(|i| Record { key: keys[i].as_deref(), value: &vals[i], event_time: time(end + i as u64), headers: &[] })
+        .map(|i| Record {
+            key: keys[i].as_deref(),
+            value: Some(&vals[i]),
+            event_time: time(end + i as u64),
+            headers: &[],
+        })
         .collect();
     assert_eq!(log.append(&recs).await.unwrap().base_offset, Offset(end));
     log.close().await.unwrap();
@@ -612,7 +622,7 @@ fn active_segment_flip_is_cut_on_tail_reopen() {
             assert_eq!(log.end_offset(), Offset(b.base));
             let v = value(b.base);
             let k = key(b.base);
-            let rec = Record { key: k.as_deref(), value: &v, event_time: time(b.base), headers: &[] };
+            let rec = Record { key: k.as_deref(), value: Some(&v), event_time: time(b.base), headers: &[] };
             assert_eq!(log.append(&[rec]).await.unwrap().base_offset, Offset(b.base));
             let batches = log.read(Offset(b.base), 4096).await.unwrap();
             let got: Vec<_> = batches.records().map(Result::unwrap).collect();

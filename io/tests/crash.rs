@@ -220,8 +220,8 @@ async fn verify(dir: PathBuf, acks: Vec<Ack>) -> u64 {
         for r in batches.records() {
             let r = r.expect("a record present after the crash");
             assert_eq!(r.offset(), Offset(at), "offsets are contiguous");
-            let (writer, seq) = decode_value(r.value())
-                .unwrap_or_else(|| panic!("record at offset {at} is malformed ({} bytes)", r.value().len()));
+            let (writer, seq) = decode_value(r.value_bytes())
+                .unwrap_or_else(|| panic!("record at offset {at} is malformed ({} bytes)", r.value_bytes().len()));
             assert_eq!(r.key(), Some(writer_key(writer).as_slice()), "key of offset {at}");
             assert_eq!(r.event_time(), Timestamp(seq as i64), "event time of offset {at}");
             present.push((writer, seq));
@@ -265,7 +265,7 @@ async fn verify(dir: PathBuf, acks: Vec<Ack>) -> u64 {
     let batches = log.read(Offset(end), 4096).await.unwrap();
     let got: Vec<_> = batches.records().map(Result::unwrap).collect();
     assert_eq!(got.len(), 1);
-    assert_eq!(decode_value(got[0].value()), Some((WRITERS, 0)));
+    assert_eq!(decode_value(got[0].value_bytes()), Some((WRITERS, 0)));
     log.close().await.unwrap();
     end
 }

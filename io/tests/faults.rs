@@ -104,7 +104,7 @@ async fn read_all<S: Storage>(log: &Log<S>) -> Vec<(u64, u64)> {
         for r in batches.records() {
             let r = r.unwrap();
             assert_eq!(r.offset(), Offset(at), "offsets are contiguous");
-            let (tag, i) = decode_value(r.value()).unwrap_or_else(|| panic!("record at {at} is malformed"));
+            let (tag, i) = decode_value(r.value_bytes()).unwrap_or_else(|| panic!("record at {at} is malformed"));
             assert_eq!(r.event_time(), Timestamp(i as i64));
             out.push((tag, i));
             at += 1;
@@ -321,7 +321,7 @@ fn no_space_fails_appends_and_keeps_acknowledged_data() {
                 for r in batches.records() {
                     let r = r.unwrap();
                     assert_eq!(r.offset(), Offset(at));
-                    assert!(decode_value(r.value()).is_some());
+                    assert!(decode_value(r.value_bytes()).is_some());
                     at += 1;
                 }
             }

@@ -37,7 +37,7 @@ async fn read_all(log: &Log, from: Offset) -> Vec<(u64, Vec<u8>)> {
         }
         for r in batches.records() {
             let r = r.unwrap();
-            out.push((r.offset().0, r.value().to_vec()));
+            out.push((r.offset().0, r.value_bytes().to_vec()));
         }
         at = batches.next_offset();
     }
@@ -189,7 +189,7 @@ fn reader_reads_ahead_in_order_and_seeks() {
             }
             for r in batches.records() {
                 let r = r.unwrap();
-                assert_eq!(r.value(), value(r.offset().0));
+                assert_eq!(r.value_bytes(), value(r.offset().0));
                 seen.push(r.offset().0);
             }
         }
@@ -263,21 +263,27 @@ fn compaction_drops_old_tombstones_only() {
             ..LogConfig::default()
         };
         let (log, _) = Log::open(UringStorage, &dir, config).await.unwrap();
-        log.append(&[Record::keyed(b"a", b"1", Timestamp(100)), Record::keyed(b"b", b"1", Timestamp(100))])
-            .await
-            .unwrap();
-        log.append(&[Record::keyed(b"a", b"", Timestamp(200))]).await.unwrap(); // tombstone for a
+        log.append(&[
+            Record::keyed(b"a", b"1", Timestamp(100)),
+            Record::keyed(b"b", b"1", Timestamp(100)),
+            Record::keyed(b"c", b"1", Timestamp(100)),
+        ])
+        .await
+        .unwrap();
+        log.append(&[Record::tombstone(b"a", Timestamp(200))]).await.unwrap();
+        // An empty value is a value, not a delete.
+        log.append(&[Record::keyed(b"c", b"", Timestamp(200))]).await.unwrap();
         log.roll().await.unwrap();
         // now - delete_retention (1000) = 0 < the segment's newest time (200): kept.
         let report = log.compact(Timestamp(1000)).await.unwrap();
-        assert_eq!((report.records_superseded, report.tombstones_removed), (1, 0));
+        assert_eq!((report.records_superseded, report.tombstones_removed), (2, 0));
         let left: Vec<_> = read_all(&log, Offset(0)).await.into_iter().map(|(o, _)| o).collect();
-        assert_eq!(left, vec![1, 2]);
-        // Much later the tombstone goes too; b stays.
+        assert_eq!(left, vec![1, 3, 4]);
+        // Much later the tombstone goes too; b and c's empty value stay.
         let report = log.compact(Timestamp(10_000)).await.unwrap();
         assert_eq!((report.records_superseded, report.tombstones_removed), (0, 1));
         let left: Vec<_> = read_all(&log, Offset(0)).await.into_iter().map(|(o, _)| o).collect();
-        assert_eq!(left, vec![1]);
+        assert_eq!(left, vec![1, 4]);
         // Compaction on a delete-policy log is refused with a typed error.
         let (plain, _) = Log::open(UringStorage, dir.join("plain"), LogConfig::default()).await.unwrap();
         assert!(matches!(plain.compact(Timestamp(0)).await, Err(LogError::InvalidConfig(_))));
@@ -312,7 +318,7 @@ fn tail_reads_are_served_from_the_write_behind_buffers_and_never_show_what_was_n
             }
             for r in batches.records() {
                 let r = r.unwrap();
-                assert_eq!(r.value(), value(r.offset().0));
+                assert_eq!(r.value_bytes(), value(r.offset().0));
                 n += 1;
             }
             at = batches.next_offset();

@@ -118,18 +118,18 @@ impl Pick for Rng {
 #[derive(Clone, PartialEq, Eq)]
 struct ModelRecord {
     key: Option<Vec<u8>>,
-    value: Vec<u8>,
+    value: Option<Vec<u8>>,
     time: i64,
-    headers: Vec<(String, Vec<u8>)>,
+    headers: Vec<(String, Option<Vec<u8>>)>,
 }
 
 impl ModelRecord {
     fn from_view(r: &RecordView<'_>) -> (u64, ModelRecord) {
         let record = ModelRecord {
             key: r.key().map(<[u8]>::to_vec),
-            value: r.value().to_vec(),
+            value: r.value().map(<[u8]>::to_vec),
             time: r.event_time().0,
-            headers: r.headers().map(|h| (h.key.to_string(), h.value.to_vec())).collect(),
+            headers: r.headers().map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec))).collect(),
         };
         (r.offset().0, record)
     }
@@ -138,8 +138,13 @@ impl ModelRecord {
 impl fmt::Debug for ModelRecord {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let key = self.key.as_ref().map(|k| String::from_utf8_lossy(k).into_owned());
-        let head: Vec<u8> = self.value.iter().take(4).copied().collect();
-        write!(f, "{{key {key:?}, value {} bytes {head:02x?}.., time {}", self.value.len(), self.time)?;
+        match &self.value {
+            Some(v) => {
+                let head: Vec<u8> = v.iter().take(4).copied().collect();
+                write!(f, "{{key {key:?}, value {} bytes {head:02x?}.., time {}", v.len(), self.time)?;
+            }
+            None => write!(f, "{{key {key:?}, null value, time {}", self.time)?,
+        }
         if !self.headers.is_empty() {
             write!(f, ", {} headers", self.headers.len())?;
         }
@@ -421,14 +426,21 @@ impl Run {
                 } else {
                     Some(format!("key-{}", rng.within(0, KEYS as u64 - 1)).into_bytes())
                 };
-                let value_len = if key.is_some() && rng.percent(8) { 0 } else { rng.within(0, 300) as usize };
-                let value = rng.bytes(value_len);
+                // Tombstones (null values) and empty values, which are not tombstones.
+                let value = match () {
+                    _ if key.is_some() && rng.percent(8) => None,
+                    _ if rng.percent(4) => Some(Vec::new()),
+                    _ => {
+                        let len = rng.within(0, 300) as usize;
+                        Some(rng.bytes(len))
+                    }
+                };
                 let time = self.clock + rng.signed(-100, 100);
                 let headers = if rng.percent(15) {
                     (0..rng.within(1, 2))
                         .map(|i| {
                             let len = rng.within(0, 16) as usize;
-                            (format!("h{i}"), rng.bytes(len))
+                            (format!("h{i}"), (!rng.percent(20)).then(|| rng.bytes(len)))
                         })
                         .collect()
                 } else {
@@ -519,12 +531,19 @@ impl Run {
     }
 
     async fn append(&mut self, records: &[ModelRecord]) {
-        let headers: Vec<Vec<Header<'_>>> =
-            records.iter().map(|r| r.headers.iter().map(|(k, v)| Header { key: k, value: v }).collect()).collect();
+        let headers: Vec<Vec<Header<'_>>> = records
+            .iter()
+            .map(|r| r.headers.iter().map(|(k, v)| Header { key: k, value: v.as_deref() }).collect())
+            .collect();
         let batch: Vec<Record<'_>> = records
             .iter()
             .zip(&headers)
-            .map(|(r, h)| Record { key: r.key.as_deref(), value: &r.value, event_time: Timestamp(r.time), headers: h })
+            .map(|(r, h)| Record {
+                key: r.key.as_deref(),
+                value: r.value.as_deref(),
+                event_time: Timestamp(r.time),
+                headers: h,
+            })
             .collect();
         let info = self.log().append(&batch).await.expect("append");
         let n = records.len() as u64;
@@ -659,7 +678,7 @@ impl Run {
                 if latest[k.as_slice()] != o {
                     superseded += 1;
                     gone.push(o);
-                } else if r.value.is_empty() && expired {
+                } else if r.value.is_none() && expired {
                     tombstones += 1;
                     gone.push(o);
                 }
@@ -903,7 +922,7 @@ fn stale_batches_behind_a_hole_stay_lost() {
             .records()
             .map(|r| {
                 let r = r.expect("record");
-                (r.offset(), r.value().to_vec())
+                (r.offset(), r.value_bytes().to_vec())
             })
             .collect();
         assert_eq!(got, (2..5).map(|o| (Offset(o), new.clone())).collect::<Vec<_>>());

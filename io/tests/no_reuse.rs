@@ -43,7 +43,7 @@ async fn verify(log: &Log<FaultyStorage>, seen: &BTreeMap<u64, Vec<u8>>, when: &
         let batches = log.read(Offset(offset), 1).await.unwrap_or_else(|e| panic!("{when}: read at {offset}: {e}"));
         let r = batches.records().next().unwrap_or_else(|| panic!("{when}: offset {offset} reads nothing")).unwrap();
         assert_eq!(r.offset(), Offset(offset), "{when}: offset {offset} was compacted or skipped");
-        assert_eq!(r.value(), &value[..], "{when}: offset {offset} now holds another record");
+        assert_eq!(r.value_bytes(), &value[..], "{when}: offset {offset} now holds another record");
     }
 }
 
@@ -58,8 +58,8 @@ async fn read_on(log: &Log<FaultyStorage>, mut at: u64, seen: &Seen) -> u64 {
         for r in batches.records() {
             let r = r.expect("a served record is whole");
             let mut s = seen.borrow_mut();
-            let old = s.insert(r.offset().0, r.value().to_vec());
-            assert!(old.is_none_or(|v| v == r.value()), "offset {} changed under a reader", r.offset());
+            let old = s.insert(r.offset().0, r.value_bytes().to_vec());
+            assert!(old.is_none_or(|v| v == r.value_bytes()), "offset {} changed under a reader", r.offset());
         }
         at = batches.next_offset().0;
     }

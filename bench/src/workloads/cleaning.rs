@@ -409,7 +409,7 @@ async fn produce(handle: EngineHandle, plan: Schedule) -> anyhow::Result<(Latenc
         let mut batch = Vec::new();
         while i < plan.records && (batch.is_empty() || plan.epoch + plan.due(i) <= now) {
             let key = (i % plan.keys).to_be_bytes().to_vec();
-            batch.push(OwnedRecord { key: Some(key), value: plan.payload.clone(), event_time: Timestamp::now() });
+            batch.push(OwnedRecord::new(Some(key), plan.payload.clone(), Timestamp::now()));
             i += 1;
         }
         let (handle, plan, latency, last) = (handle.clone(), plan.clone(), latency.clone(), i);

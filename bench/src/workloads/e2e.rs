@@ -232,7 +232,7 @@ async fn consume(
         let now = Instant::now();
         for r in batches.records() {
             let r = r?;
-            let scheduled = u64::from_le_bytes(r.value()[..8].try_into().expect("8 bytes"));
+            let scheduled = u64::from_le_bytes(r.value_bytes()[..8].try_into().expect("8 bytes"));
             let scheduled = Duration::from_nanos(scheduled);
             // The warm-up's records are received but not measured.
             if scheduled >= warmup {
@@ -284,7 +284,7 @@ async fn produce(
             }
             let mut value = payload.clone();
             value[..8].copy_from_slice(&(scheduled.as_nanos() as u64).to_le_bytes());
-            batch.push(OwnedRecord { key: None, value, event_time: Timestamp::now() });
+            batch.push(OwnedRecord::new(None, value, Timestamp::now()));
             i += 1;
         }
         let handle = handle.clone();

@@ -254,7 +254,7 @@ async fn roundtrip_on_shard(handle: EngineHandle, partitions: Vec<u32>) -> anyho
 /// Appends one record to `p` and reads it back from offset 0.
 async fn roundtrip_one(handle: &EngineHandle, p: PartitionId) -> anyhow::Result<()> {
     let value = format!("footprint partition {}", p.0).into_bytes();
-    let record = OwnedRecord { key: None, value: value.clone(), event_time: Timestamp::now() };
+    let record = OwnedRecord::new(None, value.clone(), Timestamp::now());
     let info = handle
         .append(TOPIC, p, vec![record], BatchMeta::default())
         .await
@@ -267,7 +267,7 @@ async fn roundtrip_one(handle: &EngineHandle, p: PartitionId) -> anyhow::Result<
     let mut got = Vec::new();
     for r in batches.records() {
         let r = r.with_context(|| format!("reading partition {}", p.0))?;
-        got.push((r.offset(), r.value().to_vec()));
+        got.push((r.offset(), r.value_bytes().to_vec()));
     }
     ensure!(got == [(Offset(0), value)], "partition {} returned {} records, not its one record", p.0, got.len());
     Ok(())

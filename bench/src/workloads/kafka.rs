@@ -259,7 +259,7 @@ fn embedded(handle: &EngineHandle, topic: &str, args: &KafkaArgs, partitions: u3
                     let mut next = u64::from(p) * batch;
                     while next < records {
                         let recs: Vec<OwnedRecord> = (next..(next + batch).min(records))
-                            .map(|i| OwnedRecord { key: None, value: value(i, bytes), event_time: Timestamp::now() })
+                            .map(|i| OwnedRecord::new(None, value(i, bytes), Timestamp::now()))
                             .collect();
                         let permit = permits.clone().acquire_static_permit(1).await.expect("semaphore open");
                         let (handle, topic) = (handle.clone(), topic.clone());

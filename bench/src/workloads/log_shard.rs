@@ -118,7 +118,7 @@ pub async fn run_shard(plan: ShardPlan) -> anyhow::Result<ShardOutcome> {
             break;
         }
         for record in batches.records() {
-            bytes += record?.value().len();
+            bytes += record?.value_bytes().len();
             read += 1;
         }
     }

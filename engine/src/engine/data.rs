@@ -41,8 +41,13 @@ impl EngineHandle {
         value: &[u8],
         event_time: Timestamp,
     ) -> Result<(PartitionId, Offset)> {
-        let partition = self.partition_for(topic, key)?;
-        let record = OwnedRecord { key: key.map(<[u8]>::to_vec), value: value.to_vec(), event_time };
+        self.send_record(topic, OwnedRecord::new(key.map(<[u8]>::to_vec), value, event_time)).await
+    }
+
+    /// [`send`](Self::send) of a whole record: headers, a null value (a tombstone) and
+    /// all. Its key chooses the partition as `send`'s does.
+    pub async fn send_record(&self, topic: &str, record: OwnedRecord) -> Result<(PartitionId, Offset)> {
+        let partition = self.partition_for(topic, record.key.as_deref())?;
         let offset = self.send_to(topic, partition, record).await?;
         Ok((partition, offset))
     }
@@ -129,7 +134,7 @@ impl EngineHandle {
         producer: sluice_io::ProducerId,
         marker: sluice_io::txn::Marker,
     ) -> Result<AppendInfo> {
-        let record = OwnedRecord { key: Some(marker.key().to_vec()), value: Vec::new(), event_time: Timestamp::now() };
+        let record = OwnedRecord::new(Some(marker.key().to_vec()), Vec::new(), Timestamp::now());
         self.append(topic, partition, vec![record], sluice_io::txn::Marker::meta(producer)).await
     }
 

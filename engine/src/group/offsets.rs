@@ -33,11 +33,7 @@ pub(crate) fn records(group: &str, offsets: &[(String, PartitionId, Offset)]) ->
     let now = Timestamp::now();
     offsets
         .iter()
-        .map(|(topic, p, offset)| OwnedRecord {
-            key: Some(key(group, topic, *p)),
-            value: offset.0.to_le_bytes().to_vec(),
-            event_time: now,
-        })
+        .map(|(topic, p, offset)| OwnedRecord::new(Some(key(group, topic, *p)), offset.0.to_le_bytes(), now))
         .collect()
 }
 
@@ -53,7 +49,8 @@ pub(crate) async fn load<S: Storage>(log: &Log<S>) -> Result<HashMap<String, Com
         }
         for r in batches.records() {
             let r = r?;
-            let (Some((group, topic, p)), Ok(bytes)) = (r.key().and_then(parse_key), <[u8; 8]>::try_from(r.value()))
+            let (Some((group, topic, p)), Ok(bytes)) =
+                (r.key().and_then(parse_key), <[u8; 8]>::try_from(r.value_bytes()))
             else {
                 continue; // not a commit this version wrote: skip, never fail the shard
             };

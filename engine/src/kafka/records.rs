@@ -4,8 +4,9 @@
 //! before any record is read, and every length and count inside is checked against the
 //! bytes that are really there, so a hostile batch costs at most its own size. Compressed
 //! batches are refused (UNSUPPORTED_COMPRESSION_TYPE): the listener is built without
-//! codecs. Record headers are not stored (sluice's send path carries key, value and time
-//! only) and a null value is stored as an empty one.
+//! codecs. Keys, values and headers are kept byte for byte, null distinct from empty
+//! (a null key, a null value: a tombstone, a header with a null value); a header's name
+//! must be UTF-8 (Kafka's clients read it as a string).
 //!
 //! Fetch: each stored batch becomes one Kafka batch with the same base offset, offset
 //! deltas, producer id, epoch, base sequence and transactional and control bits, and its
@@ -232,7 +233,6 @@ fn decode_batch(batch: Bytes) -> Result<ProducedBatch, BatchRejected> {
     let now = (log_append_time || first_timestamp < 0).then(Timestamp::now);
     let mut cur = Cursor { bytes: body, at: 0 };
     let mut records = PackedRecords::with_capacity(batch.clone(), count as usize);
-    let empty = b.len()..b.len();
     for i in 0..count {
         let len = cur.varint()?;
         if len < 0 {
@@ -247,16 +247,17 @@ fn decode_batch(batch: Bytes) -> Result<ProducedBatch, BatchRejected> {
             return Err(corrupt(format!("record {i} has offset delta {offset_delta}")));
         }
         let key = r.nullable_bytes()?.map(|k| range_in(b, k));
-        let value = r.nullable_bytes()?.map_or(empty.clone(), |v| range_in(b, v));
+        let value = r.nullable_bytes()?.map(|v| range_in(b, v));
         let headers = r.varint()?;
-        if headers < 0 {
-            return Err(corrupt(format!("record {i} has {headers} headers")));
+        // Each header takes at least two bytes (its two lengths).
+        if headers < 0 || headers as usize > (rec.len() - r.at) / 2 {
+            return Err(corrupt(format!("record {i} claims {headers} headers in {} bytes", rec.len() - r.at)));
         }
         for _ in 0..headers {
-            // Checked, then dropped (see the module docs).
             let key = r.nullable_bytes()?.ok_or_else(|| corrupt("a record header with a null key"))?;
             std::str::from_utf8(key).map_err(|_| corrupt("a record header key that is not UTF-8"))?;
-            r.nullable_bytes()?;
+            let value = r.nullable_bytes()?.map(|v| range_in(b, v));
+            records.push_header_within(range_in(b, key), value);
         }
         if r.at != rec.len() {
             return Err(corrupt(format!("record {i} has {} bytes past its last field", rec.len() - r.at)));
@@ -338,26 +339,29 @@ pub fn encode_batch(view: BatchView<'_>, out: &mut BytesMut) {
     // epoch 0) where sluice stores none.
     let control_value: &[u8] = &[0, 0, 0, 0, 0, 0];
     for r in &records {
-        let value = if h.attributes.is_control() && r.value().is_empty() { control_value } else { r.value() };
+        let value = match r.value() {
+            Some([]) | None if h.attributes.is_control() => Some(control_value),
+            v => v,
+        };
         let ts_delta = r.event_time().millis().wrapping_sub(first_ts);
         let offset_delta = (r.offset().0 - h.base_offset.0) as i64;
         let headers: Vec<_> = r.headers().collect();
         let mut body_len = 1 + varlong_len(ts_delta) + varlong_len(offset_delta);
-        body_len += nullable_len(r.key()) + nullable_len(Some(value));
+        body_len += nullable_len(r.key()) + nullable_len(value);
         body_len += varlong_len(headers.len() as i64);
         for hd in &headers {
-            body_len += nullable_len(Some(hd.key.as_bytes())) + nullable_len(Some(hd.value));
+            body_len += nullable_len(Some(hd.key.as_bytes())) + nullable_len(hd.value);
         }
         put_varlong(out, body_len as i64);
         out.put_i8(0);
         put_varlong(out, ts_delta);
         put_varlong(out, offset_delta);
         put_nullable(out, r.key());
-        put_nullable(out, Some(value));
+        put_nullable(out, value);
         put_varlong(out, headers.len() as i64);
         for hd in &headers {
             put_nullable(out, Some(hd.key.as_bytes()));
-            put_nullable(out, Some(hd.value));
+            put_nullable(out, hd.value);
         }
     }
     let batch_len = (out.len() - start - 12) as i32;
@@ -412,12 +416,61 @@ mod tests {
         assert_eq!((b.meta.producer_id, b.meta.producer_epoch, b.meta.base_sequence), (ProducerId(7), 1, 10));
         assert_eq!(
             b.records.to_owned_records()[0],
-            OwnedRecord { key: Some(b"k".to_vec()), value: b"v0".to_vec(), event_time: Timestamp(1000) }
+            OwnedRecord::new(Some(b"k".to_vec()), b"v0".to_vec(), Timestamp(1000))
         );
-        assert_eq!(
-            b.records.to_owned_records()[1],
-            OwnedRecord { key: None, value: b"v1".to_vec(), event_time: Timestamp(1005) }
-        );
+        assert_eq!(b.records.to_owned_records()[1], OwnedRecord::new(None, b"v1".to_vec(), Timestamp(1005)));
+    }
+
+    #[test]
+    fn headers_null_values_and_null_keys_are_kept_byte_for_byte() {
+        let mut r = kafka_record(0, None, "", 1000);
+        r.value = None;
+        r.headers.insert("trace".into(), Some(bytes::Bytes::from_static(b"abc")));
+        r.headers.insert("empty".into(), Some(bytes::Bytes::new()));
+        r.headers.insert("null".into(), None);
+        let mut r2 = kafka_record(1, Some("k"), "", 1001);
+        r2.headers.insert("h".into(), Some(bytes::Bytes::from_static(&[0, 255])));
+        let b = decode(&encode_kafka(&[r.clone(), r2])).expect("decodes");
+        let got = b.records.to_owned_records();
+        assert_eq!((got[0].key.as_ref(), got[0].value.as_ref()), (None, None), "a null key and a null value");
+        let mut headers: Vec<_> = got[0].headers.iter().map(|h| (h.key.as_str(), h.value.as_deref())).collect();
+        headers.sort_unstable();
+        assert_eq!(headers, [("empty", Some(&b""[..])), ("null", None), ("trace", Some(&b"abc"[..]))]);
+        assert_eq!(got[1].value.as_deref(), Some(&b""[..]), "an empty value is not null");
+        assert_eq!(got[1].headers, [crate::record::OwnedHeader::new("h", vec![0, 255])]);
+        // Stored, then fetched: the same bytes come back.
+        let mut scratch = Vec::new();
+        let stored = b.records.records(&mut scratch);
+        let set = stored_to_wire(&stored, &b.meta, Offset(0));
+        assert_eq!(set.records[0].value, None);
+        assert_eq!(set.records[0].key, None);
+        assert_eq!(set.records[0].headers, r.headers);
+        assert_eq!(set.records[1].value.as_deref(), Some(&b""[..]));
+    }
+
+    #[test]
+    fn header_counts_beyond_the_record_are_refused() {
+        let mut r = kafka_record(0, Some("k"), "v", 1000);
+        r.headers.insert("a".into(), Some(bytes::Bytes::from_static(b"1")));
+        let good = encode_kafka(&[r]);
+        // The header count is the byte before the header's key length (2 * 1 = 0x02):
+        // find it from the end (key "a" = 0x02 'a', value "1" = 0x02 '1').
+        let at = good.len() - 5;
+        assert_eq!(good[at], 2, "one header, zigzag-encoded");
+        for (count, what) in [(0x7e_u8, "63 headers"), (0x01, "-1 headers")] {
+            let mut b = good.clone();
+            b[at] = count;
+            let crc = crc32c::crc32c(&b[21..]);
+            b[17..21].copy_from_slice(&crc.to_be_bytes());
+            assert_eq!(decode(&b).expect_err(what).code, code::CORRUPT_MESSAGE, "{what}");
+        }
+        // A header name that is not UTF-8.
+        let mut b = good.clone();
+        b[at + 2] = 0xff;
+        let crc = crc32c::crc32c(&b[21..]);
+        b[17..21].copy_from_slice(&crc.to_be_bytes());
+        let e = decode(&b).expect_err("not UTF-8");
+        assert!(e.message.contains("UTF-8"), "{e:?}");
     }
 
     #[test]

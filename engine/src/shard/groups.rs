@@ -73,7 +73,8 @@ async fn commit(
     state.borrow().groups.check_commit(group, member.as_ref().map(|(m, g)| (m, *g)))?;
     let part = partition(state, offsets::TOPIC, offsets_partition)?;
     let records = offsets::records(group, &offsets);
-    let recs: Vec<Record<'_>> = records.iter().map(OwnedRecord::as_record).collect();
+    let mut headers = Vec::new();
+    let recs: Vec<Record<'_>> = OwnedRecord::as_records(&records, &mut headers);
     append(&part, offsets::TOPIC, offsets_partition, &recs, &BatchMeta::default()).await?;
     let mut st = state.borrow_mut();
     let committed = st.committed.entry(group.to_string()).or_default();

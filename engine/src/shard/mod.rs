@@ -121,7 +121,10 @@ async fn handle(state: &Rc<RefCell<ShardState>>, request: Request) {
         Request::Append { topic, partition: p, records, meta, reply } => {
             let result = match partition(state, &topic, p) {
                 Err(e) => Err(e),
-                Ok(part) => append(&part, &topic, p, &records.as_records(), &meta).await,
+                Ok(part) => {
+                    let mut headers = Vec::new();
+                    append(&part, &topic, p, &records.as_records(&mut headers), &meta).await
+                }
             };
             let _ = reply.send(result).await;
         }

@@ -190,7 +190,8 @@ pub(super) async fn flush_pending(part: &Rc<RefCell<Partition>>, topic: &str, p:
         return;
     }
     let (records, replies): (Vec<OwnedRecord>, Vec<Reply<Offset>>) = batch.into_iter().unzip();
-    let recs: Vec<Record<'_>> = records.iter().map(OwnedRecord::as_record).collect();
+    let mut headers = Vec::new();
+    let recs: Vec<Record<'_>> = OwnedRecord::as_records(&records, &mut headers);
     match append(part, topic, p, &recs, &BatchMeta::default()).await {
         Ok(info) => {
             for (i, reply) in replies.into_iter().enumerate() {

@@ -78,11 +78,11 @@ pub fn append_input(h: &EngineHandle, records: &[In]) {
         for (key, time, value) in chunk {
             let key = key.to_string().into_bytes();
             let p = partition_for_key(&key, IN_PARTITIONS);
-            by_partition.entry(p).or_default().push(OwnedRecord {
-                key: Some(key),
-                value: value.to_string().into_bytes(),
-                event_time: Timestamp(*time),
-            });
+            by_partition.entry(p).or_default().push(OwnedRecord::new(
+                Some(key),
+                value.to_string().into_bytes(),
+                Timestamp(*time),
+            ));
         }
         for (p, list) in by_partition {
             block_on(h.append(IN, p, list, BatchMeta::default())).unwrap();
@@ -182,7 +182,7 @@ pub fn spawn(h: &EngineHandle, config: &JobConfig) -> RunningPipeline {
                     std::hint::spin_loop();
                 }
                 let key: u32 = std::str::from_utf8(r.key.as_deref().unwrap()).unwrap().parse().unwrap();
-                let value: i64 = std::str::from_utf8(&r.value).unwrap().parse().unwrap();
+                let value: i64 = std::str::from_utf8(r.value.as_deref().unwrap_or_default()).unwrap().parse().unwrap();
                 (key, r.time.millis(), value)
             });
             let tumbling = records
@@ -280,7 +280,7 @@ fn output(h: &EngineHandle, isolation: Isolation) -> Vec<String> {
     let mut out = Vec::new();
     for polled in block_on(h.read_to_end(OUT, isolation)).unwrap() {
         for r in polled.batches.records() {
-            out.push(String::from_utf8(r.unwrap().value().to_vec()).unwrap());
+            out.push(String::from_utf8(r.unwrap().value_bytes().to_vec()).unwrap());
         }
     }
     out.sort();

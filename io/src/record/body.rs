@@ -9,15 +9,21 @@ use rkyv::{Archive, Serialize};
 
 use crate::types::{EventTime, Offset, Timestamp};
 
-/// A record header: a string key and a byte value. Stored as is.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Archive, Serialize)]
+/// A record header: a string key and a value, which may be null (Kafka allows both).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Header<'a> {
     /// The header's name.
-    #[rkyv(with = InlineAsBox)]
     pub key: &'a str,
-    /// The header's value.
-    #[rkyv(with = InlineAsBox)]
-    pub value: &'a [u8],
+    /// The header's value; `None` is a null value, distinct from an empty one.
+    pub value: Option<&'a [u8]>,
+}
+
+impl<'a> Header<'a> {
+    /// A header with a (non-null) value.
+    #[must_use]
+    pub fn new(key: &'a str, value: &'a [u8]) -> Header<'a> {
+        Header { key, value: Some(value) }
+    }
 }
 
 /// A record as a producer hands it to the log: borrowed bytes, nothing copied yet.
@@ -25,11 +31,12 @@ pub struct Header<'a> {
 pub struct Record<'a> {
     /// Optional key (used for partitioning and compaction).
     pub key: Option<&'a [u8]>,
-    /// The value. An empty value with a key is a tombstone in a compacted topic.
-    pub value: &'a [u8],
+    /// The value; `None` is a null value (a tombstone in a compacted topic), distinct
+    /// from an empty one.
+    pub value: Option<&'a [u8]>,
     /// When the event happened.
     pub event_time: EventTime,
-    /// Optional headers.
+    /// Headers, in order (names may repeat, as in Kafka).
     pub headers: &'a [Header<'a>],
 }
 
@@ -37,14 +44,45 @@ impl<'a> Record<'a> {
     /// A record with a key.
     #[must_use]
     pub fn keyed(key: &'a [u8], value: &'a [u8], event_time: EventTime) -> Record<'a> {
-        Record { key: Some(key), value, event_time, headers: &[] }
+        Record { key: Some(key), value: Some(value), event_time, headers: &[] }
     }
 
     /// A record without a key.
     #[must_use]
     pub fn unkeyed(value: &'a [u8], event_time: EventTime) -> Record<'a> {
-        Record { key: None, value, event_time, headers: &[] }
+        Record { key: None, value: Some(value), event_time, headers: &[] }
     }
+
+    /// A tombstone: `key` with a null value, which compaction removes (with the key's
+    /// earlier records) once it has outlived `delete_retention_ms`.
+    #[must_use]
+    pub fn tombstone(key: &'a [u8], event_time: EventTime) -> Record<'a> {
+        Record { key: Some(key), value: None, event_time, headers: &[] }
+    }
+}
+
+/// Flags in the high bits of a stored record's `offset_delta` (a batch spans far fewer
+/// than 2^30 offsets: its body is at most 1 GiB and a record takes at least 40 bytes).
+/// Kept there so that the archived record stays 40 bytes and batches written before
+/// null values existed read unchanged (their flags are clear).
+pub(crate) mod delta_flags {
+    /// The record's value is null (stored as an empty value).
+    pub const NULL_VALUE: u32 = 1 << 31;
+    /// Some header values are null: the record's last stored header is not a header but
+    /// a bitmap (empty name; bit `i` of byte `i / 8` set for each null header `i`), and
+    /// those headers' stored values are empty.
+    pub const NULL_HEADER_VALUES: u32 = 1 << 30;
+    /// The offset delta itself.
+    pub const DELTA: u32 = (1 << 30) - 1;
+}
+
+/// The stored shape of a header (both parts non-null; see [`delta_flags`]).
+#[derive(Archive, Serialize, Debug)]
+pub struct WireHeader<'a> {
+    #[rkyv(with = InlineAsBox)]
+    pub(crate) key: &'a str,
+    #[rkyv(with = InlineAsBox)]
+    pub(crate) value: &'a [u8],
 }
 
 /// The stored shape of a record. Field order is layout: the 8-byte time first, so the
@@ -52,13 +90,14 @@ impl<'a> Record<'a> {
 #[derive(Archive, Serialize, Debug)]
 pub struct WireRecord<'a> {
     pub(crate) event_time: i64,
+    /// The offset delta, with [`delta_flags`] in its high bits.
     pub(crate) offset_delta: u32,
     #[rkyv(with = Map<InlineAsBox>)]
     pub(crate) key: Option<&'a [u8]>,
     #[rkyv(with = InlineAsBox)]
     pub(crate) value: &'a [u8],
     #[rkyv(with = InlineAsBox)]
-    pub(crate) headers: &'a [Header<'a>],
+    pub(crate) headers: &'a [WireHeader<'a>],
 }
 
 /// The stored shape of a batch body: the root of the rkyv archive.
@@ -82,7 +121,12 @@ pub struct RecordView<'a> {
 
 impl<'a> RecordView<'a> {
     pub(crate) fn new(base: Offset, raw: &'a ArchivedRecord) -> RecordView<'a> {
-        RecordView { offset: base.plus(u64::from(raw.offset_delta.to_native())), raw }
+        let delta = raw.offset_delta.to_native() & delta_flags::DELTA;
+        RecordView { offset: base.plus(u64::from(delta)), raw }
+    }
+
+    fn flags(&self) -> u32 {
+        self.raw.offset_delta.to_native() & !delta_flags::DELTA
     }
 
     /// The record's offset.
@@ -103,15 +147,41 @@ impl<'a> RecordView<'a> {
         self.raw.key.as_ref().map(|k| k.get())
     }
 
-    /// The value.
+    /// The value; `None` for a null value (a tombstone).
     #[must_use]
-    pub fn value(&self) -> &'a [u8] {
+    pub fn value(&self) -> Option<&'a [u8]> {
+        (self.flags() & delta_flags::NULL_VALUE == 0).then(|| self.raw.value.get())
+    }
+
+    /// The value's bytes, empty for a null value: for readers to whom the two mean the same.
+    #[must_use]
+    pub fn value_bytes(&self) -> &'a [u8] {
         self.raw.value.get()
+    }
+
+    /// True for a key with a null value: what compaction treats as a delete.
+    #[must_use]
+    pub fn is_tombstone(&self) -> bool {
+        self.key().is_some() && self.value().is_none()
     }
 
     /// The headers, in order.
     pub fn headers(&self) -> impl ExactSizeIterator<Item = Header<'a>> + 'a {
-        self.raw.headers.get().iter().map(|h| Header { key: h.key.get(), value: h.value.get() })
+        let stored = self.raw.headers.get();
+        let (headers, nulls): (_, &'a [u8]) = match stored.split_last() {
+            Some((bitmap, rest)) if self.flags() & delta_flags::NULL_HEADER_VALUES != 0 => (rest, bitmap.value.get()),
+            _ => (stored, &[]),
+        };
+        headers.iter().enumerate().map(move |(i, h)| {
+            let null = nulls.get(i / 8).is_some_and(|b| b & (1 << (i % 8)) != 0);
+            Header { key: h.key.get(), value: (!null).then(|| h.value.get()) }
+        })
+    }
+
+    /// True if the record has headers.
+    #[must_use]
+    pub fn has_headers(&self) -> bool {
+        !self.raw.headers.is_empty()
     }
 
     /// A `Record` borrowing this view's bytes, e.g. to append it elsewhere. Headers
@@ -128,7 +198,7 @@ impl std::fmt::Debug for RecordView<'_> {
             .field("offset", &self.offset)
             .field("event_time", &self.event_time())
             .field("key", &self.key())
-            .field("value_len", &self.value().len())
+            .field("value_len", &self.value().map(<[u8]>::len))
             .finish()
     }
 }

@@ -8,7 +8,8 @@
 mod body;
 mod header;
 
-pub use body::{ArchivedBody, ArchivedRecord, Header, Record, RecordView, WireBody, WireRecord};
+use body::delta_flags;
+pub use body::{ArchivedBody, ArchivedRecord, Header, Record, RecordView, WireBody, WireHeader, WireRecord};
 pub use header::{
     Attributes, BATCH_ALIGN, BatchHeader, HEADER_BYTES, HeaderError, MAGIC, VERSION, batch_crc, stored_len,
 };
@@ -167,6 +168,31 @@ pub(crate) fn encode_into<O: BatchOut>(
     debug_assert_eq!(out.pos(), 0, "a batch starts at its output's start");
     let delta = |i: usize| offset_deltas.map_or(i as u32, |d| d[i]);
     let last_delta = delta(records.len() - 1);
+    if last_delta > delta_flags::DELTA {
+        // Unreachable through the log (a batch spans far fewer offsets), refused anyway:
+        // the bits above are flags.
+        return Err(EncodeError::TooLarge(last_delta as usize));
+    }
+    // Headers in their stored shape, all records' in one list (no allocation when no
+    // record has any), with a null-value bitmap after a record's headers where needed.
+    let bitmaps: Vec<Vec<u8>> = records.iter().filter_map(|r| null_header_bitmap(r.headers)).collect();
+    let mut wire_headers: Vec<WireHeader<'_>> = Vec::new();
+    let mut spans = Vec::new();
+    if records.iter().any(|r| !r.headers.is_empty()) {
+        let mut bitmaps = bitmaps.iter();
+        spans.reserve(records.len());
+        for r in records {
+            let start = wire_headers.len();
+            wire_headers
+                .extend(r.headers.iter().map(|h| WireHeader { key: h.key, value: h.value.unwrap_or_default() }));
+            let nulls = r.headers.iter().any(|h| h.value.is_none());
+            if nulls {
+                let bitmap = bitmaps.next().expect("one bitmap per record with null header values");
+                wire_headers.push(WireHeader { key: "", value: bitmap.as_slice() });
+            }
+            spans.push((start..wire_headers.len(), nulls));
+        }
+    }
     let mut first = Timestamp(i64::MAX);
     let mut max = EventTime::MIN;
     let wire: Vec<WireRecord<'_>> = records
@@ -175,12 +201,22 @@ pub(crate) fn encode_into<O: BatchOut>(
         .map(|(i, r)| {
             first = first.min(r.event_time);
             max = max.max(r.event_time);
+            let mut flags = if r.value.is_none() { delta_flags::NULL_VALUE } else { 0 };
+            let headers = match spans.get(i) {
+                Some((span, nulls)) => {
+                    if *nulls {
+                        flags |= delta_flags::NULL_HEADER_VALUES;
+                    }
+                    &wire_headers[span.clone()]
+                }
+                None => &[],
+            };
             WireRecord {
-                offset_delta: delta(i),
+                offset_delta: delta(i) | flags,
                 event_time: r.event_time.0,
                 key: r.key,
-                value: r.value,
-                headers: r.headers,
+                value: r.value.unwrap_or_default(),
+                headers,
             }
         })
         .collect();
@@ -217,6 +253,20 @@ pub(crate) fn encode_into<O: BatchOut>(
     let padding = stored_len(body_len) - HEADER_BYTES - body_len;
     ok(out.write(&[0u8; BATCH_ALIGN][..padding]));
     Ok(header)
+}
+
+/// The null-value bitmap of `headers` (bit `i % 8` of byte `i / 8` for header `i`), if
+/// any of their values is null.
+fn null_header_bitmap(headers: &[Header<'_>]) -> Option<Vec<u8>> {
+    headers.iter().any(|h| h.value.is_none()).then(|| {
+        let mut bitmap = vec![0u8; headers.len().div_ceil(8)];
+        for (i, h) in headers.iter().enumerate() {
+            if h.value.is_none() {
+                bitmap[i / 8] |= 1 << (i % 8);
+            }
+        }
+        bitmap
+    })
 }
 
 /// Why a stored batch was rejected.
@@ -337,11 +387,11 @@ mod tests {
     use super::*;
 
     fn sample() -> Vec<Record<'static>> {
-        static HEADERS: [Header<'static>; 1] = [Header { key: "h", value: b"v" }];
+        static HEADERS: [Header<'static>; 1] = [Header { key: "h", value: Some(b"v") }];
         vec![
             Record::keyed(b"k1", b"hello", Timestamp(10)),
             Record::unkeyed(b"", Timestamp(5)),
-            Record { key: Some(b"k3"), value: b"world", event_time: Timestamp(30), headers: &HEADERS },
+            Record { key: Some(b"k3"), value: Some(b"world"), event_time: Timestamp(30), headers: &HEADERS },
         ]
     }
 
@@ -368,6 +418,7 @@ mod tests {
             assert_eq!(r.key(), want.key);
             assert_eq!(r.value(), want.value);
             assert_eq!(r.event_time(), want.event_time);
+            assert!(!r.is_tombstone());
             assert_eq!(r.headers().collect::<Vec<_>>(), want.headers.to_vec());
         }
     }
@@ -402,6 +453,39 @@ mod tests {
     fn archived_record_framing_is_40_bytes() {
         // The per-record overhead on disk; a field reorder that adds padding shows here.
         assert_eq!(std::mem::size_of::<ArchivedRecord>(), 40);
+    }
+
+    #[test]
+    fn null_values_and_null_header_values_stay_apart_from_empty_ones() {
+        let headers = [
+            Header::new("a", b""),
+            Header { key: "b", value: None },
+            Header::new("a", b"again"),
+            Header { key: "", value: None },
+        ];
+        let (h9, h10): (Vec<String>, Vec<Option<Vec<u8>>>) =
+            (0..10).map(|i| (format!("h{i}"), (i % 3 != 0).then(|| vec![i as u8]))).unzip();
+        let many: Vec<Header<'_>> = h9.iter().zip(&h10).map(|(k, v)| Header { key: k, value: v.as_deref() }).collect();
+        let recs = [
+            Record { key: Some(b"k"), value: None, event_time: Timestamp(1), headers: &headers },
+            Record { key: Some(b"k"), value: Some(b""), event_time: Timestamp(2), headers: &[] },
+            Record { key: None, value: None, event_time: Timestamp(3), headers: &many },
+            Record::tombstone(b"t", Timestamp(4)),
+            Record { key: Some(b""), value: Some(b"v"), event_time: Timestamp(5), headers: &headers[..1] },
+        ];
+        let mut enc = BatchEncoder::new();
+        let (bytes, _) = enc.encode(&recs, &BatchMeta::default(), Offset(40)).unwrap();
+        let mut copy = AlignedVec::<16>::new();
+        copy.extend_from_slice(bytes);
+        let got: Vec<_> = BatchView::new(&copy).unwrap().records().collect();
+        for (i, (r, want)) in got.iter().zip(&recs).enumerate() {
+            assert_eq!(r.offset(), Offset(40 + i as u64), "record {i}");
+            assert_eq!((r.key(), r.value()), (want.key, want.value), "record {i}");
+            assert_eq!(r.headers().collect::<Vec<_>>(), want.headers.to_vec(), "record {i}");
+            assert_eq!(r.is_tombstone(), want.key.is_some() && want.value.is_none(), "record {i}");
+        }
+        assert_eq!(got[1].value(), Some(&b""[..]), "an empty value is not null");
+        assert_eq!(got[2].headers().len(), 10);
     }
 
     #[test]

@@ -16,6 +16,7 @@ use std::{
 use sluice_io::Timestamp;
 
 use crate::dataflow::{Event, Firing, Window, WindowResult, topic::TopicRecord};
+use crate::record::OwnedHeader;
 
 pub use crate::error::StateError;
 
@@ -323,6 +324,16 @@ impl<K: Data, R: Data> Data for WindowResult<K, R> {
     }
 }
 
+impl Data for OwnedHeader {
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.key.encode(out);
+        self.value.encode(out);
+    }
+    fn decode(input: &mut &[u8]) -> Result<Self, StateError> {
+        Ok(OwnedHeader { key: String::decode(input)?, value: Option::decode(input)? })
+    }
+}
+
 impl Data for TopicRecord {
     fn encode(&self, out: &mut Vec<u8>) {
         self.partition.0.encode(out);
@@ -330,14 +341,16 @@ impl Data for TopicRecord {
         self.key.encode(out);
         self.value.encode(out);
         self.time.encode(out);
+        self.headers.encode(out);
     }
     fn decode(input: &mut &[u8]) -> Result<Self, StateError> {
         Ok(TopicRecord {
             partition: sluice_io::PartitionId(u32::decode(input)?),
             offset: sluice_io::Offset(u64::decode(input)?),
             key: Option::decode(input)?,
-            value: Vec::decode(input)?,
+            value: Option::decode(input)?,
             time: Timestamp::decode(input)?,
+            headers: Vec::decode(input)?,
         })
     }
 }
@@ -533,8 +546,9 @@ mod tests {
             partition: sluice_io::PartitionId(2),
             offset: sluice_io::Offset(7),
             key: Some(b"key".to_vec()),
-            value: b"value".to_vec(),
+            value: None,
             time: Timestamp(-5),
+            headers: vec![OwnedHeader::new("trace", "abc"), OwnedHeader { key: "n".into(), value: None }],
         };
         let mut out = Vec::new();
         result.encode(&mut out);

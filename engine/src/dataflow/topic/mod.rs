@@ -23,7 +23,7 @@
 //! Pipeline::new(PipelineConfig::with_shards(2)).run(move |scope| {
 //!     scope
 //!         .topic_source(&input, WatermarkStrategy::monotonous(TopicRecord::event_time))
-//!         .map(|r| (r.key, r.value.to_ascii_uppercase()))
+//!         .map(|r| (r.key, r.value.unwrap_or_default().to_ascii_uppercase()))
 //!         .to_topic(&output, |(key, value)| (key, value));
 //! })
 //! # }
@@ -50,6 +50,7 @@ use crate::{
     client::group_consumer::OffsetReset,
     engine::EngineHandle,
     error::{EngineError, Result},
+    record::OwnedHeader,
 };
 
 /// One record read from a topic, with where it was read.
@@ -61,10 +62,12 @@ pub struct TopicRecord {
     pub offset: Offset,
     /// The key, if any.
     pub key: Option<Vec<u8>>,
-    /// The value.
-    pub value: Vec<u8>,
+    /// The value; `None` for a null value (a tombstone), distinct from an empty one.
+    pub value: Option<Vec<u8>>,
     /// The event time its producer stamped it with.
     pub time: EventTime,
+    /// Its headers, in order.
+    pub headers: Vec<OwnedHeader>,
 }
 
 impl TopicRecord {

@@ -23,6 +23,7 @@ use crate::{
     dataflow::{RestoreError, Source, UserError},
     engine::EngineHandle,
     error::{EngineError, Result},
+    record::OwnedHeader,
 };
 
 type FetchFuture = Pin<Box<dyn Future<Output = Result<OwnedBatches>>>>;
@@ -153,8 +154,9 @@ impl PartitionReader {
                 partition: self.partition,
                 offset,
                 key: record.key().map(<[u8]>::to_vec),
-                value: record.value().to_vec(),
+                value: record.value().map(<[u8]>::to_vec),
                 time: record.event_time(),
+                headers: record.headers().map(|h| OwnedHeader::from_header(&h)).collect(),
             });
         }
         self.next = self.next.max(fetched_next);

@@ -158,9 +158,8 @@ impl Appender {
         }
     }
 
-    fn push(&mut self, key: Option<Vec<u8>>, value: Vec<u8>, event_time: EventTime) {
-        let partition = self.place(key.as_deref());
-        let record = OwnedRecord { key, value, event_time };
+    fn push(&mut self, record: OwnedRecord) {
+        let partition = self.place(record.key.as_deref());
         let bytes = record.size();
         // A chunk takes the record if that keeps it within both limits; a record larger
         // than the byte limit goes alone.
@@ -269,12 +268,11 @@ struct ToTopic<F> {
     encode: F,
 }
 
-impl<T, F: FnMut(T) -> (Option<Vec<u8>>, Vec<u8>)> Operator<T> for ToTopic<F> {
+impl<T, F: FnMut(T, EventTime) -> OwnedRecord> Operator<T> for ToTopic<F> {
     fn on_batch(&mut self, batch: &mut Vec<Event<T>>) {
         let mut appender = self.appender.borrow_mut();
         for event in batch.drain(..) {
-            let (key, value) = (self.encode)(event.value);
-            appender.push(key, value, event.time);
+            appender.push((self.encode)(event.value, event.time));
         }
     }
     fn on_watermark(&mut self, _: EventTime) {}
@@ -296,7 +294,18 @@ impl<T: 'static> Stream<T> {
     /// Writes every record to `sink`'s topic as the key and value `encode` makes of it,
     /// with the record's event time; the stream ends here. Each key's records keep their
     /// order in the topic.
-    pub fn to_topic(self, sink: &TopicSink, encode: impl FnMut(T) -> (Option<Vec<u8>>, Vec<u8>) + 'static) {
+    pub fn to_topic(self, sink: &TopicSink, mut encode: impl FnMut(T) -> (Option<Vec<u8>>, Vec<u8>) + 'static) {
+        self.to_topic_records(sink, move |value, time| {
+            let (key, value) = encode(value);
+            OwnedRecord::new(key, value, time)
+        });
+    }
+
+    /// Writes every element to `sink`'s topic as the whole record `encode` makes of it
+    /// and its event time: headers, a null value (a tombstone for a compacted topic) and
+    /// the stored time are the record's. The stream ends here; each key's records keep
+    /// their order in the topic.
+    pub fn to_topic_records(self, sink: &TopicSink, encode: impl FnMut(T, EventTime) -> OwnedRecord + 'static) {
         let txn = match self.scope.checkpoint() {
             Some(c) if sink.exactly_once => Some(Transactions::new(sink, &c)),
             _ => None,

@@ -233,7 +233,7 @@ impl Stored {
 /// Appends `tid`'s new state to [`TRANSACTION_STATE_TOPIC`]; resolves once it is durable.
 async fn persist(engine: &EngineHandle, tid: &str, stored: &Stored) -> Result<(), EngineError> {
     let value = serde_json::to_vec(stored).map_err(|e| EngineError::InvalidConfig(e.to_string()))?;
-    let record = OwnedRecord { key: Some(tid.as_bytes().to_vec()), value, event_time: Timestamp::now() };
+    let record = OwnedRecord::new(Some(tid.as_bytes().to_vec()), value, Timestamp::now());
     engine.send_to(TRANSACTION_STATE_TOPIC, PartitionId(0), record).await.map(|_| ())
 }
 
@@ -350,7 +350,7 @@ pub(crate) async fn recover(engine: &EngineHandle) -> Result<(TransactionCoordin
         for r in batches.records() {
             let r = r.map_err(|e| EngineError::log(TRANSACTION_STATE_TOPIC, PartitionId(0), e))?;
             let tid = r.key().and_then(|k| std::str::from_utf8(k).ok());
-            match (tid, serde_json::from_slice::<Stored>(r.value())) {
+            match (tid, serde_json::from_slice::<Stored>(r.value_bytes())) {
                 (Some(tid), Ok(stored)) => {
                     latest.insert(tid.to_string(), stored);
                 }
