@@ -493,6 +493,72 @@ fn at_least_once_sink_writes_every_record_on_the_mock_cluster() {
     at_least_once_writes_everything(&Broker::mock());
 }
 
+/// The sink writes headers, null keys and null values; the source reads them back as
+/// written, null apart from empty.
+fn headers_and_nulls_round_trip(broker: &Broker) {
+    const N: u64 = 300;
+    broker.create_topic("whole", 2);
+    let record = |i: u64| {
+        let key = (!i.is_multiple_of(4)).then(|| format!("k{}", i % 5).into_bytes());
+        let r = match (key, i % 3) {
+            (Some(k), 0) => OutRecord::tombstone(k),
+            (key, 1) => OutRecord::new(key, Vec::new()),
+            (key, _) => OutRecord::new(key, i.to_string().into_bytes()),
+        };
+        r.with_header("i", Some(i.to_string().into_bytes()))
+            .with_header("null", None)
+            .with_header("empty", Some(vec![]))
+    };
+    let sink =
+        KafkaSinkFactory::new(KafkaSinkConfig::new(broker.bootstrap(), "whole", "whole").at_least_once()).unwrap();
+    pipeline(1)
+        .run(move |scope| {
+            let sink = sink.instance(scope.shard(), move |e: Event<u64>| record(e.value)).expect("producer starts");
+            scope
+                .source(
+                    Generator::new(scope.shard(), scope.shards(), N, |i| i),
+                    WatermarkStrategy::monotonous(|i: &u64| EventTime::from_millis(*i as i64)),
+                )
+                .to_two_phase_commit(sink);
+        })
+        .unwrap();
+    let source =
+        KafkaSourceFactory::new(KafkaSourceConfig::new(broker.bootstrap(), "whole-read", "whole").bounded()).unwrap();
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let out = got.clone();
+    pipeline(1)
+        .run(move |scope| {
+            let out = out.clone();
+            let records = source
+                .instance(scope.shard(), |r| {
+                    let headers: Vec<_> = r.headers().map(|h| sluice_engine::OwnedHeader::from_header(&h)).collect();
+                    OutRecord {
+                        key: r.key.map(<[u8]>::to_vec),
+                        value: r.value.map(<[u8]>::to_vec),
+                        timestamp: None,
+                        headers,
+                    }
+                })
+                .expect("consumer starts");
+            scope
+                .source(records, WatermarkStrategy::monotonous(|_: &OutRecord| EventTime::from_millis(0)))
+                .for_each(move |e| out.lock().unwrap().push(e.value));
+        })
+        .unwrap();
+    let mut got = std::mem::take(&mut *got.lock().unwrap());
+    let index = |r: &OutRecord| -> u64 {
+        std::str::from_utf8(r.headers[0].value.as_deref().unwrap()).unwrap().parse().unwrap()
+    };
+    got.sort_by_key(index);
+    let want: Vec<OutRecord> = (0..N).map(record).collect();
+    assert_eq!(got, want, "keys, values and headers as written, null apart from empty");
+}
+
+#[test]
+fn headers_null_keys_and_null_values_round_trip_through_sink_and_source_on_sluice_serve() {
+    headers_and_nulls_round_trip(&Broker::served("whole"));
+}
+
 // ---- configuration ----
 
 #[test]

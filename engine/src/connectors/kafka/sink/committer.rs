@@ -17,7 +17,7 @@ use rdkafka::{
     Offset, TopicPartitionList,
     consumer::{BaseConsumer, Consumer},
     error::KafkaError,
-    producer::{BaseProducer, BaseRecord, Producer},
+    producer::{BaseProducer, Producer},
 };
 
 use super::{Counters, KafkaSinkConfig, KafkaTxn, lock, send_with_backpressure};
@@ -303,14 +303,8 @@ impl Worker {
 
     fn write(&mut self, txn: &KafkaTxn) -> Result<(), SinkFailure> {
         for r in &txn.records {
-            let mut record = BaseRecord::<[u8], [u8]>::to(&self.topic).payload(&r.value[..]);
-            if let Some(k) = &r.key {
-                record = record.key(&k[..]);
-            }
-            if let Some(ts) = r.timestamp {
-                record = record.timestamp(ts);
-            }
-            send_with_backpressure(&self.producer, record).map_err(SinkFailure::kafka("producing".into()))?;
+            send_with_backpressure(&self.producer, r.to_base_record(&self.topic))
+                .map_err(SinkFailure::kafka("producing".into()))?;
         }
         let mut offsets = TopicPartitionList::new();
         let epoch =

@@ -389,14 +389,8 @@ impl<T: 'static, F: FnMut(Event<T>) -> OutRecord + 'static> TwoPhaseCommitSink<T
         match &self.producer {
             None => txn.records.push(r),
             Some(p) => {
-                let mut record = BaseRecord::<[u8], [u8]>::to(&self.shared.config.topic).payload(&r.value[..]);
-                if let Some(k) = &r.key {
-                    record = record.key(&k[..]);
-                }
-                if let Some(ts) = r.timestamp {
-                    record = record.timestamp(ts);
-                }
-                send_with_backpressure(p, record).map_err(SinkFailure::kafka("Kafka sink: producing".into()))?;
+                send_with_backpressure(p, r.to_base_record(&self.shared.config.topic))
+                    .map_err(SinkFailure::kafka("Kafka sink: producing".into()))?;
                 p.poll(Duration::ZERO);
             }
         }

@@ -1,7 +1,11 @@
 //! The records a [`KafkaSink`](super::KafkaSink) writes: [`OutRecord`] and the epoch's
 //! [`KafkaTxn`], with their [`Data`] encoding (a txn goes into the checkpoint whole).
 
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::BaseRecord;
 use sluice_io::EventTime;
+
+use crate::record::OwnedHeader;
 
 use crate::dataflow::{
     Data,
@@ -14,17 +18,25 @@ pub struct OutRecord {
     /// The key; the partition is chosen from it by Kafka's murmur2 partitioner (a record
     /// without a key goes to a random partition).
     pub key: Option<Vec<u8>>,
-    /// The value.
-    pub value: Vec<u8>,
+    /// The value; `None` is a null value (a tombstone), distinct from an empty one.
+    pub value: Option<Vec<u8>>,
     /// The Kafka timestamp in ms since the epoch; `None` lets the producer stamp it.
     pub timestamp: Option<i64>,
+    /// Headers, in order.
+    pub headers: Vec<OwnedHeader>,
 }
 
 impl OutRecord {
-    /// A record without a timestamp.
+    /// A record with a value, without a timestamp or headers.
     #[must_use]
     pub fn new(key: Option<Vec<u8>>, value: Vec<u8>) -> Self {
-        OutRecord { key, value, timestamp: None }
+        OutRecord { key, value: Some(value), timestamp: None, headers: Vec::new() }
+    }
+
+    /// A tombstone: `key` with a null value.
+    #[must_use]
+    pub fn tombstone(key: Vec<u8>) -> Self {
+        OutRecord { key: Some(key), value: None, timestamp: None, headers: Vec::new() }
     }
 
     /// With timestamp `time` (typically the element's event time).
@@ -32,6 +44,34 @@ impl OutRecord {
     pub fn at(mut self, time: EventTime) -> Self {
         self.timestamp = Some(time.millis());
         self
+    }
+
+    /// With one more header (`None`: a null value).
+    #[must_use]
+    pub fn with_header(mut self, key: impl Into<String>, value: Option<Vec<u8>>) -> Self {
+        self.headers.push(OwnedHeader { key: key.into(), value });
+        self
+    }
+
+    /// The record as librdkafka's producer takes it.
+    pub(super) fn to_base_record<'a>(&'a self, topic: &'a str) -> BaseRecord<'a, [u8], [u8]> {
+        let mut record = BaseRecord::<[u8], [u8]>::to(topic);
+        if let Some(v) = &self.value {
+            record = record.payload(&v[..]);
+        }
+        if let Some(k) = &self.key {
+            record = record.key(&k[..]);
+        }
+        if let Some(ts) = self.timestamp {
+            record = record.timestamp(ts);
+        }
+        if !self.headers.is_empty() {
+            let headers = self.headers.iter().fold(OwnedHeaders::new_with_capacity(self.headers.len()), |hs, h| {
+                hs.insert(Header { key: &h.key, value: h.value.as_deref() })
+            });
+            record = record.headers(headers);
+        }
+        record
     }
 }
 
@@ -46,27 +86,35 @@ fn decode_bytes(input: &mut &[u8], what: &str) -> Result<Vec<u8>, StateError> {
     Ok(take(input, len, what)?.to_vec())
 }
 
+/// The record's first byte: bit 0 a key follows; bit 1 the value is nullable and headers
+/// follow the timestamp (records checkpointed before headers existed have it clear).
+const TAG_KEY: u8 = 1;
+const TAG_FULL: u8 = 2;
+
 impl Data for OutRecord {
     fn encode(&self, out: &mut Vec<u8>) {
-        match &self.key {
-            Some(k) => {
-                out.push(1);
-                encode_bytes(k, out);
-            }
-            None => out.push(0),
+        out.push(TAG_FULL | if self.key.is_some() { TAG_KEY } else { 0 });
+        if let Some(k) = &self.key {
+            encode_bytes(k, out);
         }
-        encode_bytes(&self.value, out);
+        self.value.encode(out);
         self.timestamp.encode(out);
+        self.headers.encode(out);
     }
     fn decode(input: &mut &[u8]) -> Result<Self, StateError> {
-        let key = match u8::decode(input)? {
-            0 => None,
-            1 => Some(decode_bytes(input, "a Kafka record key")?),
-            t => return Err(StateError(format!("a Kafka record key tag {t}"))),
+        let tag = u8::decode(input)?;
+        if tag & !(TAG_KEY | TAG_FULL) != 0 {
+            return Err(StateError(format!("a Kafka record tag {tag}")));
+        }
+        let key = if tag & TAG_KEY != 0 { Some(decode_bytes(input, "a Kafka record key")?) } else { None };
+        let value = if tag & TAG_FULL != 0 {
+            Option::<Vec<u8>>::decode(input)?
+        } else {
+            Some(decode_bytes(input, "a Kafka record value")?)
         };
-        let value = decode_bytes(input, "a Kafka record value")?;
         let timestamp = Option::<i64>::decode(input)?;
-        Ok(OutRecord { key, value, timestamp })
+        let headers = if tag & TAG_FULL != 0 { Vec::decode(input)? } else { Vec::new() };
+        Ok(OutRecord { key, value, timestamp, headers })
     }
 }
 
@@ -90,5 +138,26 @@ impl Data for KafkaTxn {
     }
     fn decode(input: &mut &[u8]) -> Result<Self, StateError> {
         Ok(KafkaTxn { epoch: u64::decode(input)?, origin_shard: u32::decode(input)?, records: Vec::decode(input)? })
+    }
+}
+
+#[cfg(test)]
+mod out_record_tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_and_ones_checkpointed_before_headers_still_decode() {
+        let r = OutRecord::tombstone(b"k".to_vec()).with_header("h", None).with_header("e", Some(Vec::new()));
+        let mut out = Vec::new();
+        r.encode(&mut out);
+        assert_eq!(OutRecord::decode(&mut out.as_slice()).unwrap(), r);
+        // The earlier layout: tag 1, key, value bytes, timestamp.
+        let mut old = vec![TAG_KEY];
+        encode_bytes(b"key", &mut old);
+        encode_bytes(b"value", &mut old);
+        Some(5i64).encode(&mut old);
+        let decoded = OutRecord::decode(&mut old.as_slice()).unwrap();
+        assert_eq!(decoded, OutRecord::new(Some(b"key".to_vec()), b"value".to_vec()).at(EventTime::from_millis(5)));
+        assert!(OutRecord::decode(&mut [4u8].as_slice()).is_err(), "an unknown tag bit");
     }
 }

@@ -50,6 +50,7 @@ use rdkafka::{
     Message, Offset, TopicPartitionList,
     consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext},
     error::KafkaError,
+    message::{BorrowedHeaders, Headers},
 };
 use sluice_io::EventTime;
 
@@ -140,7 +141,7 @@ impl KafkaSourceConfig {
 }
 
 /// One record as the source hands it to the user's function.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct KafkaRecord<'a> {
     /// The key, if the record has one.
     pub key: Option<&'a [u8]>,
@@ -153,6 +154,27 @@ pub struct KafkaRecord<'a> {
     /// Its Kafka timestamp (create or log-append time), the natural event time; 0 when the
     /// record has none.
     pub timestamp: EventTime,
+    raw_headers: Option<&'a BorrowedHeaders>,
+}
+
+impl std::fmt::Debug for KafkaRecord<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaRecord")
+            .field("key", &self.key)
+            .field("value", &self.value)
+            .field("partition", &self.partition)
+            .field("offset", &self.offset)
+            .field("timestamp", &self.timestamp)
+            .field("headers", &self.headers().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl<'a> KafkaRecord<'a> {
+    /// Its headers, in order (a `None` value is a null one).
+    pub fn headers(&self) -> impl Iterator<Item = sluice_io::Header<'a>> + 'a {
+        self.raw_headers.into_iter().flat_map(|hs| hs.iter()).map(|h| sluice_io::Header { key: h.key, value: h.value })
+    }
 }
 
 /// What the shards of one process share for one run of a pipeline: the end offsets of a
@@ -509,6 +531,7 @@ impl<T: 'static, F: FnMut(KafkaRecord<'_>) -> T + 'static> Source<T> for KafkaSo
                         partition: p,
                         offset,
                         timestamp,
+                        raw_headers: m.headers(),
                     }));
                     self.uncommitted = true;
                 }
