@@ -74,7 +74,7 @@ impl Partition {
 pub(super) async fn reopen_if_room(part: &Rc<RefCell<Partition>>) -> sluice_io::Result<bool> {
     let (dir, config, batching) = {
         let pt = part.borrow();
-        (pt.log.dir().to_path_buf(), pt.log.config().clone(), pt.batching)
+        (pt.log.dir().to_path_buf(), pt.log.config(), pt.batching)
     };
     if !has_room(&dir, config.write_buffer_bytes as u64).await {
         return Ok(false);
