@@ -99,8 +99,7 @@ impl<S: Storage> Log<S> {
         inner.storage.sync_dir(&inner.dir).await.map_err(|e| LogError::io("fsync directory", &inner.dir, e))?;
         let st = &mut *inner.state.borrow_mut();
         debug_assert_eq!(st.next_offset, facts.next_offset, "no append lands while rolling");
-        let appender =
-            Appender::new(new_file.clone(), 0, &[], config.write_buffer_bytes, config.write_behind_buffers);
+        let appender = Appender::new(new_file.clone(), 0, &[], config.write_buffer_bytes, config.write_behind_buffers);
         let new = Segment {
             base: facts.next_offset,
             file: new_file,
