@@ -294,6 +294,8 @@ fn describe_configs_reports_a_topics_settings_with_sources_synonyms_and_docs() {
     let r = c.describe(TOPIC, "t", Some(&["retention.ms", "no.such.config"]), 4);
     let names: Vec<&str> = r.configs.iter().map(|e| e.name.as_str()).collect();
     assert_eq!(names, ["retention.ms"]);
+    // An empty list means every key, as a null one does.
+    assert_eq!(c.describe(TOPIC, "t", Some(&[]), 4).configs.len(), c.describe(TOPIC, "t", None, 4).configs.len());
     // Unknown and invalid topics, other resource types, other brokers.
     let r = c.describe(TOPIC, "nope", None, 4);
     assert_eq!(r.error_code, UNKNOWN_TOPIC_OR_PARTITION, "{:?}", r.error_message);

@@ -261,8 +261,13 @@ pub(crate) fn describe_configs(ctx: &Arc<Context>, req: DescribeConfigsRequest) 
         };
         match entries {
             Ok(entries) => {
-                let keys: Option<HashSet<&str>> =
-                    r.configuration_keys.as_ref().map(|ks| ks.iter().map(StrBytes::as_str).collect());
+                // A null list means every key, and so does an empty one (Kafka's
+                // ConfigHelper reads both alike).
+                let keys: Option<HashSet<&str>> = r
+                    .configuration_keys
+                    .as_ref()
+                    .filter(|ks| !ks.is_empty())
+                    .map(|ks| ks.iter().map(StrBytes::as_str).collect());
                 result.configs = entries
                     .into_iter()
                     .filter(|e| keys.as_ref().is_none_or(|ks| ks.contains(e.name.as_str())))
