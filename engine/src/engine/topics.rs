@@ -203,10 +203,19 @@ impl EngineHandle {
             next.store(&self.inner.layout)?;
             *meta = next;
         }
+        // Every partition is told, even past one that fails (a shard shutting down); the
+        // first failure is the answer, and the stored settings apply on the next open.
         let batching = Self::batching(&topic.config);
+        let mut first_error = None;
         for (p, &shard) in PartitionId::all(topic.partitions()).zip(&topic.shards) {
             let (topic, config) = (name.to_string(), log_config.clone());
-            self.call(shard, |reply| Request::Reconfigure { topic, partition: p, config, batching, reply }).await?;
+            let told = self.call(shard, |reply| Request::Reconfigure { topic, partition: p, config, batching, reply });
+            if let Err(e) = told.await {
+                first_error.get_or_insert(e);
+            }
+        }
+        if let Some(e) = first_error {
+            return Err(e);
         }
         Ok(TopicDescription { name: name.to_string(), config: topic.config, shards: topic.shards })
     }

@@ -179,6 +179,15 @@ pub(crate) async fn create_topics(ctx: &Arc<Context>, req: CreateTopicsRequest, 
                 }
                 n
             };
+            if partitions > crate::engine::PARTITIONS_MAX {
+                return Err((
+                    code::INVALID_PARTITIONS,
+                    format!(
+                        "Number of partitions must be at most {}, not {partitions}.",
+                        crate::engine::PARTITIONS_MAX
+                    ),
+                ));
+            }
             let mut changes = Vec::with_capacity(t.configs.len());
             for c in &t.configs {
                 let name = c.name.as_str().to_string();
