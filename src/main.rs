@@ -12,6 +12,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 use futures_lite::future::block_on;
+use sluice_engine::topic::configs;
 use sluice_engine::{
     Consumer, Engine, EngineConfig, EngineHandle, GroupConsumer, GroupOptions, OffsetReset, OwnedHeader, OwnedRecord,
     SeekTo, TopicConfig,
@@ -67,6 +68,19 @@ struct ServeArgs {
     /// partitions, in milliseconds (Kafka's log.retention.check.interval.ms).
     #[arg(allow_negative_numbers = true, long, value_name = "MS", default_value_t = 300_000, value_parser = clap::value_parser!(u64).range(1..))]
     retention_check_ms: u64,
+    /// Partitions of a topic created without a count: auto-created, or by CreateTopics
+    /// with -1 (Kafka's num.partitions).
+    #[arg(allow_negative_numbers = true, long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    num_partitions: u32,
+    /// Whether a client's Metadata request for an unknown topic creates it (Kafka's
+    /// auto.create.topics.enable); with false it gets UNKNOWN_TOPIC_OR_PARTITION.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    auto_create_topics: bool,
+    /// The longest transaction timeout a transactional producer may ask for, in
+    /// milliseconds (Kafka's transaction.max.timeout.ms); a longer one gets
+    /// INVALID_TRANSACTION_TIMEOUT.
+    #[arg(allow_negative_numbers = true, long, value_name = "MS", default_value_t = 900_000, value_parser = clap::value_parser!(i32).range(1..))]
+    transaction_max_timeout_ms: i32,
 }
 
 #[derive(Debug, Args)]
@@ -151,6 +165,11 @@ enum TopicCommand {
     Delete(TopicArgs),
     /// Grow a topic to more partitions.
     AddPartitions(AddPartitionsArgs),
+    /// Change a topic's settings by Kafka's names (cleanup.policy, retention.ms,
+    /// retention.bytes, segment.bytes, segment.ms, delete.retention.ms,
+    /// min.cleanable.dirty.ratio, max.message.bytes, flush.messages, flush.ms, ...); the
+    /// others keep their values. A server on the directory must not be running.
+    Alter(AlterArgs),
     /// Apply retention and compaction to every partition now (the server does this by
     /// itself every --retention-check-ms); prints what each partition gave back.
     Clean(TopicArgs),
@@ -218,6 +237,21 @@ struct CreateArgs {
     /// The largest record (key plus value) accepted.
     #[arg(allow_negative_numbers = true, long, default_value_t = 1 << 20)]
     max_record_bytes: usize,
+}
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("changes").required(true).multiple(true).args(["config", "delete_config"])))]
+struct AlterArgs {
+    /// The topic.
+    topic: String,
+    #[command(flatten)]
+    dir: DataDir,
+    /// A setting to change, as NAME=VALUE (repeatable).
+    #[arg(long, value_name = "NAME=VALUE")]
+    config: Vec<String>,
+    /// A setting to put back to its default (repeatable).
+    #[arg(long, value_name = "NAME")]
+    delete_config: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -358,6 +392,7 @@ fn run(cli: Cli) -> Result<()> {
             println!("topic {} now has {} partitions", a.topic, d.shards.len());
             Ok(())
         }),
+        Command::Topic(TopicCommand::Alter(a)) => with_engine(&a.dir, |h| alter(h, &a)),
         Command::Topic(TopicCommand::Clean(a)) => with_engine(&a.dir, |h| clean(h, &a.topic)),
         Command::Topic(TopicCommand::Trim(a)) => with_engine(&a.dir, |h| {
             let start = block_on(h.delete_records(&a.topic, PartitionId(a.partition), Offset(a.before)))?;
@@ -452,6 +487,9 @@ fn serve(a: &ServeArgs) -> Result<()> {
     kafka.advertise = advertise;
     kafka.executors = engine.shards();
     kafka.on_shards = a.on_shards;
+    kafka.num_partitions = a.num_partitions;
+    kafka.auto_create_topics = a.auto_create_topics;
+    kafka.transaction_max_timeout_ms = a.transaction_max_timeout_ms;
     let server = match KafkaServer::start(engine.handle(), kafka) {
         Ok(s) => s,
         Err(e) => {
@@ -558,7 +596,9 @@ fn create(h: &EngineHandle, a: &CreateArgs) -> Result<()> {
 fn describe(h: &EngineHandle, topic: &str) -> Result<()> {
     let d = h.describe_topic(topic)?;
     let c = &d.config;
-    println!(
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
         "topic {}\tpartitions {}\tfsync {}\tcleanup {}\tsegment_bytes {}\tretention_ms {}\tretention_bytes {}\tmax_record_bytes {}\tsegment_ms {}\tdelete_retention_ms {}\tmin_cleanable_dirty_ratio {}",
         d.name,
         d.shards.len(),
@@ -571,11 +611,40 @@ fn describe(h: &EngineHandle, topic: &str) -> Result<()> {
         c.segment_ms.map_or("none".into(), |v| v.to_string()),
         c.delete_retention_ms,
         c.min_cleanable_dirty_ratio
-    );
+    )?;
+    for c in configs::describe(&d.config, &h.topic_defaults()) {
+        let source = if c.is_default() { "default" } else { "topic" };
+        writeln!(out, "config {}\tvalue {}\tsource {source}", c.def.name, c.value)?;
+    }
     for (p, shard) in PartitionId::all(d.partitions()).zip(&d.shards) {
         let (start, end) = block_on(h.offsets(topic, p))?;
-        println!("partition {p}\tshard {shard}\tstart {start}\tend {end}");
+        writeln!(out, "partition {p}\tshard {shard}\tstart {start}\tend {end}")?;
     }
+    Ok(())
+}
+
+/// `sluice topic alter`: the changes are checked as a whole (a refused one changes
+/// nothing), stored, and printed as each setting now reads.
+fn alter(h: &EngineHandle, a: &AlterArgs) -> Result<()> {
+    let mut changes = Vec::with_capacity(a.config.len() + a.delete_config.len());
+    for c in &a.config {
+        let (name, value) = c.split_once('=').with_context(|| format!("--config {c:?} is not NAME=VALUE"))?;
+        changes.push((name.trim().to_string(), configs::ConfigOp::Set(value.to_string())));
+    }
+    for name in &a.delete_config {
+        changes.push((name.trim().to_string(), configs::ConfigOp::Delete));
+    }
+    let defaults = h.topic_defaults();
+    let change = |current: &TopicConfig| {
+        configs::apply(current, &defaults, &changes).map_err(|e| sluice_engine::EngineError::InvalidConfig(e.message))
+    };
+    let d = block_on(h.alter_topic_config(&a.topic, change, false))?;
+    let shown: Vec<String> = changes
+        .iter()
+        .filter_map(|(name, _)| configs::find(name))
+        .map(|def| format!("{}={}", def.name, (def.get)(&d.config)))
+        .collect();
+    println!("altered topic {}: {}", d.name, shown.join(", "));
     Ok(())
 }
 

@@ -351,3 +351,75 @@ fn headers_and_null_values_go_in_and_come_out() {
     assert_eq!(out.trim(), "0\t4\t-\tno key");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn topic_alter_changes_settings_by_kafkas_names_and_describe_shows_them() {
+    let dir = data_dir("alter");
+    let d = dir.to_str().unwrap();
+    ok(&sluice(&["topic", "create", "t", "--data-dir", d, "--partitions", "2", "--segment-bytes", "4096"], ""));
+    let out = ok(&sluice(
+        &[
+            "topic",
+            "alter",
+            "t",
+            "--data-dir",
+            d,
+            "--config",
+            "retention.bytes=8192",
+            "--config",
+            "cleanup.policy=delete,compact",
+            "--config",
+            "flush.messages=1",
+        ],
+        "",
+    ));
+    assert_eq!(out.trim(), "altered topic t: retention.bytes=8192, cleanup.policy=compact,delete, flush.messages=1");
+    let described = ok(&sluice(&["topic", "describe", "t", "--data-dir", d], ""));
+    // The first line keeps its fields; a line per setting follows, then the partitions.
+    let first = described.lines().next().unwrap();
+    assert!(first.starts_with("topic t\tpartitions 2\tfsync always\tcleanup compact,delete"), "{first}");
+    assert!(described.contains("config retention.bytes\tvalue 8192\tsource topic"), "{described}");
+    assert!(described.contains("config retention.ms\tvalue -1\tsource default"), "{described}");
+    assert!(described.contains("config flush.ms\tvalue 9223372036854775807\tsource topic"), "{described}");
+    assert_eq!(described.lines().filter(|l| l.starts_with("partition ")).count(), 2);
+
+    // Bad input: one line naming the setting, and nothing changes.
+    fails(&sluice(&["topic", "alter", "t", "--data-dir", d, "--config", "retention.ms=soon"], ""), "retention.ms");
+    fails(
+        &sluice(&["topic", "alter", "t", "--data-dir", d, "--config", "colour=blue"], ""),
+        "Unknown topic config name: colour",
+    );
+    fails(&sluice(&["topic", "alter", "t", "--data-dir", d, "--config", "retention.ms"], ""), "NAME=VALUE");
+    fails(&sluice(&["topic", "alter", "t", "--data-dir", d, "--config", "flush.ms=100"], ""), "flush.ms");
+    fails(&sluice(&["topic", "alter", "nope", "--data-dir", d, "--config", "retention.ms=1"], ""), "unknown topic");
+    assert_eq!(ok(&sluice(&["topic", "describe", "t", "--data-dir", d], "")), described, "nothing changed");
+
+    // Back to the default, and a new fsync interval, in one run (any order).
+    let out = ok(&sluice(
+        &["topic", "alter", "t", "--data-dir", d, "--delete-config", "flush.messages", "--config", "flush.ms=250"],
+        "",
+    ));
+    assert!(out.contains("flush.ms=250") && out.contains("flush.messages=9223372036854775807"), "{out}");
+    let described = ok(&sluice(&["topic", "describe", "t", "--data-dir", d], ""));
+    assert!(described.lines().next().unwrap().contains("fsync interval:250"), "{described}");
+
+    // The new retention reaches the cleaner: produce past it and clean.
+    for run in 0..5 {
+        let input: String = (0..100).map(|i| format!("k{i}\tvalue {run}-{i:04}\n")).collect();
+        ok(&sluice(&["produce", "t", "--data-dir", d], &input));
+    }
+    let out = ok(&sluice(&["topic", "clean", "t", "--data-dir", d], ""));
+    assert!(out.lines().any(|l| !l.contains("segments_deleted 0\t")), "retention.bytes=8192 deleted segments: {out}");
+
+    // Partitions grow, never shrink.
+    fails(
+        &sluice(&["topic", "add-partitions", "t", "--data-dir", d, "--partitions", "1"], ""),
+        "Topic currently has 2 partitions, which is higher than the requested 1.",
+    );
+    fails(
+        &sluice(&["topic", "add-partitions", "t", "--data-dir", d, "--partitions", "2"], ""),
+        "Topic already has 2 partitions.",
+    );
+    let out = ok(&sluice(&["topic", "add-partitions", "t", "--data-dir", d, "--partitions", "3"], ""));
+    assert_eq!(out.trim(), "topic t now has 3 partitions");
+}

@@ -67,10 +67,16 @@ fn serve_answers_kafka_clients_and_stops_on_sigterm() {
 /// Starts `sluice serve` on `listen`; returns the child and the address it printed, or
 /// the child's stderr if it exited instead.
 fn start_serve(dir: &Path, listen: &str) -> Result<(std::process::Child, String), String> {
+    start_serve_with(dir, listen, &[])
+}
+
+/// [`start_serve`] with more options.
+fn start_serve_with(dir: &Path, listen: &str, options: &[&str]) -> Result<(std::process::Child, String), String> {
     let mut server = Command::new(env!("CARGO_BIN_EXE_sluice"))
         .args(["serve", "--data-dir"])
         .arg(dir)
         .args(["--listen", listen, "--shards", "2"])
+        .args(options)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -125,5 +131,92 @@ fn a_restart_right_after_kill_9_binds_the_port_while_clients_were_connected() {
     }
     again.kill().expect("kill");
     let _ = again.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Stops a server with SIGTERM and waits (up to 20 s) for a clean exit.
+fn stop(mut server: std::process::Child) {
+    // SAFETY: kill(2) with a child's pid we started and have not waited for, and SIGTERM.
+    let rc = unsafe { libc::kill(server.id() as libc::pid_t, libc::SIGTERM) };
+    assert_eq!(rc, 0, "kill: {}", std::io::Error::last_os_error());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = server.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "sluice serve did not stop within 20 s of SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "exit status {status:?}");
+}
+
+/// Runs a client script of tests/kafka/ against `addr` (at most two minutes); it must
+/// end with OK.
+fn script(name: &str, args: &[&str]) {
+    let python = std::env::var("SLUICE_PYTHON").unwrap_or_else(|_| "python3".to_string());
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kafka").join(name);
+    let mut child = Command::new(&python)
+        .arg(&path)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {python} ({e}): run .ci/deps to install the Kafka test clients"));
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while child.try_wait().expect("wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().expect("script output");
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    println!("{name} {args:?}:\n{stdout}");
+    assert!(
+        out.status.success() && stdout.trim_end().ends_with("OK"),
+        "{name} failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+}
+
+#[test]
+fn admin_clients_alter_configs_and_partitions_and_a_restart_keeps_them() {
+    let dir = data_dir("admin");
+    let options = ["--num-partitions", "3", "--retention-check-ms", "200"];
+    let (server, addr) =
+        start_serve_with(&dir, "127.0.0.1:0", &options).unwrap_or_else(|e| panic!("sluice serve: {e}"));
+    script("confluent_admin.py", &[&addr, "adm", "before"]);
+    script("kafka_python_admin.py", &[&addr, "kpadm"]);
+    stop(server);
+
+    // What the clients altered is in the metadata: the CLI sees it too.
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["topic", "describe", "adm", "--data-dir"])
+        .arg(&dir)
+        .output()
+        .expect("sluice topic describe runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("config retention.bytes\tvalue 8192\tsource topic"), "{text}");
+    assert_eq!(text.lines().filter(|l| l.starts_with("partition ")).count(), 4, "{text}");
+
+    let options = ["--auto-create-topics", "false", "--transaction-max-timeout-ms", "60000"];
+    let (server, addr) = start_serve_with(&dir, "127.0.0.1:0", &options).unwrap_or_else(|e| panic!("restart: {e}"));
+    script("confluent_admin.py", &[&addr, "adm", "after"]);
+    stop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn serve_refuses_broker_settings_out_of_range() {
+    let dir = data_dir("bad-settings");
+    for (options, needle) in [
+        (&["--num-partitions", "0"][..], "--num-partitions"),
+        (&["--auto-create-topics", "maybe"][..], "--auto-create-topics"),
+        (&["--transaction-max-timeout-ms", "0"][..], "--transaction-max-timeout-ms"),
+    ] {
+        let err = start_serve_with(&dir, "127.0.0.1:0", options).map(|(mut s, _)| s.kill()).expect_err("refused");
+        assert!(err.contains(needle) && err.lines().count() == 1, "{options:?}: {err}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -40,6 +40,10 @@ pub enum EngineError {
     /// A configuration value is not usable.
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),
+    /// A partition count that cannot be: out of range, or not more than a topic has
+    /// (partitions are never removed). The text is Kafka's.
+    #[error("{0}")]
+    InvalidPartitions(String),
     /// A pipeline shard failed (a user function panicked, or the graph was built
     /// differently on different shards).
     #[error("pipeline failed: {0}")]

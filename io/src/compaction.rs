@@ -85,7 +85,7 @@ impl<S: Storage> Log<S> {
     /// Compacts the closed segments. `now` decides which tombstones have outlived
     /// `delete_retention_ms` (compared with their segment's newest event time).
     pub async fn compact(&self, now: Timestamp) -> Result<CompactionReport> {
-        let config = &self.inner.config;
+        let config = self.config();
         if !config.cleanup.compacts() {
             return Err(LogError::InvalidConfig(format!("{} is not a compacted log", self.dir().display())));
         }
@@ -177,7 +177,7 @@ impl<S: Storage> Log<S> {
         keep: impl Fn(&RecordView<'_>) -> (bool, bool),
     ) -> Result<SegmentIndex> {
         let storage = &self.inner.storage;
-        let config = &self.inner.config;
+        let config = self.config();
         let io = |op| move |e| LogError::io(op, &cleaned.log, e);
         let file = Rc::new(storage.open(&cleaned.log, true).await.map_err(io("create"))?);
         file.truncate(0).await.map_err(io("truncate"))?;

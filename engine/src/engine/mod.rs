@@ -9,6 +9,8 @@ mod data;
 pub mod groups;
 mod topics;
 
+pub use topics::PARTITIONS_MAX;
+
 use std::fs::File;
 use std::sync::{Arc, RwLock};
 use std::thread::JoinHandle;
@@ -43,7 +45,8 @@ struct Shared {
     layout: Layout,
     shards: Vec<async_channel::Sender<Request>>,
     meta: RwLock<Metadata>,
-    /// Serializes admin operations (create, delete, add partitions) with each other.
+    /// Serializes admin operations (create, delete, add partitions, alter settings) with
+    /// each other.
     admin: async_lock_free::AdminLock,
     /// Unkeyed sends so far: they stick to one partition for a batch's worth of records,
     /// then move to the next (the shape of Kafka's sticky partitioner, made deterministic
@@ -52,6 +55,8 @@ struct Shared {
     topic_defaults: TopicConfig,
     /// Segment size of the internal topics when they are created.
     internal_segment_bytes: u64,
+    /// How often each shard's cleaner passes over its partitions.
+    retention_check: std::time::Duration,
 }
 
 mod async_lock_free {
@@ -190,6 +195,7 @@ impl Engine {
                 unkeyed_sent: std::sync::atomic::AtomicU64::new(0),
                 topic_defaults: config.topic_defaults.clone(),
                 internal_segment_bytes: config.internal_segment_bytes,
+                retention_check: config.retention_check,
             }),
         };
         let engine = Engine { handle, threads, _lock: lock };
@@ -322,13 +328,14 @@ impl EngineHandle {
         Ok(Answer(rx))
     }
 
+    /// How a topic's partitions batch single-record sends.
+    fn batching(config: &TopicConfig) -> Batching {
+        Batching { linger: config.linger(), max_records: config.batch_records, max_bytes: BATCH_BYTES_MAX }
+    }
+
     async fn open_partitions(&self, name: &str, topic: &TopicMeta, from: u32) -> Result<()> {
         let config = topic.config.log_config()?;
-        let batching = Batching {
-            linger: topic.config.linger(),
-            max_records: topic.config.batch_records,
-            max_bytes: BATCH_BYTES_MAX,
-        };
+        let batching = Self::batching(&topic.config);
         for p in PartitionId::all(topic.partitions()).skip(from as usize) {
             let dir = self.inner.layout.partition_dir(name, p);
             let (topic_name, config) = (name.to_string(), config.clone());

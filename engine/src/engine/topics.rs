@@ -1,6 +1,6 @@
-//! Topic administration through the handle: create, list, describe, delete, and add
-//! partitions. Metadata changes are serialized by the handle's admin lock and stored
-//! before the shards open or close partitions.
+//! Topic administration through the handle: create, list, describe, delete, add
+//! partitions, and change a topic's settings. Metadata changes are serialized by the
+//! handle's admin lock and stored before the shards open, close or reconfigure partitions.
 
 use sluice_io::{CleanReport, PartitionId};
 
@@ -12,6 +12,9 @@ use crate::topic::names::validate_name;
 
 use super::{EngineHandle, TopicDescription, is_internal};
 
+/// The most partitions a topic may have.
+pub const PARTITIONS_MAX: u32 = 10_000;
+
 impl EngineHandle {
     /// Creates a topic with `partitions` partitions and the given settings (the engine's
     /// defaults when `None`).
@@ -22,8 +25,10 @@ impl EngineHandle {
         config: Option<TopicConfig>,
     ) -> Result<TopicDescription> {
         validate_name("topic", name)?;
-        if partitions == 0 || partitions > 10_000 {
-            return Err(EngineError::InvalidConfig(format!("partitions must be within 1..=10000, not {partitions}")));
+        if partitions == 0 || partitions > PARTITIONS_MAX {
+            return Err(EngineError::InvalidPartitions(format!(
+                "Number of partitions must be within 1..={PARTITIONS_MAX}, not {partitions}."
+            )));
         }
         let config = config.unwrap_or_else(|| self.inner.topic_defaults.clone());
         config.log_config()?;
@@ -63,6 +68,13 @@ impl EngineHandle {
             all.push(self.call(shard, |reply| Request::CleanerStats { reply }).await?);
         }
         Ok(all)
+    }
+
+    /// How often each shard applies retention, compaction and time-based rolls
+    /// (`EngineConfig::retention_check`).
+    #[must_use]
+    pub fn retention_check(&self) -> std::time::Duration {
+        self.inner.retention_check
     }
 
     /// Segment size of the internal topics when they are created.
@@ -105,16 +117,15 @@ impl EngineHandle {
         Ok(())
     }
 
-    /// Grows a topic to `partitions` partitions (never shrinks, as in Kafka).
+    /// Grows a topic to `partitions` partitions (never shrinks, as in Kafka): the new ones
+    /// are placed on shards as creation places them, created empty, and keys hash over
+    /// the new count from then on. Internal topics keep their count (a group's coordinator
+    /// is chosen by hashing over it).
     pub async fn add_partitions(&self, name: &str, partitions: u32) -> Result<TopicDescription> {
         let _admin = self.inner.admin.acquire().await;
         let mut topic = self.topic(name)?;
+        Self::check_growth(name, &topic, partitions)?;
         let have = topic.partitions();
-        if partitions <= have || partitions > 10_000 {
-            return Err(EngineError::InvalidConfig(format!(
-                "topic {name:?} has {have} partitions; the new count must be larger (and at most 10000), not {partitions}"
-            )));
-        }
         topic.shards.extend(assign_shards(name, have, partitions - have, self.inner.shards.len()));
         {
             let mut meta = self.inner.meta.write().unwrap_or_else(|e| e.into_inner());
@@ -124,6 +135,88 @@ impl EngineHandle {
             *meta = next;
         }
         self.open_partitions(name, &topic, have).await?;
+        Ok(TopicDescription { name: name.to_string(), config: topic.config, shards: topic.shards })
+    }
+
+    /// Whether [`add_partitions`](Self::add_partitions) would grow `name` to `partitions`
+    /// (Kafka's `validate_only`); the error it would give otherwise.
+    pub fn check_add_partitions(&self, name: &str, partitions: u32) -> Result<()> {
+        Self::check_growth(name, &self.topic(name)?, partitions)
+    }
+
+    fn check_growth(name: &str, topic: &TopicMeta, partitions: u32) -> Result<()> {
+        let have = topic.partitions();
+        if is_internal(name) {
+            return Err(EngineError::InvalidPartitions(format!(
+                "Topic {name} is internal: its partition count stays {have}."
+            )));
+        }
+        if partitions < have {
+            return Err(EngineError::InvalidPartitions(format!(
+                "Topic currently has {have} partitions, which is higher than the requested {partitions}."
+            )));
+        }
+        if partitions == have {
+            return Err(EngineError::InvalidPartitions(format!("Topic already has {have} partitions.")));
+        }
+        if partitions > PARTITIONS_MAX {
+            return Err(EngineError::InvalidPartitions(format!(
+                "Number of partitions must be at most {PARTITIONS_MAX}, not {partitions}."
+            )));
+        }
+        Ok(())
+    }
+
+    /// The settings a topic gets when it is created without its own.
+    #[must_use]
+    pub fn topic_defaults(&self) -> TopicConfig {
+        self.inner.topic_defaults.clone()
+    }
+
+    /// Changes a topic's settings to what `change` makes of its current ones (run under
+    /// the admin lock, so two changes never overwrite each other), checked first: nothing
+    /// changes if `change` or the check refuses. Then the new settings are stored in the
+    /// metadata and every partition uses them at once on its shard: retention and
+    /// compaction settings at the cleaner's next pass, the segment size at the next roll
+    /// check, the record size limit at the next send, the fsync policy in the log. With
+    /// `validate_only`, only checks. Internal topics keep their settings.
+    pub async fn alter_topic_config(
+        &self,
+        name: &str,
+        change: impl FnOnce(&TopicConfig) -> Result<TopicConfig>,
+        validate_only: bool,
+    ) -> Result<TopicDescription> {
+        let _admin = self.inner.admin.acquire().await;
+        let mut topic = self.topic(name)?;
+        if is_internal(name) {
+            return Err(EngineError::InvalidConfig(format!("{name} is internal: its settings are sluice's")));
+        }
+        topic.config = change(&topic.config)?;
+        let log_config = topic.config.log_config()?;
+        if validate_only {
+            return Ok(TopicDescription { name: name.to_string(), config: topic.config, shards: topic.shards });
+        }
+        {
+            let mut meta = self.inner.meta.write().unwrap_or_else(|e| e.into_inner());
+            let mut next = meta.clone();
+            next.topics.insert(name.to_string(), topic.clone());
+            next.store(&self.inner.layout)?;
+            *meta = next;
+        }
+        // Every partition is told, even past one that fails (a shard shutting down); the
+        // first failure is the answer, and the stored settings apply on the next open.
+        let batching = Self::batching(&topic.config);
+        let mut first_error = None;
+        for (p, &shard) in PartitionId::all(topic.partitions()).zip(&topic.shards) {
+            let (topic, config) = (name.to_string(), log_config.clone());
+            let told = self.call(shard, |reply| Request::Reconfigure { topic, partition: p, config, batching, reply });
+            if let Err(e) = told.await {
+                first_error.get_or_insert(e);
+            }
+        }
+        if let Some(e) = first_error {
+            return Err(e);
+        }
         Ok(TopicDescription { name: name.to_string(), config: topic.config, shards: topic.shards })
     }
 }

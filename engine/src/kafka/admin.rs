@@ -1,34 +1,38 @@
-//! Metadata, CreateTopics, DeleteTopics, FindCoordinator and InitProducerId (the
-//! transactional kind in [`transactions`](super::transactions)).
+//! Metadata, CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords, DescribeCluster,
+//! FindCoordinator and InitProducerId (the transactional kind in
+//! [`transactions`](super::transactions)).
 //!
 //! sluice is a one-node cluster to Kafka clients: node [`NODE_ID`] at the advertised
 //! address leads every partition, with itself as the only replica, and coordinates every
-//! group. Topic names from clients are checked by the engine with Kafka's rule.
+//! group. Topic names from clients are checked by the engine with Kafka's rule. A manual
+//! replica assignment (CreateTopics, CreatePartitions) is taken when it puts each
+//! partition's one replica on node 0, and refused otherwise.
 
 use std::sync::Arc;
 
-use sluice_io::FsyncPolicy;
-
+use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
 use kafka_protocol::messages::delete_records_response::{DeleteRecordsPartitionResult, DeleteRecordsTopicResult};
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
 use kafka_protocol::messages::{
-    BrokerId, CreateTopicsRequest, CreateTopicsResponse, DeleteRecordsRequest, DeleteRecordsResponse,
-    DeleteTopicsRequest, DeleteTopicsResponse, FindCoordinatorRequest, FindCoordinatorResponse, InitProducerIdRequest,
+    BrokerId, CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse,
+    DeleteRecordsRequest, DeleteRecordsResponse, DeleteTopicsRequest, DeleteTopicsResponse, DescribeClusterRequest,
+    DescribeClusterResponse, FindCoordinatorRequest, FindCoordinatorResponse, InitProducerIdRequest,
     InitProducerIdResponse, MetadataRequest, MetadataResponse, ProducerId, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 
-use crate::config::TopicConfig;
 use crate::error::EngineError;
+use crate::topic::configs::{self, ConfigOp};
 use crate::topic::names::validate_name;
 
-use super::NODE_ID;
 use super::context::Context;
 use super::errors::{self, code};
+use super::{CLUSTER_ID, NODE_ID};
 
 fn str_bytes(s: impl Into<String>) -> StrBytes {
     StrBytes::from_string(s.into())
@@ -65,7 +69,7 @@ pub(crate) async fn metadata(ctx: &Arc<Context>, req: MetadataRequest, version: 
     broker.port = ctx.advertised.1;
     resp.brokers = vec![broker];
     if version >= 2 {
-        resp.cluster_id = Some(str_bytes("sluice"));
+        resp.cluster_id = Some(str_bytes(CLUSTER_ID));
     }
     resp.controller_id = BrokerId(NODE_ID);
     // Metadata v0 has no null list: an empty one means all topics there.
@@ -85,10 +89,10 @@ pub(crate) async fn metadata(ctx: &Arc<Context>, req: MetadataRequest, version: 
             continue;
         }
         if allow_create
-            && let Some(partitions) = ctx.config.auto_create_partitions
+            && ctx.config.auto_create_topics
             && matches!(ctx.engine.describe_topic(&name), Err(EngineError::UnknownTopic(_)))
         {
-            match ctx.engine.create_topic(&name, partitions, None).await {
+            match ctx.engine.create_topic(&name, ctx.config.num_partitions, None).await {
                 Ok(_) | Err(EngineError::TopicExists(_)) => {}
                 Err(e) => {
                     ctx.errors.report(format_args!("auto-creating topic {name:?}: {e}"));
@@ -100,57 +104,42 @@ pub(crate) async fn metadata(ctx: &Arc<Context>, req: MetadataRequest, version: 
     resp
 }
 
-/// Why a CreateTopics setting was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-enum ConfigRefused {
-    #[error("config {0} has no value")]
-    NoValue(String),
-    #[error("config {key}={value:?} is not a non-negative number")]
-    NotANumber { key: String, value: String },
-    #[error("{key}={value} does not fit this machine's sizes")]
-    TooLarge { key: String, value: String },
-    #[error("config {key}={value:?} is not a value sluice takes")]
-    Invalid { key: String, value: String },
-    #[error("config {0} is not supported by sluice")]
-    Unsupported(String),
-}
-
-/// A topic setting from CreateTopics, applied to sluice's topic configuration.
-fn apply_config(config: &mut TopicConfig, key: &str, value: Option<&str>) -> Result<(), ConfigRefused> {
-    let value = value.ok_or_else(|| ConfigRefused::NoValue(key.into()))?;
-    let number = |v: &str| v.parse::<u64>().map_err(|_| ConfigRefused::NotANumber { key: key.into(), value: v.into() });
-    match key {
-        "cleanup.policy" => {
-            config.cleanup =
-                value.parse().map_err(|_| ConfigRefused::Invalid { key: key.into(), value: value.into() })?;
+/// A manual replica assignment, checked: each partition's replicas must be exactly node
+/// 0 (sluice keeps one copy, on itself). Returns how many partitions it assigns.
+fn check_assignment<'a>(partitions: impl Iterator<Item = (Option<i32>, &'a [BrokerId])>) -> Result<u32, (i16, String)> {
+    let mut count = 0u32;
+    for (i, (index, brokers)) in partitions.enumerate() {
+        if let Some(index) = index
+            && index != i as i32
+        {
+            return Err((
+                code::INVALID_REPLICA_ASSIGNMENT,
+                format!("Partitions should be a consecutive 0-based integer sequence; found {index} at position {i}"),
+            ));
         }
-        "retention.ms" => config.retention_ms = if value == "-1" { None } else { Some(number(value)?) },
-        "retention.bytes" => config.retention_bytes = if value == "-1" { None } else { Some(number(value)?) },
-        "segment.bytes" => config.segment_bytes = number(value)?,
-        "segment.ms" => config.segment_ms = Some(number(value)?),
-        "delete.retention.ms" => config.delete_retention_ms = number(value)?,
-        "min.cleanable.dirty.ratio" => {
-            config.min_cleanable_dirty_ratio = value
-                .parse::<f64>()
-                .ok()
-                .filter(|r| (0.0..=1.0).contains(r))
-                .ok_or_else(|| ConfigRefused::Invalid { key: key.into(), value: value.into() })?;
+        let unknown: Vec<String> = brokers.iter().filter(|b| b.0 != NODE_ID).map(|b| b.0.to_string()).collect();
+        if !unknown.is_empty() {
+            return Err((
+                code::INVALID_REPLICA_ASSIGNMENT,
+                format!(
+                    "Unknown broker(s) in replica assignment: {} (sluice is the one node, {NODE_ID})",
+                    unknown.join(", ")
+                ),
+            ));
         }
-        "max.message.bytes" => {
-            config.max_record_bytes = usize::try_from(number(value)?)
-                .map_err(|_| ConfigRefused::TooLarge { key: key.into(), value: value.into() })?;
-        }
-        "flush.messages" if value == "1" => config.fsync = FsyncPolicy::Always,
-        "flush.ms" => {
-            let ms = number(value)?;
-            if ms == 0 {
-                return Err(ConfigRefused::Invalid { key: key.into(), value: value.into() });
+        match brokers.len() {
+            1 => {}
+            0 => return Err((code::INVALID_REPLICA_ASSIGNMENT, format!("partition {i} has no replica"))),
+            _ => {
+                return Err((
+                    code::INVALID_REPLICA_ASSIGNMENT,
+                    format!("Duplicate brokers not allowed in replica assignment: {brokers:?} (sluice keeps one copy)"),
+                ));
             }
-            config.fsync = FsyncPolicy::Interval(std::time::Duration::from_millis(ms));
         }
-        _ => return Err(ConfigRefused::Unsupported(key.into())),
+        count += 1;
     }
-    Ok(())
+    Ok(count)
 }
 
 /// Handles a CreateTopics request.
@@ -168,33 +157,64 @@ pub(crate) async fn create_topics(ctx: &Arc<Context>, req: CreateTopicsRequest, 
                     format!("replication factor {} asked for; sluice keeps one copy", t.replication_factor),
                 ));
             }
-            if !t.assignments.is_empty() {
-                return Err((code::INVALID_REQUEST, "manual replica assignments are not supported".into()));
-            }
-            let partitions = match t.num_partitions {
-                -1 => ctx.config.auto_create_partitions.unwrap_or(1),
-                n if n > 0 => n as u32,
-                n => return Err((code::INVALID_PARTITIONS, format!("{n} partitions"))),
+            let partitions = if t.assignments.is_empty() {
+                match t.num_partitions {
+                    -1 => ctx.config.num_partitions,
+                    n if n > 0 => n as u32,
+                    n => {
+                        return Err((
+                            code::INVALID_PARTITIONS,
+                            format!("Number of partitions must be larger than 0, not {n}."),
+                        ));
+                    }
+                }
+            } else {
+                let assigned = t.assignments.iter().map(|a| (Some(a.partition_index), a.broker_ids.as_slice()));
+                let n = check_assignment(assigned)?;
+                if !matches!(t.num_partitions, -1) && t.num_partitions != n as i32 {
+                    return Err((
+                        code::INVALID_REQUEST,
+                        format!("{} partitions asked for beside an assignment of {n}", t.num_partitions),
+                    ));
+                }
+                n
             };
-            let mut config = TopicConfig::default();
-            for c in &t.configs {
-                apply_config(&mut config, c.name.as_str(), c.value.as_ref().map(StrBytes::as_str))
-                    .map_err(|m| (code::INVALID_CONFIG, m.to_string()))?;
+            if partitions > crate::engine::PARTITIONS_MAX {
+                return Err((
+                    code::INVALID_PARTITIONS,
+                    format!(
+                        "Number of partitions must be at most {}, not {partitions}.",
+                        crate::engine::PARTITIONS_MAX
+                    ),
+                ));
             }
-            config.log_config().map_err(|e| (code::INVALID_CONFIG, e.to_string()))?;
+            let mut changes = Vec::with_capacity(t.configs.len());
+            for c in &t.configs {
+                let name = c.name.as_str().to_string();
+                match &c.value {
+                    Some(v) => changes.push((name, ConfigOp::Set(v.as_str().to_string()))),
+                    None => {
+                        return Err((
+                            code::INVALID_CONFIG,
+                            format!("Null value not supported for topic configs: {name}"),
+                        ));
+                    }
+                }
+            }
+            let defaults = ctx.engine.topic_defaults();
+            let config =
+                configs::apply(&defaults, &defaults, &changes).map_err(|e| (code::INVALID_CONFIG, e.message))?;
             if req.validate_only {
                 return match ctx.engine.describe_topic(&name) {
                     Ok(_) => Err((code::TOPIC_ALREADY_EXISTS, format!("topic {name:?} already exists"))),
                     Err(_) => Ok(partitions),
                 };
             }
-            let d = ctx.engine.create_topic(&name, partitions, Some(config)).await.map_err(|e| {
-                let c = match &e {
-                    EngineError::InvalidConfig(_) => code::INVALID_PARTITIONS,
-                    e => errors::of(e),
-                };
-                (c, e.to_string())
-            })?;
+            let d = ctx
+                .engine
+                .create_topic(&name, partitions, Some(config))
+                .await
+                .map_err(|e| (errors::of(&e), e.to_string()))?;
             Ok(d.partitions())
         }
         .await;
@@ -341,3 +361,80 @@ pub(crate) async fn init_producer_id(
     }
     resp
 }
+
+/// Handles a CreatePartitions request: each topic grows to its new count (shrinking, or
+/// the same count, is INVALID_PARTITIONS with Kafka's message); a manual assignment must
+/// put each new partition's one replica on node 0.
+pub(crate) async fn create_partitions(ctx: &Arc<Context>, req: CreatePartitionsRequest) -> CreatePartitionsResponse {
+    let mut resp = CreatePartitionsResponse::default();
+    let mut seen = std::collections::HashMap::new();
+    for t in &req.topics {
+        *seen.entry(t.name.0.as_str().to_string()).or_insert(0) += 1;
+    }
+    for t in req.topics {
+        let name = t.name.0.as_str().to_string();
+        let outcome: Result<(), (i16, String)> = async {
+            if seen[&name] > 1 {
+                return Err((code::INVALID_REQUEST, "Duplicate topic in request.".to_string()));
+            }
+            validate_name("topic", &name).map_err(|e| (code::INVALID_TOPIC_EXCEPTION, e.to_string()))?;
+            let count = u32::try_from(t.count).map_err(|_| {
+                (code::INVALID_PARTITIONS, format!("Number of partitions must be positive, not {}.", t.count))
+            })?;
+            ctx.engine.check_add_partitions(&name, count).map_err(|e| (errors::of(&e), e.to_string()))?;
+            // An empty list is no assignment (the protocol crate's default is one).
+            if let Some(assignments) = t.assignments.as_ref().filter(|a| !a.is_empty()) {
+                let have = ctx.engine.describe_topic(&name).map_err(|e| (errors::of(&e), e.to_string()))?.partitions();
+                let n = check_assignment(assignments.iter().map(|a| (None, a.broker_ids.as_slice())))?;
+                if n != count - have {
+                    return Err((
+                        code::INVALID_REPLICA_ASSIGNMENT,
+                        format!(
+                            "Increasing the number of partitions by {} but {n} assignments provided.",
+                            count - have
+                        ),
+                    ));
+                }
+            }
+            if req.validate_only {
+                return Ok(());
+            }
+            ctx.engine.add_partitions(&name, count).await.map(|_| ()).map_err(|e| (errors::of(&e), e.to_string()))
+        }
+        .await;
+        let mut r = CreatePartitionsTopicResult::default();
+        r.name = t.name;
+        if let Err((c, message)) = outcome {
+            r.error_code = c;
+            r.error_message = Some(str_bytes(message));
+        }
+        resp.results.push(r);
+    }
+    resp
+}
+
+/// Handles a DescribeCluster request: this one node, the cluster id, and node 0 as the
+/// controller (for either endpoint type: sluice is broker and controller in one).
+/// Authorized operations, when asked, are all of the cluster's: sluice has no ACLs.
+pub(crate) fn describe_cluster(ctx: &Arc<Context>, req: DescribeClusterRequest) -> DescribeClusterResponse {
+    let mut resp = DescribeClusterResponse::default();
+    resp.endpoint_type = req.endpoint_type;
+    resp.cluster_id = str_bytes(CLUSTER_ID);
+    resp.controller_id = BrokerId(NODE_ID);
+    let mut broker = DescribeClusterBroker::default();
+    broker.broker_id = BrokerId(NODE_ID);
+    broker.host = str_bytes(ctx.advertised.0.clone());
+    broker.port = ctx.advertised.1;
+    resp.brokers = vec![broker];
+    if req.include_cluster_authorized_operations {
+        resp.cluster_authorized_operations = CLUSTER_OPERATIONS;
+    }
+    resp
+}
+
+/// Every operation Kafka defines on the cluster resource, as DescribeCluster's bit field
+/// (bit n for Kafka's `AclOperation` code n): CREATE 5, ALTER 7, DESCRIBE 8,
+/// CLUSTER_ACTION 9, DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11, IDEMPOTENT_WRITE 12,
+/// CREATE_TOKENS 13, DESCRIBE_TOKENS 14.
+const CLUSTER_OPERATIONS: i32 =
+    (1 << 5) | (1 << 7) | (1 << 8) | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 12) | (1 << 13) | (1 << 14);

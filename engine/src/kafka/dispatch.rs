@@ -20,7 +20,7 @@ use kafka_protocol::protocol::{Decodable, Encodable};
 
 use super::context::Context;
 use super::errors::code;
-use super::{admin, data, groups, guard, transactions};
+use super::{admin, configs, data, groups, guard, transactions};
 
 /// The encoded response frame (`None` when the request wants none: Produce with acks=0),
 /// or why the connection must close.
@@ -74,6 +74,11 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AddOffsetsToTxn, 0, 3),
     (ApiKey::EndTxn, 0, 3),
     (ApiKey::TxnOffsetCommit, 0, 3),
+    (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::AlterConfigs, 0, 2),
+    (ApiKey::CreatePartitions, 0, 3),
+    (ApiKey::IncrementalAlterConfigs, 0, 1),
+    (ApiKey::DescribeCluster, 0, 2),
 ];
 
 fn supported(key: i16) -> Option<(ApiKey, i16, i16)> {
@@ -198,6 +203,21 @@ fn start(ctx: &Arc<Context>, api: ApiKey, version: i16, header: RequestHeader, r
         })),
         RequestKind::DeleteRecords(req) => Handled::Working(Box::pin(async move {
             done(ResponseKind::DeleteRecords(admin::delete_records(&ctx, req).await))
+        })),
+        RequestKind::CreatePartitions(req) => Handled::Working(Box::pin(async move {
+            done(ResponseKind::CreatePartitions(admin::create_partitions(&ctx, req).await))
+        })),
+        RequestKind::DescribeCluster(req) => {
+            Handled::Ready(done(ResponseKind::DescribeCluster(admin::describe_cluster(&ctx, req))))
+        }
+        RequestKind::DescribeConfigs(req) => {
+            Handled::Ready(done(ResponseKind::DescribeConfigs(configs::describe_configs(&ctx, req))))
+        }
+        RequestKind::AlterConfigs(req) => Handled::Working(Box::pin(async move {
+            done(ResponseKind::AlterConfigs(configs::alter_configs(&ctx, req).await))
+        })),
+        RequestKind::IncrementalAlterConfigs(req) => Handled::Working(Box::pin(async move {
+            done(ResponseKind::IncrementalAlterConfigs(configs::incremental_alter_configs(&ctx, req).await))
         })),
         RequestKind::FindCoordinator(req) => {
             Handled::Ready(done(ResponseKind::FindCoordinator(admin::find_coordinator(&ctx, req, version))))

@@ -47,6 +47,9 @@ pub mod code {
     pub const INVALID_PARTITIONS: i16 = 37;
     /// The replication factor is not valid (sluice keeps one copy).
     pub const INVALID_REPLICATION_FACTOR: i16 = 38;
+    /// A manual replica assignment sluice cannot follow (a broker other than node 0, or
+    /// more than one replica).
+    pub const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
     /// A configuration value is not valid.
     pub const INVALID_CONFIG: i16 = 40;
     /// The request is not valid.
@@ -97,6 +100,7 @@ pub fn of(e: &EngineError) -> i16 {
         ) if *kind == "group" => code::INVALID_GROUP_ID,
         EngineError::InvalidName(_) => code::INVALID_TOPIC_EXCEPTION,
         EngineError::InvalidConfig(_) => code::INVALID_CONFIG,
+        EngineError::InvalidPartitions(_) => code::INVALID_PARTITIONS,
         EngineError::OffsetOutOfRange { .. } => code::OFFSET_OUT_OF_RANGE,
         EngineError::Log { source: LogError::BatchTooLarge { .. }, .. } => code::RECORD_LIST_TOO_LARGE,
         EngineError::Log { .. } | EngineError::Io { .. } => code::KAFKA_STORAGE_ERROR,

@@ -129,6 +129,12 @@ const TXN_OFFSET_COMMIT: &[F] = &[
     since(3, Str),
     all(Arr(&[all(Str), all(Arr(&[all(I32), all(I64), since(2, I32), all(Str)]))])),
 ];
+const DESCRIBE_CONFIGS: &[F] = &[all(Arr(&[all(I8), all(Str), all(ArrStr)])), all(I8), since(3, I8)];
+const ALTER_CONFIGS: &[F] = &[all(Arr(&[all(I8), all(Str), all(Arr(&[all(Str), all(Str)]))])), all(I8)];
+const CREATE_PARTITIONS: &[F] = &[all(Arr(&[all(Str), all(I32), all(Arr(&[all(ArrI32)]))])), all(I32), all(I8)];
+const INCREMENTAL_ALTER_CONFIGS: &[F] =
+    &[all(Arr(&[all(I8), all(Str), all(Arr(&[all(Str), all(I8), all(Str)]))])), all(I8)];
+const DESCRIBE_CLUSTER: &[F] = &[all(I8), since(1, I8), since(2, I8)];
 
 /// The schema of an API's request body and the first version that is flexible.
 fn schema(api_key: i16) -> Option<(&'static [F], i16)> {
@@ -155,6 +161,11 @@ fn schema(api_key: i16) -> Option<(&'static [F], i16)> {
         25 => (ADD_OFFSETS_TO_TXN, 3),
         26 => (END_TXN, 3),
         28 => (TXN_OFFSET_COMMIT, 3),
+        32 => (DESCRIBE_CONFIGS, 4),
+        33 => (ALTER_CONFIGS, 2),
+        37 => (CREATE_PARTITIONS, 2),
+        44 => (INCREMENTAL_ALTER_CONFIGS, 1),
+        60 => (DESCRIBE_CLUSTER, 0),
         _ => return None,
     })
 }
@@ -527,6 +538,62 @@ mod tests {
                     r.group_instance_id = Some(s("instance"));
                 }
                 r.topics = vec![t];
+                enc(&r, &mut buf, version)
+            }
+            ApiKey::DescribeConfigs => {
+                let mut res = describe_configs_request::DescribeConfigsResource::default();
+                res.resource_type = 2;
+                res.resource_name = s("topic");
+                res.configuration_keys = Some(vec![s("retention.ms"), s("cleanup.policy")]);
+                let mut r = DescribeConfigsRequest::default();
+                r.resources = vec![res];
+                r.include_synonyms = true;
+                r.include_documentation = version >= 3;
+                enc(&r, &mut buf, version)
+            }
+            ApiKey::AlterConfigs => {
+                let mut c = alter_configs_request::AlterableConfig::default();
+                c.name = s("retention.ms");
+                c.value = Some(s("1000"));
+                let mut res = alter_configs_request::AlterConfigsResource::default();
+                res.resource_type = 2;
+                res.resource_name = s("topic");
+                res.configs = vec![c];
+                let mut r = AlterConfigsRequest::default();
+                r.resources = vec![res];
+                enc(&r, &mut buf, version)
+            }
+            ApiKey::IncrementalAlterConfigs => {
+                let mut c = incremental_alter_configs_request::AlterableConfig::default();
+                c.name = s("cleanup.policy");
+                c.config_operation = 2;
+                c.value = Some(s("compact"));
+                let mut res = incremental_alter_configs_request::AlterConfigsResource::default();
+                res.resource_type = 2;
+                res.resource_name = s("topic");
+                res.configs = vec![c];
+                let mut r = IncrementalAlterConfigsRequest::default();
+                r.resources = vec![res];
+                r.validate_only = true;
+                enc(&r, &mut buf, version)
+            }
+            ApiKey::CreatePartitions => {
+                let mut a = create_partitions_request::CreatePartitionsAssignment::default();
+                a.broker_ids = vec![BrokerId(0)];
+                let mut t = create_partitions_request::CreatePartitionsTopic::default();
+                t.name = topic;
+                t.count = 3;
+                t.assignments = Some(vec![a]);
+                let mut r = CreatePartitionsRequest::default();
+                r.topics = vec![t];
+                enc(&r, &mut buf, version)
+            }
+            ApiKey::DescribeCluster => {
+                let mut r = DescribeClusterRequest::default();
+                r.include_cluster_authorized_operations = true;
+                if version >= 2 {
+                    r.include_fenced_brokers = true;
+                }
                 enc(&r, &mut buf, version)
             }
             other => panic!("no sample for {other:?}"),

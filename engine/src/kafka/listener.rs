@@ -62,6 +62,19 @@ impl KafkaServer {
         if config.max_in_flight_per_connection == 0 || config.max_connections_per_executor == 0 {
             return Err(KafkaError::Config("in-flight and connection limits must be positive".into()));
         }
+        let max = crate::engine::PARTITIONS_MAX;
+        if config.num_partitions == 0 || config.num_partitions > max {
+            return Err(KafkaError::Config(format!(
+                "num_partitions must be within 1..={max}, not {}",
+                config.num_partitions
+            )));
+        }
+        if config.transaction_max_timeout_ms < 1 {
+            return Err(KafkaError::Config(format!(
+                "transaction_max_timeout_ms must be positive, not {}",
+                config.transaction_max_timeout_ms
+            )));
+        }
         // Bind once without SO_REUSEPORT first: this fails if anything already listens
         // there (a reuse-port socket would silently share the port with it) and resolves
         // port 0 to the port every executor then binds.

@@ -10,8 +10,10 @@
 //! - `context`: what every request handler may reach (the handle, the configuration and
 //!   the listener-wide state); handlers take it, never the listener.
 //! - [`data`] (Produce, Fetch, ListOffsets), [`admin`] (Metadata, CreateTopics,
-//!   DeleteTopics, FindCoordinator, InitProducerId), [`groups`] (the classic consumer group
-//!   protocol mapped onto the engine's group coordinator; its requests in `groups::requests`).
+//!   DeleteTopics, CreatePartitions, DeleteRecords, DescribeCluster, FindCoordinator,
+//!   InitProducerId), [`configs`] (DescribeConfigs, AlterConfigs, IncrementalAlterConfigs),
+//!   [`groups`] (the classic consumer group protocol mapped onto the engine's group
+//!   coordinator; its requests in `groups::requests`).
 //! - `transactions`: the transaction coordinator (transactional ids, AddPartitionsToTxn,
 //!   AddOffsetsToTxn, TxnOffsetCommit, EndTxn writing the markers), its state persisted
 //!   in the internal topic `__transaction_state` and recovered when the listener starts;
@@ -28,6 +30,7 @@
 //! (or gets the protocol's error code) and nothing else.
 
 pub mod admin;
+pub mod configs;
 mod context;
 pub mod data;
 pub mod dispatch;
@@ -48,6 +51,9 @@ pub use transactions::{TRANSACTION_STATE_TOPIC, TRANSACTION_TIMEOUT_MS_MAX};
 
 /// The node id sluice reports for itself: the only broker of its cluster.
 pub const NODE_ID: i32 = 0;
+
+/// The cluster id sluice reports (Metadata, DescribeCluster).
+pub const CLUSTER_ID: &str = "sluice";
 
 /// How the listener is set up.
 #[derive(Clone, Debug)]
@@ -83,9 +89,17 @@ pub struct KafkaConfig {
     pub idle_timeout: Duration,
     /// The longest a Fetch may wait for data, whatever the client asks.
     pub max_fetch_wait: Duration,
-    /// Partitions of a topic created because a client asked for it in Metadata or
-    /// Produce (`auto.create.topics.enable` with `num.partitions`); `None` turns that off.
-    pub auto_create_partitions: Option<u32>,
+    /// Partitions of a topic created without a count: auto-created, or by CreateTopics
+    /// with -1 (Kafka's `num.partitions`, default 1).
+    pub num_partitions: u32,
+    /// Whether a Metadata request for an unknown topic (one that allows it) creates it
+    /// with `num_partitions` partitions; when false, it gets UNKNOWN_TOPIC_OR_PARTITION
+    /// (Kafka's `auto.create.topics.enable`, default true).
+    pub auto_create_topics: bool,
+    /// The longest transaction timeout InitProducerId accepts; a longer one gets
+    /// INVALID_TRANSACTION_TIMEOUT (Kafka's `transaction.max.timeout.ms`, default 15
+    /// minutes).
+    pub transaction_max_timeout_ms: i32,
 }
 
 impl KafkaConfig {
@@ -104,7 +118,9 @@ impl KafkaConfig {
             write_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(600),
             max_fetch_wait: Duration::from_secs(30),
-            auto_create_partitions: Some(1),
+            num_partitions: 1,
+            auto_create_topics: true,
+            transaction_max_timeout_ms: TRANSACTION_TIMEOUT_MS_MAX,
         }
     }
 }

@@ -21,7 +21,7 @@ use std::path::PathBuf;
 use sluice_io::{CleanTrigger, Log, LogConfig, PartitionId, UringStorage};
 
 pub use self::cleaner::CleanerStats;
-use self::partition::{Partition, append, enqueue, fetch, flush_pending, wake_all};
+use self::partition::{Partition, append, enqueue, fetch, flush_pending, reconfigure, wake_all};
 pub(crate) use self::request::{Batching, LocalTask, Reply, Request};
 use crate::error::{EngineError, Result};
 use crate::group::coordinator::GroupCoordinator;
@@ -106,6 +106,13 @@ async fn handle(state: &Rc<RefCell<ShardState>>, request: Request) {
     match request {
         Request::Open { topic, partition: p, dir, config, batching, reply } => {
             let result = open_partition(state, topic, p, dir, config, batching).await;
+            let _ = reply.send(result).await;
+        }
+        Request::Reconfigure { topic, partition: p, config, batching, reply } => {
+            let result = match partition(state, &topic, p) {
+                Err(e) => Err(e),
+                Ok(part) => reconfigure(&part, config, batching).map_err(|e| EngineError::log(&topic, p, e)),
+            };
             let _ = reply.send(result).await;
         }
         Request::Delete { topic, partition: p, reply } => {

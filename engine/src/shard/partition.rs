@@ -74,13 +74,20 @@ impl Partition {
 pub(super) async fn reopen_if_room(part: &Rc<RefCell<Partition>>) -> sluice_io::Result<bool> {
     let (dir, config, batching) = {
         let pt = part.borrow();
-        (pt.log.dir().to_path_buf(), pt.log.config().clone(), pt.batching)
+        (pt.log.dir().to_path_buf(), pt.log.config(), pt.batching)
     };
     if !has_room(&dir, config.write_buffer_bytes as u64).await {
         return Ok(false);
     }
     let (log, _report) = Log::open(UringStorage, dir, config).await?;
-    let fresh = Partition::open(log, batching).await?;
+    let mut fresh = Partition::open(log, batching).await?;
+    // Settings changed while the log reopened are the ones to keep.
+    let (latest, batching) = {
+        let pt = part.borrow();
+        (pt.log.config(), pt.batching)
+    };
+    fresh.log.reconfigure(latest)?;
+    fresh.batching = batching;
     let old = std::mem::replace(&mut *part.borrow_mut(), fresh);
     for w in old.waiters {
         w.wake();
@@ -98,6 +105,21 @@ async fn has_room(dir: &std::path::Path, bytes: u64) -> bool {
     };
     let _ = UringStorage.remove(&probe).await;
     room
+}
+
+/// Gives a partition new settings: its log's ([`Log::reconfigure`]) and its batching.
+/// Fetches parked at the end look again (under a change away from `always` they may read
+/// further now).
+pub(super) fn reconfigure(
+    part: &Rc<RefCell<Partition>>,
+    config: sluice_io::LogConfig,
+    batching: Batching,
+) -> sluice_io::Result<()> {
+    let log = part.borrow().log.clone();
+    log.reconfigure(config)?;
+    part.borrow_mut().batching = batching;
+    wake_all(part);
+    Ok(())
 }
 
 pub(super) async fn append(

@@ -37,6 +37,8 @@ pub(crate) enum Request {
         batching: Batching,
         reply: Reply<()>,
     },
+    /// Use new settings for an open partition (`Log::reconfigure`, and its batching).
+    Reconfigure { topic: String, partition: PartitionId, config: LogConfig, batching: Batching, reply: Reply<()> },
     /// Close a partition log and delete its directory.
     Delete { topic: String, partition: PartitionId, reply: Reply<()> },
     /// Append one record, batched with others per the partition's linger.

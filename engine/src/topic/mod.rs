@@ -1,8 +1,9 @@
 //! Topics: their persistent metadata and the placement of partitions on shards
-//! ([`meta`]), where a record goes ([`partitioner`]: Kafka's murmur2 for keyed records),
-//! the rules names from outside must follow ([`names`]), and [`SeekTo`], a position to
-//! move a reader of a partition to.
+//! ([`meta`]), their settings by Kafka's names ([`configs`]), where a record goes
+//! ([`partitioner`]: Kafka's murmur2 for keyed records), the rules names from outside
+//! must follow ([`names`]), and [`SeekTo`], a position to move a reader of a partition to.
 
+pub mod configs;
 pub mod meta;
 pub mod names;
 pub mod partitioner;

@@ -55,7 +55,7 @@ impl<S: Storage> Log<S> {
                 // stream only once it is known to fit.
                 let pos = st.appender.end();
                 let mut stage = st.appender.stage();
-                let limit = self.inner.config.max_batch_bytes;
+                let limit = self.inner.config.borrow().max_batch_bytes;
                 let header = encode_into(records, None, None, meta, st.next_offset, &mut stage)
                     .map_err(|e| LogError::encode(e, limit))?;
                 let stored = stage.len();
@@ -89,7 +89,7 @@ impl<S: Storage> Log<S> {
     /// Waits until an append is as durable as the fsync policy promises (under
     /// `interval` and `never`: until the write-behind has room again).
     pub async fn wait_durable(&self, info: AppendInfo) -> Result<()> {
-        if self.inner.config.fsync == FsyncPolicy::Always {
+        if self.fsync() == FsyncPolicy::Always {
             self.sync_to(info.last_offset.plus(1)).await?;
         } else {
             // Backpressure: wait until at most `write_behind_buffers` writes submitted

@@ -67,7 +67,7 @@ impl<S: Storage> Log<S> {
 
     /// One cleaning pass at time `now` (see the module docs).
     pub async fn clean(&self, now: Timestamp, trigger: CleanTrigger) -> Result<CleanReport> {
-        let config = &self.inner.config;
+        let config = self.config();
         let mut report = CleanReport::default();
         let roll = {
             let st = self.inner.state.borrow();

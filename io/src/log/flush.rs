@@ -73,7 +73,7 @@ impl<S: Storage> Log<S> {
     /// (what is not fsynced yet waits for its group commit). Returns the visible end. A log
     /// whose writes failed makes nothing more visible: what failed is never read.
     pub async fn make_visible(&self) -> Result<Offset> {
-        if self.inner.config.fsync == crate::config::FsyncPolicy::Always {
+        if self.fsync() == crate::config::FsyncPolicy::Always {
             return Ok(self.visible_offset());
         }
         let flush = {
@@ -121,34 +121,37 @@ pub(super) fn flush_unless_failed<F: StorageFile>(appender: &mut Appender<F>) ->
     Some((appender.handle(), ticket))
 }
 
-/// Syncs the log every `every` under `FsyncPolicy::Interval` while there is something
-/// to sync, until it is dropped, closed or failed. With nothing to sync it parks until the
-/// next append: ten thousand idle partitions cost no timer wake-ups.
-pub(super) fn spawn_interval_flusher<S: Storage>(inner: Weak<Inner<S>>, every: std::time::Duration) {
+/// Syncs the log every interval of its `FsyncPolicy::Interval` while there is something
+/// to sync, until it is dropped, closed or failed, or the policy changes (the flusher of
+/// `epoch` ends once the log's flusher epoch has moved on). With nothing to sync it parks
+/// until the next append: ten thousand idle partitions cost no timer wake-ups.
+pub(super) fn spawn_interval_flusher<S: Storage>(inner: Weak<Inner<S>>, epoch: u64) {
     glommio::spawn_local(async move {
         loop {
             // Parked on a weak reference: a dropped log wakes it (`Inner`'s drop) and it ends.
-            let dirty = poll_fn(|cx| {
-                let Some(inner) = inner.upgrade() else { return Poll::Ready(false) };
+            let every = poll_fn(|cx| {
+                let Some(inner) = inner.upgrade() else { return Poll::Ready(None) };
+                let every = match inner.config.borrow().fsync {
+                    crate::config::FsyncPolicy::Interval(every) => every,
+                    _ => return Poll::Ready(None),
+                };
                 let mut st = inner.state.borrow_mut();
-                if st.is_closed || st.failed.is_some() {
-                    return Poll::Ready(false);
+                if st.is_closed || st.failed.is_some() || st.flusher_epoch != epoch {
+                    return Poll::Ready(None);
                 }
                 if st.durable_offset < st.next_offset {
-                    return Poll::Ready(true);
+                    return Poll::Ready(Some(every));
                 }
                 st.flusher = Some(cx.waker().clone());
                 Poll::Pending
             })
             .await;
-            if !dirty {
-                return;
-            }
+            let Some(every) = every else { return };
             glommio::timer::sleep(every).await;
             let Some(inner) = inner.upgrade() else { return };
             let (target, stop) = {
                 let st = inner.state.borrow();
-                (st.next_offset, st.is_closed || st.failed.is_some())
+                (st.next_offset, st.is_closed || st.failed.is_some() || st.flusher_epoch != epoch)
             };
             if stop {
                 return;

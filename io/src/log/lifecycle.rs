@@ -99,16 +99,18 @@ impl<S: Storage> Log<S> {
             is_closed: false,
             waiters: Vec::new(),
             flusher: None,
+            flusher_epoch: 0,
+            visible_floor: Offset(0),
         };
         let inner = Rc::new(Inner {
             storage,
             dir,
-            config,
+            config: RefCell::new(config),
             state: RefCell::new(state),
             roll_lock: glommio::sync::Semaphore::new(1),
         });
-        if let FsyncPolicy::Interval(every) = inner.config.fsync {
-            spawn_interval_flusher(Rc::downgrade(&inner), every);
+        if let FsyncPolicy::Interval(_) = inner.config.borrow().fsync {
+            spawn_interval_flusher(Rc::downgrade(&inner), 0);
         }
         Ok((Log { inner }, report))
     }

@@ -26,12 +26,15 @@
 //! - `retention.rs`: deleting whole closed segments by age or size.
 //! - `clean.rs`: one cleaning pass as the engine's cleaner runs it: time-based rolls,
 //!   retention and compaction (by dirty ratio), per the cleanup policy.
+//! - `reconfigure.rs`: changing an open log's settings (fsync policy, segment size and
+//!   age, retention, compaction, the batch size limit), effective at once.
 
 mod append;
 mod clean;
 mod flush;
 mod lifecycle;
 mod read;
+mod reconfigure;
 mod retention;
 mod roll;
 
@@ -67,7 +70,10 @@ impl<S: Storage> Clone for Log<S> {
 pub(crate) struct Inner<S: Storage> {
     pub(crate) storage: S,
     pub(crate) dir: PathBuf,
-    pub(crate) config: LogConfig,
+    /// The settings: those [`Log::reconfigure`] may change are read where they apply
+    /// (never held across an `.await`), so a change takes effect at the next append, roll
+    /// or cleaning pass.
+    pub(crate) config: RefCell<LogConfig>,
     pub(crate) state: RefCell<State<S::File>>,
     /// Held while the active segment is rolled or a compaction swaps segments.
     pub(crate) roll_lock: glommio::sync::Semaphore,
@@ -113,6 +119,13 @@ pub(crate) struct State<F: StorageFile> {
     /// The interval flusher, parked while there is nothing to sync: the next append wakes
     /// it, so an idle partition costs no timer wake-ups.
     flusher: Option<Waker>,
+    /// Which interval flusher is current: a change of the fsync policy starts a new one
+    /// (or none) and the older one ends when it sees the count moved.
+    flusher_epoch: u64,
+    /// Under `FsyncPolicy::Always`, readers see at least this far: what was visible (the
+    /// written end) when the policy became `always`, so the high watermark never moves
+    /// back across that change.
+    visible_floor: Offset,
 }
 
 impl<F: StorageFile> State<F> {
@@ -135,10 +148,15 @@ impl<S: Storage> Log<S> {
         &self.inner.dir
     }
 
-    /// The configuration.
+    /// The configuration, as it is now ([`reconfigure`](Self::reconfigure) changes it).
     #[must_use]
-    pub fn config(&self) -> &LogConfig {
-        &self.inner.config
+    pub fn config(&self) -> LogConfig {
+        self.inner.config.borrow().clone()
+    }
+
+    /// The fsync policy now.
+    fn fsync(&self) -> crate::config::FsyncPolicy {
+        self.inner.config.borrow().fsync
     }
 
     /// The first offset still held.
@@ -164,7 +182,7 @@ impl<S: Storage> Log<S> {
     /// long-polling reader waits until this passes its position.
     #[must_use]
     pub fn readable_end(&self) -> Offset {
-        match self.inner.config.fsync {
+        match self.fsync() {
             crate::config::FsyncPolicy::Always => self.visible_offset(),
             _ => self.end_offset(),
         }
@@ -184,8 +202,9 @@ impl<S: Storage> Log<S> {
     #[must_use]
     pub fn visible_offset(&self) -> Offset {
         let st = self.inner.state.borrow();
-        match self.inner.config.fsync {
-            crate::config::FsyncPolicy::Always => st.durable_offset,
+        match self.fsync() {
+            // What was visible before the policy became `always` stays visible.
+            crate::config::FsyncPolicy::Always => st.durable_offset.max(st.visible_floor),
             _ => st.written_offset,
         }
     }

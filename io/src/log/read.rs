@@ -68,7 +68,7 @@ impl<S: Storage> Log<S> {
                     seg.damage_error(),
                 )
             };
-            let lookahead = self.inner.config.index_interval_bytes as usize + 4096;
+            let lookahead = self.inner.config.borrow().index_interval_bytes as usize + 4096;
             // The active segment's tail may still be in the write-behind buffers: a reader
             // there copies it from memory rather than waiting for a write and a read.
             let read = async |pos: u64, len: usize| -> Result<ReadBuf> {

@@ -32,7 +32,7 @@ impl<S: Storage> Log<S> {
     pub async fn apply_retention(&self, now: Timestamp) -> Result<RetentionReport> {
         let removed: Vec<SegmentPaths> = {
             let st = &mut *self.inner.state.borrow_mut();
-            let config = &self.inner.config;
+            let config = self.config();
             let mut total: u64 = st.segments().map(|s| s.facts().size).sum();
             let mut n = 0;
             for seg in &st.closed {

@@ -26,12 +26,12 @@ impl<S: Storage> Log<S> {
     /// older than `segment_ms`.
     pub(super) fn should_roll(&self, active: &Segment<S::File>, incoming: usize) -> bool {
         let size = active.facts().size;
-        size > 0 && (size + incoming as u64 > self.inner.config.segment_bytes_max || self.aged(active))
+        size > 0 && (size + incoming as u64 > self.inner.config.borrow().segment_bytes_max || self.aged(active))
     }
 
     /// Whether `segment` is older than `segment_ms` (so due to roll by age).
     pub(super) fn aged(&self, segment: &Segment<S::File>) -> bool {
-        self.inner.config.segment_ms.is_some_and(|ms| segment.opened.elapsed().as_millis() >= u128::from(ms))
+        self.inner.config.borrow().segment_ms.is_some_and(|ms| segment.opened.elapsed().as_millis() >= u128::from(ms))
     }
 
     /// Closes the active segment and starts a new one, whether or not it is full.
@@ -86,11 +86,12 @@ impl<S: Storage> Log<S> {
         // The new segment starts with the step the old one reached, but no more than the old
         // one held: a busy partition keeps allocating in large steps, while one rolled by age
         // with little in it goes back to small ones.
+        let config = self.config();
         let step = {
             let st = inner.state.borrow();
-            st.allocation_step.min(facts.size.next_multiple_of(4096)).max(first_step(&inner.config))
+            st.allocation_step.min(facts.size.next_multiple_of(4096)).max(first_step(&config))
         };
-        let opened = open_segment_file(&inner.storage, &new_paths, &inner.config, step);
+        let opened = open_segment_file(&inner.storage, &new_paths, &config, step);
         let (finished, opened) = futures_lite::future::zip(finish_old, opened).await;
         finished?;
         let (new_file, allocated) = opened?;
@@ -98,13 +99,12 @@ impl<S: Storage> Log<S> {
         inner.storage.sync_dir(&inner.dir).await.map_err(|e| LogError::io("fsync directory", &inner.dir, e))?;
         let st = &mut *inner.state.borrow_mut();
         debug_assert_eq!(st.next_offset, facts.next_offset, "no append lands while rolling");
-        let appender =
-            Appender::new(new_file.clone(), 0, &[], inner.config.write_buffer_bytes, inner.config.write_behind_buffers);
+        let appender = Appender::new(new_file.clone(), 0, &[], config.write_buffer_bytes, config.write_behind_buffers);
         let new = Segment {
             base: facts.next_offset,
             file: new_file,
             paths: new_paths,
-            index: SegmentIndex::new(facts.next_offset, inner.config.index_interval_bytes),
+            index: SegmentIndex::new(facts.next_offset, config.index_interval_bytes),
             opened: Instant::now(),
             damage: None,
         };
@@ -112,7 +112,7 @@ impl<S: Storage> Log<S> {
         st.closed.push(old);
         st.appender = appender;
         st.allocated = allocated;
-        st.allocation_step = (step * 2).min(inner.config.preallocate_step_bytes);
+        st.allocation_step = (step * 2).min(config.preallocate_step_bytes);
         st.durable_offset = st.durable_offset.max(facts.next_offset);
         st.written_offset = st.written_offset.max(facts.next_offset);
         Ok(())
@@ -123,16 +123,18 @@ impl<S: Storage> Log<S> {
 /// writes come within half a step of the allocated end. A failure is left for the writes
 /// to report: they extend the file themselves, only slower.
 pub(super) fn maybe_extend_allocation<S: Storage>(inner: &Rc<Inner<S>>, st: &mut State<S::File>) {
-    let config = &inner.config;
+    let (preallocate, segment_bytes_max, step_max) = {
+        let c = inner.config.borrow();
+        (c.preallocate, c.segment_bytes_max, c.preallocate_step_bytes)
+    };
     let end = st.appender.end();
     let step = st.allocation_step;
-    if !config.preallocate || st.allocating || st.allocated >= config.segment_bytes_max || end + step / 2 < st.allocated
-    {
+    if !preallocate || st.allocating || st.allocated >= segment_bytes_max || end + step / 2 < st.allocated {
         return;
     }
     st.allocating = true;
-    st.allocation_step = (step * 2).min(config.preallocate_step_bytes);
-    let target = (st.allocated + step).min(config.segment_bytes_max);
+    st.allocation_step = (step * 2).min(step_max);
+    let target = (st.allocated + step).min(segment_bytes_max);
     let (file, base) = (st.active.file.clone(), st.active.base);
     let inner = Rc::downgrade(inner);
     glommio::spawn_local(async move {

@@ -92,7 +92,7 @@ pub(crate) async fn init_producer_id(
 async fn init(ctx: &Arc<Context>, req: &InitProducerIdRequest, tid: &str, version: i16) -> Result<(i64, i16), i16> {
     validate_tid(tid)?;
     let timeout_ms = req.transaction_timeout_ms;
-    if !(1..=TRANSACTION_TIMEOUT_MS_MAX).contains(&timeout_ms) {
+    if !(1..=ctx.config.transaction_max_timeout_ms).contains(&timeout_ms) {
         return Err(code::INVALID_TRANSACTION_TIMEOUT);
     }
     let coordinator = &ctx.txns;
