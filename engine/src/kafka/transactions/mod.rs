@@ -50,8 +50,9 @@ use crate::config::TopicConfig;
 use crate::engine::EngineHandle;
 use crate::error::EngineError;
 use crate::group::assignor::MemberId;
+use crate::group::coordinator::CommitAuth;
+use crate::group::offsets::{CommittedOffset, OffsetCommit};
 use crate::record::OwnedRecord;
-use crate::topic::names::validate_name;
 
 use super::errors::code;
 use super::join::join_all;
@@ -420,32 +421,21 @@ async fn abort_and_fence(
     Ok((id, epoch))
 }
 
-/// Commits a committing transaction's group offsets.
+/// Commits a committing transaction's group offsets. The commit is decided, so it is not
+/// checked against the group's membership again (as Kafka writes a committed
+/// transaction's offsets): a member that has left since, or a group that rebalanced, does
+/// not undo it.
 async fn commit_group_offsets(
     engine: &EngineHandle,
     groups: &BTreeMap<String, PendingOffsets>,
 ) -> Result<(), EngineError> {
     for (group, pending) in groups {
-        let offsets: Vec<(String, PartitionId, Offset)> =
-            pending.offsets.iter().map(|((t, p), o)| (t.clone(), *p, *o)).collect();
+        let offsets: Vec<OffsetCommit> =
+            pending.offsets.iter().map(|((t, p), o)| (t.clone(), *p, CommittedOffset::at(*o))).collect();
         if offsets.is_empty() {
             continue;
         }
-        let member = pending.member.as_ref().map(|(m, g)| (m, *g));
-        match engine.commit_offsets(group, member, &offsets).await {
-            // As OffsetCommit does: a member committing at the generation before the
-            // current one is let through.
-            Err(EngineError::StaleGeneration { got, current, .. }) if got < current => {
-                let member = pending.member.as_ref().map(|(m, _)| (m, current));
-                engine.commit_offsets(group, member, &offsets).await?;
-            }
-            // A member no longer in the group (the listener restarted): commit as a
-            // simple consumer, as Kafka's coordinator completes a decided commit.
-            Err(EngineError::UnknownMember { .. }) | Err(EngineError::StaleGeneration { .. }) if member.is_some() => {
-                engine.commit_offsets(group, None, &offsets).await?;
-            }
-            other => other?,
-        }
+        engine.commit_offsets_as(group, CommitAuth::Transaction, offsets).await?;
     }
     Ok(())
 }

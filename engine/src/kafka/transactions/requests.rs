@@ -259,7 +259,7 @@ pub(crate) async fn add_partitions(ctx: &Arc<Context>, req: AddPartitionsToTxnRe
 pub(crate) fn add_offsets(ctx: &Arc<Context>, req: AddOffsetsToTxnRequest) -> AddOffsetsToTxnResponse {
     let mut resp = AddOffsetsToTxnResponse::default();
     let group = req.group_id.0.as_str();
-    if validate_name("group", group).is_err() {
+    if group.is_empty() {
         resp.error_code = code::INVALID_GROUP_ID;
         return resp;
     }
