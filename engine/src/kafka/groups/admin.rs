@@ -23,6 +23,10 @@ const CLASSIC: &str = "classic";
 /// The client id DescribeGroups shows for the engine's own consumers.
 const ENGINE_CLIENT_ID: &str = "sluice-engine";
 
+/// What a client may do to a group, as DescribeGroups v3+ reports it when asked: with no
+/// authorizer, everything a group supports (Kafka's READ 3, DELETE 6 and DESCRIBE 8).
+const GROUP_OPERATIONS: i32 = (1 << 3) | (1 << 6) | (1 << 8);
+
 /// Handles a ListGroups request: every group with members or committed offsets, filtered
 /// by state (v4+, any case) and type (v5+).
 pub(crate) async fn list(ctx: &Arc<Context>, req: ListGroupsRequest, version: i16) -> ListGroupsResponse {
@@ -103,6 +107,9 @@ pub(crate) async fn describe(ctx: &Arc<Context>, req: DescribeGroupsRequest, ver
     let mut resp = DescribeGroupsResponse::default();
     for g in req.groups {
         let mut dg = DescribedGroup::default();
+        if version >= 3 && req.include_authorized_operations {
+            dg.authorized_operations = GROUP_OPERATIONS;
+        }
         match ctx.engine.group_view(g.0.as_str()).await {
             Ok(view) => describe_one(&mut dg, view, version),
             Err(e) => dg.error_code = errors::of(&e),
