@@ -188,6 +188,17 @@ fn fetch(c: &mut RawClient, groups: &[&str]) -> Vec<(String, i16, Vec<(String, i
         .collect()
 }
 
+/// InitProducerId v4 for a transactional id: its producer id and epoch (-1 if refused).
+fn init_producer(c: &mut RawClient, tid: &str) -> (i64, i16) {
+    let mut r = InitProducerIdRequest::default();
+    r.transactional_id = Some(TransactionalId(s(tid)));
+    r.transaction_timeout_ms = 60_000;
+    r.producer_id = ProducerId(-1);
+    r.producer_epoch = -1;
+    let resp: InitProducerIdResponse = c.call(ApiKey::InitProducerId, 4, &r);
+    (resp.producer_id.0, resp.producer_epoch)
+}
+
 fn delete_groups(c: &mut RawClient, groups: &[&str]) -> Vec<i16> {
     let mut r = DeleteGroupsRequest::default();
     r.groups_names = groups.iter().map(|g| GroupId(s(g))).collect();
@@ -533,9 +544,16 @@ fn commit_metadata_and_leader_epochs_survive_a_restart_and_the_first_format_stil
     // A deleted group stays deleted after the restart.
     assert_eq!(commit(&mut c, "deleted", "", -1, &[("t", 0, 1, -1, "")]), vec![NONE]);
     assert_eq!(delete_groups(&mut c, &["deleted"]), vec![NONE]);
+    // A transactional id is any non-empty string too, kept across the restart by its
+    // bytes (the key of its record in `__transaction_state`), never as a path.
+    let tid = "tx/../y ✓";
+    let (producer, epoch) = init_producer(&mut c, tid);
+    assert_eq!(epoch, 0);
+    assert_eq!(init_producer(&mut c, "").0, -1, "an empty transactional id is refused");
     drop(c);
     served.restart();
     let mut c = RawClient::connect(served.addr(), "reader");
+    assert_eq!(init_producer(&mut c, tid), (producer, 1), "the same producer id at the next epoch");
     let fetched = fetch(&mut c, &["old-group", "..", "grüppe ✓", "x/../../y", "deleted"]);
     assert_eq!(fetched[0].2, vec![("t".into(), 0, 11, 4, "kept ✓".into()), ("t".into(), 1, 42, -1, String::new())]);
     for (group, _, parts) in &fetched[1..4] {
@@ -555,7 +573,58 @@ fn commit_metadata_and_leader_epochs_survive_a_restart_and_the_first_format_stil
             }
         }
     }
-    for bad in ["y", "grüppe ✓", "old-group", "deleted"] {
+    for bad in ["y", "y ✓", "grüppe ✓", "old-group", "deleted"] {
         assert!(!names.iter().any(|n| n == bad || n.starts_with(&format!("{bad}-"))), "{bad:?} in {names:?}");
     }
+}
+
+#[test]
+fn a_transactions_offsets_are_checked_against_the_member_and_keep_their_metadata() {
+    let served = start("txn");
+    let group = "txn-group";
+    let mut c = RawClient::connect(served.addr(), "txn");
+    let j = join(&mut c, 3, &join_req(group, "", None, &[(OWN, &["t"])]));
+    let member = j.member_id.as_str().to_string();
+    assert_eq!(sync(&mut c, group, &member, None, 1, &[(&member, "")]).error_code, NONE);
+    let (producer, epoch) = init_producer(&mut c, "txn-id");
+    let mut add = AddOffsetsToTxnRequest::default();
+    add.transactional_id = TransactionalId(s("txn-id"));
+    add.producer_id = ProducerId(producer);
+    add.producer_epoch = epoch;
+    add.group_id = GroupId(s(group));
+    let added: AddOffsetsToTxnResponse = c.call(ApiKey::AddOffsetsToTxn, 3, &add);
+    assert_eq!(added.error_code, NONE);
+    let txn_commit = |c: &mut RawClient, member: &str, generation: i32, offset: i64, meta: &str| -> i16 {
+        let mut p = txn_offset_commit_request::TxnOffsetCommitRequestPartition::default();
+        p.partition_index = 1;
+        p.committed_offset = offset;
+        p.committed_leader_epoch = 2;
+        p.committed_metadata = Some(s(meta));
+        let mut t = txn_offset_commit_request::TxnOffsetCommitRequestTopic::default();
+        t.name = TopicName(s("t"));
+        t.partitions = vec![p];
+        let mut r = TxnOffsetCommitRequest::default();
+        r.transactional_id = TransactionalId(s("txn-id"));
+        r.group_id = GroupId(s(group));
+        r.producer_id = ProducerId(producer);
+        r.producer_epoch = epoch;
+        r.member_id = s(member);
+        r.generation_id = generation;
+        r.topics = vec![t];
+        let resp: TxnOffsetCommitResponse = c.call(ApiKey::TxnOffsetCommit, 3, &r);
+        resp.topics[0].partitions[0].error_code
+    };
+    assert_eq!(txn_commit(&mut c, &member, 0, 5, "stale"), ILLEGAL_GENERATION);
+    assert_eq!(txn_commit(&mut c, "nobody", 1, 5, "unknown"), UNKNOWN_MEMBER_ID);
+    assert_eq!(txn_commit(&mut c, &member, 1, 5, &"m".repeat(4097)), OFFSET_METADATA_TOO_LARGE);
+    assert_eq!(txn_commit(&mut c, &member, 1, 6, "in the transaction"), NONE);
+    assert_eq!(fetch(&mut c, &[group])[0].2, vec![], "nothing before the commit");
+    let mut end = EndTxnRequest::default();
+    end.transactional_id = TransactionalId(s("txn-id"));
+    end.producer_id = ProducerId(producer);
+    end.producer_epoch = epoch;
+    end.committed = true;
+    let ended: EndTxnResponse = c.call(ApiKey::EndTxn, 3, &end);
+    assert_eq!(ended.error_code, NONE);
+    assert_eq!(fetch(&mut c, &[group])[0].2, vec![("t".to_string(), 1, 6, 2, "in the transaction".to_string())]);
 }

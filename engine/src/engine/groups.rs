@@ -166,6 +166,14 @@ impl EngineHandle {
         self.call(shard, |reply| Request::GroupCommit { group, auth, offsets_partition, offsets, reply }).await
     }
 
+    /// Checks that `auth` may commit offsets for `group` now, without committing (Kafka's
+    /// TxnOffsetCommit checks the member when it takes a transaction's offsets).
+    pub async fn check_commit(&self, group: &str, auth: CommitAuth) -> Result<()> {
+        let (_, shard) = self.coordinator_of(group)?;
+        let group = group.to_string();
+        self.call(shard, |reply| Request::GroupCheckCommit { group, auth, reply }).await
+    }
+
     /// A group's committed offsets.
     pub async fn committed_offsets(&self, group: &str) -> Result<Committed> {
         let details = self.committed_details(group).await?;

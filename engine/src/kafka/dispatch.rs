@@ -225,9 +225,9 @@ fn start(
         RequestKind::AddOffsetsToTxn(req) => {
             Handled::Ready(done(ResponseKind::AddOffsetsToTxn(transactions::requests::add_offsets(&ctx, req))))
         }
-        RequestKind::TxnOffsetCommit(req) => {
-            Handled::Ready(done(ResponseKind::TxnOffsetCommit(transactions::requests::txn_offset_commit(&ctx, req))))
-        }
+        RequestKind::TxnOffsetCommit(req) => Handled::Working(Box::pin(async move {
+            done(ResponseKind::TxnOffsetCommit(transactions::requests::txn_offset_commit(&ctx, req, version).await))
+        })),
         RequestKind::EndTxn(req) => Handled::Working(Box::pin(async move {
             done(ResponseKind::EndTxn(transactions::requests::end_txn(&ctx, req).await))
         })),

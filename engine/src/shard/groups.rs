@@ -135,6 +135,10 @@ pub(super) async fn serve(state: &Rc<RefCell<ShardState>>, request: Request) -> 
             let result = commit(state, &group, &auth, offsets_partition, offsets).await;
             let _ = reply.send(result).await;
         }
+        Request::GroupCheckCommit { group, auth, reply } => {
+            let result = state.borrow_mut().groups.check_commit(&group, &auth, Instant::now());
+            let _ = reply.send(result).await;
+        }
         Request::GroupOffsets { group, reply } => {
             let committed = state.borrow().committed.get(&group).cloned().unwrap_or_default();
             let _ = reply.send(Ok(committed)).await;

@@ -86,6 +86,8 @@ pub(crate) enum Request {
         offsets: Vec<OffsetCommit>,
         reply: Reply<()>,
     },
+    /// Check that a commit would be accepted (TxnOffsetCommit).
+    GroupCheckCommit { group: String, auth: CommitAuth, reply: Reply<()> },
     /// A group's committed offsets.
     GroupOffsets { group: String, reply: Reply<CommittedDetails> },
     /// A group's members (of either kind) and whether it has committed offsets.
