@@ -15,6 +15,7 @@ Prints one line per step; exits non-zero on the first failed check.
 """
 
 import collections
+import logging
 import sys
 import time
 
@@ -35,23 +36,27 @@ AFTER_RESTART = len(sys.argv) > 3 and sys.argv[3] == "after-restart"
 OTHER = TOPIC + "-other"
 PARTITIONS = 4
 RECORDS = 40
-GROUP = "roundrobin,range"
-STANDALONE = "standalone ✓"
+# Group ids no topic could have; each run's own (several runs may share a server).
+GROUP = f"roundrobin,range {TOPIC}"
+STANDALONE = f"standalone ✓ {TOPIC}"
 ODD_IDS = ["a/b", "..", "grüppe-✓"]
 
+logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
 admin = KafkaAdminClient(bootstrap_servers=BOOTSTRAP)
 
 
 def committed(group):
-    return admin.list_group_offsets({group: None})[group]
+    """The group's committed offsets of this run's topics."""
+    offsets = admin.list_group_offsets({group: None})[group]
+    return {tp: o for tp, o in offsets.items() if tp.topic in (TOPIC, OTHER)}
 
 
 if AFTER_RESTART:
-    got = admin.list_group_offsets({STANDALONE: None, "a/b": None})
+    got = committed(STANDALONE)
     want = {TopicPartition(TOPIC, p): (7 + p, f"kept {p} ✓", 5) for p in range(PARTITIONS)}
-    check({tp: (o.offset, o.metadata, o.leader_epoch) for tp, o in got[STANDALONE].items()} == want,
-          f"after the restart {STANDALONE!r} has {got[STANDALONE]}")
-    check(sum(o.offset for o in got["a/b"].values()) == RECORDS, f"after the restart 'a/b' has {got['a/b']}")
+    check({tp: (o.offset, o.metadata, o.leader_epoch) for tp, o in got.items()} == want,
+          f"after the restart {STANDALONE!r} has {got}")
+    check(sum(o.offset for o in committed("a/b").values()) == RECORDS, f"after the restart 'a/b' has {committed('a/b')}")
     step("commit metadata and leader epochs read back after the restart")
     print("OK", flush=True)
     sys.exit(0)
@@ -92,8 +97,16 @@ class Reverse(AbstractPartitionAssignor):
 
 
 def member(group, client_id, **kw):
-    c = KafkaConsumer(bootstrap_servers=BOOTSTRAP, group_id=group, client_id=client_id, enable_auto_commit=False,
-                      auto_offset_reset="earliest", session_timeout_ms=6000, heartbeat_interval_ms=200, **kw)
+    # Auto-commit on, with an interval no run reaches: kafka-python then commits its
+    # positions only before it rejoins (giving its partitions up) and when it closes, so
+    # the next owner of a partition starts where the last one stopped.
+    c = KafkaConsumer(bootstrap_servers=BOOTSTRAP, group_id=group, client_id=client_id, enable_auto_commit=True,
+                      auto_commit_interval_ms=600_000, auto_offset_reset="earliest", session_timeout_ms=6000,
+                      heartbeat_interval_ms=200, **kw)
+    # The topic's metadata first: a leader that assigned before it had it would hand out
+    # nothing until its next metadata refresh (joins complete at once here, as with
+    # Kafka's group.initial.rebalance.delay.ms=0 of its shipped server.properties).
+    check(c.partitions_for_topic(TOPIC) == set(range(PARTITIONS)), "topic metadata")
     c.subscribe([TOPIC])
     return c
 
@@ -102,8 +115,9 @@ def member_id(c):
     return c._coordinator.group_metadata().member_id
 
 
-def settle(consumers, reads, seconds=30):
-    """Polls until every partition is assigned exactly once; counts what is read."""
+def settle(group, consumers, reads, seconds=30):
+    """Polls until the group is stable with these members, each with a share, and every
+    partition assigned exactly once; counts what is read."""
     deadline = time.time() + seconds
     while time.time() < deadline:
         for c in consumers:
@@ -111,15 +125,19 @@ def settle(consumers, reads, seconds=30):
                 for r in recs:
                     reads[(r.partition, r.offset)] += 1
         shares = [{tp.partition for tp in c.assignment()} for c in consumers]
-        if sum(len(s) for s in shares) == PARTITIONS and set().union(*shares) == set(range(PARTITIONS)):
-            return shares
-    check(False, f"no stable assignment in {seconds} s: {[c.assignment() for c in consumers]}")
+        if (all(shares) and sum(len(s) for s in shares) == PARTITIONS
+                and set().union(*shares) == set(range(PARTITIONS))):
+            d = admin.describe_groups([group])[group]
+            if d["group_state"] == "Stable" and len(d["members"]) == len(consumers):
+                return shares
+    d = admin.describe_groups([group])[group]
+    check(False, f"no stable assignment in {seconds} s: {[c.assignment() for c in consumers]}; {d}")
 
 
 # 1. An assignor of our own: the leader's client assigns, each member gets its share.
 reads = collections.Counter()
 a, b = member(GROUP, "kp-a", partition_assignment_strategy=[Reverse]), member(GROUP, "kp-b", partition_assignment_strategy=[Reverse])
-shares = settle([a, b], reads)
+shares = settle(GROUP, [a, b], reads)
 ids = sorted([member_id(a), member_id(b)])
 want = {m: {p for p in range(PARTITIONS) if ids[(len(ids) - 1 - p) % 2] == m} for m in ids}
 check({member_id(a): shares[0], member_id(b): shares[1]} == want, f"shares {shares} for {ids}, want {want}")
@@ -141,6 +159,7 @@ for c in (a, b):
 admin.alter_group_offsets(STANDALONE, {TopicPartition(TOPIC, p): OffsetAndMetadata(7 + p, f"kept {p} ✓", 5)
                                        for p in range(PARTITIONS)})
 both = admin.list_group_offsets({GROUP: None, STANDALONE: None})
+check(set(both) == {GROUP, STANDALONE}, f"groups {list(both)}")
 check({tp: (o.offset, o.metadata, o.leader_epoch) for tp, o in both[GROUP].items()}
       == {TopicPartition(TOPIC, p): (RECORDS // PARTITIONS, f"meta {p} ✓", 3) for p in range(PARTITIONS)},
       f"{GROUP!r} committed {both[GROUP]}")
@@ -187,7 +206,7 @@ step("OffsetDelete refused for a subscribed topic; DeleteGroups refused with mem
 for gid in ODD_IDS:
     reads = collections.Counter()
     c = member(gid, "kp-odd")
-    settle([c], reads)
+    settle(gid, [c], reads)
     deadline = time.time() + 20
     while sum(reads.values()) < RECORDS and time.time() < deadline:
         for recs in c.poll(timeout_ms=50).values():
@@ -200,10 +219,10 @@ for gid in ODD_IDS:
 step(f"groups {ODD_IDS} joined, read and committed")
 
 # 6. Static members: one that closes is kept (no LeaveGroup), then removed by instance id.
-static = "kp-static"
+static = f"kp-static {TOPIC}"
 s1 = member(static, "kp-s1", group_instance_id="instance-1")
 s2 = member(static, "kp-s2", group_instance_id="instance-2")
-settle([s1, s2], collections.Counter())
+settle(static, [s1, s2], collections.Counter())
 s1.close()
 time.sleep(1)
 d = admin.describe_groups([static])[static]
@@ -213,7 +232,7 @@ removed = admin.remove_group_members(static, [MemberToRemove(group_instance_id="
                                               MemberToRemove(group_instance_id="instance-9")])
 check({k: v for k, v in removed.items()} == {"instance-1": Errors.NoError, "instance-9": Errors.UnknownMemberIdError},
       f"LeaveGroup by instance id: {removed}")
-shares = settle([s2], collections.Counter())
+shares = settle(static, [s2], collections.Counter())
 check(shares == [set(range(PARTITIONS))], f"the remaining member took every partition: {shares}")
 d = admin.describe_groups([static])[static]
 check([m["group_instance_id"] for m in d["members"]] == ["instance-2"], f"{d}")
