@@ -10,8 +10,9 @@
 //! - `context`: what every request handler may reach (the handle, the configuration and
 //!   the listener-wide state); handlers take it, never the listener.
 //! - [`data`] (Produce, Fetch, ListOffsets), [`admin`] (Metadata, CreateTopics,
-//!   DeleteTopics, FindCoordinator, InitProducerId), [`groups`] (the classic consumer group
-//!   protocol mapped onto the engine's group coordinator; its requests in `groups::requests`).
+//!   DeleteTopics, FindCoordinator, InitProducerId), [`groups`] (Kafka's classic consumer
+//!   group protocol, run by the engine's group coordinator; membership, offsets and group
+//!   admin requests in `groups::{membership, offsets, admin}`).
 //! - `transactions`: the transaction coordinator (transactional ids, AddPartitionsToTxn,
 //!   AddOffsetsToTxn, TxnOffsetCommit, EndTxn writing the markers), its state persisted
 //!   in the internal topic `__transaction_state` and recovered when the listener starts;

@@ -68,6 +68,7 @@ pub(super) fn tick(state: &Rc<RefCell<ShardState>>) {
     st.groups.expire(now);
     let empty = st.groups.classic.tick(now);
     deliver(&mut st);
+    // (`tick` lists only groups nobody is about to join.)
     for g in empty {
         if !st.committed.contains_key(&g) {
             st.groups.classic.forget_if_empty(&g);

@@ -356,10 +356,11 @@ impl ClassicGroups {
         Some(g.check_commit(member, instance, generation, now))
     }
 
-    /// Whether the group exists here with members (or members still to join).
+    /// Whether the group exists here with members (not counting new members told to
+    /// come back with their member id: Kafka deletes a group they wait to join).
     #[must_use]
     pub fn has_members(&self, group: &str) -> bool {
-        self.groups.get(group).is_some_and(|g| !g.members.is_empty() || !g.pending.is_empty())
+        self.groups.get(group).is_some_and(|g| !g.members.is_empty())
     }
 
     /// Whether the coordinator knows the group (in any state).
@@ -368,9 +369,10 @@ impl ClassicGroups {
         self.groups.contains_key(group)
     }
 
-    /// Forgets an empty group (DeleteGroups, or an empty group with nothing committed).
+    /// Forgets an empty group (DeleteGroups, or an empty group with nothing committed);
+    /// a member id handed out to come back with is forgotten with it.
     pub fn forget_if_empty(&mut self, group: &str) -> bool {
-        let empty = self.groups.get(group).is_some_and(|g| g.state == GroupState::Empty && g.pending.is_empty());
+        let empty = self.groups.get(group).is_some_and(|g| g.state == GroupState::Empty);
         if empty {
             self.groups.remove(group);
         }
