@@ -130,6 +130,15 @@ pub enum EngineError {
         /// The group's generation.
         current: u32,
     },
+    /// A consumer group refused a request, for a reason Kafka's group protocol names.
+    #[error("group {group:?}: {source}")]
+    Group {
+        /// The group.
+        group: String,
+        /// Why.
+        #[source]
+        source: GroupError,
+    },
     /// The engine is shutting down or a shard has stopped.
     #[error("the engine is shut down")]
     ShutDown,
@@ -145,6 +154,49 @@ impl EngineError {
             source => EngineError::Log { topic: topic.to_string(), partition, source },
         }
     }
+}
+
+/// Why a consumer group refused a request: the cases of Kafka's group protocol, each of
+/// which a Kafka client answers in its own way (rejoin, give up, retry with the id given).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum GroupError {
+    /// The member is not in the group (it left, was removed, or never joined): rejoin.
+    #[error("member {0:?} is not in the group")]
+    UnknownMember(String),
+    /// The request names another generation than the group's.
+    #[error("generation {got}, the group is at {current}")]
+    IllegalGeneration {
+        /// The request's.
+        got: i32,
+        /// The group's.
+        current: i32,
+    },
+    /// The group is rebalancing: rejoin.
+    #[error("the group is rebalancing")]
+    RebalanceInProgress,
+    /// The member's protocol type or protocols do not fit the group's, or the group is
+    /// run by the other kind of member (engine consumers or Kafka clients).
+    #[error("inconsistent group protocol: {0}")]
+    InconsistentProtocol(String),
+    /// Another member now holds this static member's instance id.
+    #[error("instance id {0:?} is held by a newer member")]
+    FencedInstance(String),
+    /// A new member must join again with the member id given (Kafka's KIP-394).
+    #[error("join again as member {0:?}")]
+    MemberIdRequired(String),
+    /// The group has as many members as it may.
+    #[error("the group has {0} members, its limit")]
+    MaxSize(usize),
+    /// The group still has members.
+    #[error("the group has members")]
+    NonEmpty,
+    /// The group has no members and no committed offsets.
+    #[error("no such group")]
+    NotFound,
+    /// The group's members are subscribed to the topic (its offsets cannot be deleted).
+    #[error("the group is subscribed to topic {0:?}")]
+    SubscribedToTopic(String),
 }
 
 /// The engine's result type.

@@ -28,7 +28,7 @@ pub use client::producer::IdempotentProducer;
 pub use config::{EngineConfig, TopicConfig};
 pub use engine::groups::PartitionLag;
 pub use engine::{Engine, EngineHandle, TopicDescription};
-pub use error::{EngineError, Result};
+pub use error::{EngineError, GroupError, Result};
 pub use record::{OwnedHeader, OwnedRecord, PackedRecords};
 pub use shard::CleanerStats;
 pub use topic::names::{NameError, validate_name};

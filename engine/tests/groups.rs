@@ -197,5 +197,13 @@ fn committed_offsets_survive_a_restart_and_groups_are_independent() {
     let reset = block_on(h.reset_offsets("first", "t", SeekTo::Offset(Offset(7)))).unwrap();
     assert!(reset.iter().all(|(_, _, o)| *o == Offset(7)));
     assert!(matches!(block_on(h.reset_offsets("first", "nope", SeekTo::Earliest)), Err(EngineError::UnknownTopic(_))));
-    assert!(matches!(block_on(h.committed_offsets("../bad")), Err(EngineError::InvalidName(_))));
+    // Group ids are any string (Kafka's rule) and never a path: `..` and `a/b` are just
+    // groups with nothing committed; only joining needs a non-empty id.
+    for id in ["..", "../bad", "a/b", "roundrobin,range", "grüppe"] {
+        assert_eq!(block_on(h.committed_offsets(id)).unwrap(), Default::default(), "{id:?}");
+    }
+    assert!(matches!(
+        block_on(GroupConsumer::join(h.clone(), "", &["t"], options("range"), None)),
+        Err(EngineError::InvalidName(_))
+    ));
 }

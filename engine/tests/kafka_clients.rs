@@ -244,6 +244,33 @@ fn kafka_python_admin_idempotent_produce_group_commit_and_seek_by_time() {
     run_script("kafka_python_client.py", "kafka", "kp");
 }
 
+#[test]
+fn kafka_python_groups_with_its_own_assignor_commit_metadata_admin_apis_and_static_removal() {
+    need_python_module("kafka");
+    let mut s = Served::start("kpgroups");
+    let script_run = |s: &Served, args: &[&str]| {
+        let (ok, out, err) = run(
+            Command::new(python()).arg(script("kafka_python_groups.py")).arg(s.bootstrap()).arg("kpg").args(args),
+            b"",
+            Duration::from_secs(180),
+        );
+        println!("{out}");
+        assert!(
+            ok && out.trim_end().ends_with("OK"),
+            "kafka_python_groups.py {args:?} failed\nstdout:\n{out}\nstderr:\n{err}"
+        );
+    };
+    script_run(&s, &[]);
+    // What was committed, with its metadata and leader epochs, survives a restart.
+    s.restart();
+    script_run(&s, &["after-restart"]);
+}
+
+#[test]
+fn confluent_kafka_static_members_come_back_without_a_rebalance_and_cooperative_sticky_hands_over() {
+    run_script("confluent_groups.py", "confluent_kafka", "ckgroups");
+}
+
 /// The values kcat reads from every partition of `topic` to its end at an isolation level.
 fn kcat_values(bootstrap: &str, topic: &str, isolation: &str) -> Vec<String> {
     let (ok, out, err) = run(

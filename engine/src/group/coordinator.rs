@@ -12,12 +12,22 @@
 //!
 //! This is a pure state machine: time comes in as `now`, partition counts as a map. It
 //! lives on the shard that owns the group's partition of the offsets topic.
+//!
+//! Kafka clients' groups run Kafka's classic protocol instead ([`classic`], where a
+//! client leader assigns). A group id is one or the other while it has members: an
+//! engine consumer cannot join a group with Kafka client members, nor a Kafka client one
+//! with engine consumers (INCONSISTENT_GROUP_PROTOCOL for the client), because neither
+//! kind can take part in the other's assignment. Committed offsets are shared: a group
+//! emptied of one kind may be joined by the other and resumes at its offsets.
+//!
+//! [`classic`]: crate::group::classic
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
-use crate::error::{EngineError, Result};
+use crate::error::{EngineError, GroupError, Result};
 use crate::group::assignor::{Assignment, MemberId, Subscription, TopicPartition, by_name};
+use crate::group::classic::{ClassicGroups, ClassicJoin, Ticket};
 
 /// A member's view after a join or a heartbeat.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -43,6 +53,37 @@ pub struct GroupDescription {
     pub members: Vec<(MemberId, Vec<String>, Vec<TopicPartition>)>,
 }
 
+/// A group as the Kafka listener's DescribeGroups, OffsetDelete and DeleteGroups see it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GroupView {
+    /// The engine consumers' group, if the coordinator knows one.
+    pub engine: Option<GroupDescription>,
+    /// The Kafka clients' group, if the coordinator knows one.
+    pub classic: Option<crate::group::classic::ClassicDescription>,
+    /// Whether the group has committed offsets.
+    pub has_offsets: bool,
+}
+
+impl GroupView {
+    /// Whether the group exists: known to the coordinator, or holding offsets.
+    #[must_use]
+    pub fn exists(&self) -> bool {
+        self.engine.is_some() || self.classic.is_some() || self.has_offsets
+    }
+}
+
+/// A group as ListGroups shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupOverview {
+    /// The group.
+    pub group: String,
+    /// Kafka's name of its state (`Empty`, `Stable`, ...).
+    pub state: &'static str,
+    /// Its members' protocol type (`consumer` for the engine's own; empty for a group with
+    /// committed offsets only).
+    pub protocol_type: String,
+}
+
 #[derive(Debug)]
 struct Member {
     topics: Vec<String>,
@@ -66,6 +107,42 @@ struct Group {
 #[derive(Debug, Default)]
 pub struct GroupCoordinator {
     groups: HashMap<String, Group>,
+    /// The groups of Kafka clients.
+    pub classic: ClassicGroups,
+}
+
+/// Who commits offsets, which decides how the commit is checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CommitAuth {
+    /// Not a member (Kafka's generation -1): accepted while the group has no members.
+    Standalone,
+    /// A member, at the generation it is in (and, if static, with its instance id).
+    Member {
+        /// The member.
+        member: MemberId,
+        /// Its generation; negative for none (then accepted while the group is empty).
+        generation: i32,
+        /// Its instance id, if static.
+        instance: Option<String>,
+    },
+    /// Offsets a committed transaction carries: written as decided, unchecked (as Kafka
+    /// writes them when the transaction commits).
+    Transaction,
+}
+
+impl CommitAuth {
+    /// The engine consumer's form: a member and generation, or none.
+    #[must_use]
+    pub fn of(member: Option<(&MemberId, u32)>) -> CommitAuth {
+        match member {
+            None => CommitAuth::Standalone,
+            Some((m, g)) => CommitAuth::Member {
+                member: m.clone(),
+                generation: i32::try_from(g).unwrap_or(i32::MAX),
+                instance: None,
+            },
+        }
+    }
 }
 
 /// Parameters of a join.
@@ -98,6 +175,15 @@ impl GroupCoordinator {
         }
         if req.topics.is_empty() {
             return Err(EngineError::InvalidConfig("a member must subscribe to at least one topic".into()));
+        }
+        if self.classic.has_members(group) {
+            return Err(EngineError::Group {
+                group: group.to_string(),
+                source: GroupError::InconsistentProtocol(
+                    "the group's members are Kafka clients (the classic protocol); an engine consumer cannot join it"
+                        .into(),
+                ),
+            });
         }
         let g = self.groups.entry(group.to_string()).or_insert_with(|| Group {
             generation: 0,
@@ -206,16 +292,45 @@ impl GroupCoordinator {
         evicted
     }
 
-    /// Checks that a commit comes from a current member of the current generation, or from
-    /// outside the group while it has no members (as Kafka allows standalone commits).
-    pub fn check_commit(&self, group: &str, member: Option<(&MemberId, u32)>) -> Result<()> {
+    /// A Kafka client's JoinGroup (see [`ClassicGroups::join`]); refused at once if engine
+    /// consumers hold the group.
+    pub fn classic_join(
+        &mut self,
+        group: &str,
+        req: ClassicJoin,
+        ticket: Ticket,
+        now: Instant,
+    ) -> std::result::Result<(), GroupError> {
+        if self.groups.get(group).is_some_and(|g| !g.members.is_empty()) {
+            return Err(GroupError::InconsistentProtocol(
+                "the group's members are the engine's own consumers; a Kafka client cannot join it".into(),
+            ));
+        }
+        self.classic.join(group, req, ticket, now);
+        Ok(())
+    }
+
+    /// Checks a commit as Kafka does: from a current member at the current generation, or
+    /// from outside the group (no generation) while it has no members. A member's commit
+    /// keeps its session alive.
+    pub fn check_commit(&mut self, group: &str, auth: &CommitAuth, now: Instant) -> Result<()> {
+        let (member, instance, generation) = match auth {
+            CommitAuth::Transaction => return Ok(()),
+            CommitAuth::Standalone => (None, None, -1),
+            CommitAuth::Member { member, generation, instance } => (Some(member), instance.as_deref(), *generation),
+        };
+        let engine_members = self.groups.get(group).is_some_and(|g| !g.members.is_empty());
+        if !engine_members && let Some(r) = self.classic.check_commit(group, member, instance, generation, now) {
+            return r.map_err(|source| EngineError::Group { group: group.to_string(), source });
+        }
+        let member = member.filter(|_| generation >= 0).map(|m| (m, generation as u32));
         let g = self.groups.get(group);
         match (g, member) {
             (None, None) => Ok(()),
             (Some(g), None) if g.members.is_empty() => Ok(()),
-            (Some(_), None) => Err(EngineError::InvalidConfig(format!(
-                "group {group:?} has active members: only they may commit, or stop them first"
-            ))),
+            (Some(_), None) => {
+                Err(EngineError::Group { group: group.to_string(), source: GroupError::UnknownMember(String::new()) })
+            }
             (None, Some((m, _))) => Err(unknown_member(group, m)),
             (Some(g), Some((m, generation))) => {
                 if !g.members.contains_key(m) {
@@ -232,6 +347,28 @@ impl GroupCoordinator {
                 Ok(())
             }
         }
+    }
+
+    /// Whether the group has members, of either kind.
+    #[must_use]
+    pub fn has_members(&self, group: &str) -> bool {
+        self.groups.get(group).is_some_and(|g| !g.members.is_empty()) || self.classic.has_members(group)
+    }
+
+    /// Forgets a group with no members (DeleteGroups); false if it has members.
+    pub fn forget(&mut self, group: &str) -> bool {
+        if self.has_members(group) {
+            return false;
+        }
+        self.groups.remove(group);
+        self.classic.forget_if_empty(group);
+        true
+    }
+
+    /// Whether the coordinator knows the group, of either kind, with members or not.
+    #[must_use]
+    pub fn knows(&self, group: &str) -> bool {
+        self.groups.contains_key(group) || self.classic.contains(group)
     }
 
     /// A group's members and assignment, if the coordinator knows it.
@@ -364,9 +501,11 @@ mod tests {
         // A rejoin with the same subscription is not a rebalance.
         assert_eq!(join(&mut c, Some(a.member.clone()), t0).generation, 2);
         // Stale commits are refused, current ones accepted.
-        assert!(matches!(c.check_commit("g", Some((&a.member, 1))), Err(EngineError::StaleGeneration { .. })));
-        c.check_commit("g", Some((&a.member, 2))).unwrap();
-        assert!(c.check_commit("g", None).is_err(), "standalone commits only when the group is empty");
+        let commit = |m: &MemberId, g| CommitAuth::of(Some((m, g)));
+        assert!(matches!(c.check_commit("g", &commit(&a.member, 1), t0), Err(EngineError::StaleGeneration { .. })));
+        c.check_commit("g", &commit(&a.member, 2), t0).unwrap();
+        assert!(c.check_commit("g", &CommitAuth::Standalone, t0).is_err(), "standalone commits only when empty");
+        c.check_commit("g", &CommitAuth::Transaction, t0).unwrap();
         // Session timeout: b stops heartbeating and is evicted.
         let later = t0 + Duration::from_millis(150);
         c.heartbeat("g", &a.member, parts(), t0 + Duration::from_millis(90)).unwrap();
@@ -378,7 +517,7 @@ mod tests {
         assert!(matches!(c.heartbeat("g", &b.member, parts(), later), Err(EngineError::UnknownMember { .. })));
         c.leave("g", &a.member).unwrap();
         check_exclusive(&c);
-        c.check_commit("g", None).unwrap();
+        c.check_commit("g", &CommitAuth::Standalone, later).unwrap();
     }
 
     #[test]
@@ -390,6 +529,47 @@ mod tests {
         more.insert("a".into(), 6);
         let s = c.heartbeat("g", &a.member, more, t0).unwrap();
         assert_eq!((s.generation, s.assignment.len()), (2, 8));
+    }
+
+    #[test]
+    fn a_group_is_run_by_engine_consumers_or_by_kafka_clients_not_both() {
+        use crate::group::classic::{ClassicJoin, Outcome, Protocol};
+        let mut c = GroupCoordinator::default();
+        let t0 = Instant::now();
+        let kafka = |member: Option<MemberId>| ClassicJoin {
+            member,
+            instance: None,
+            client_id: "c".into(),
+            client_host: "/127.0.0.1".into(),
+            session_timeout: Duration::from_millis(100),
+            rebalance_timeout: Duration::from_millis(100),
+            protocol_type: "consumer".into(),
+            protocols: vec![Protocol { name: "range".into(), metadata: bytes::Bytes::new() }],
+            require_known_member: false,
+            supports_skip_assignment: false,
+        };
+        let a = join(&mut c, None, t0);
+        assert!(matches!(c.classic_join("g", kafka(None), 1, t0), Err(GroupError::InconsistentProtocol(_))));
+        c.leave("g", &a.member).unwrap();
+        // Emptied, the group takes a Kafka client; then engine consumers are refused.
+        c.classic_join("g", kafka(None), 2, t0).unwrap();
+        let joined = c.classic.take_completions();
+        assert!(matches!(&joined[0].outcome, Outcome::Join(Ok(r)) if r.generation == 1), "{joined:?}");
+        let refused = c.join(
+            "g",
+            JoinRequest {
+                member: None,
+                topics: vec!["a".into()],
+                session_timeout: Duration::from_secs(1),
+                assignor: "range".into(),
+            },
+            parts(),
+            t0,
+        );
+        assert!(matches!(refused, Err(EngineError::Group { source: GroupError::InconsistentProtocol(_), .. })));
+        // Commits are checked by the classic group now.
+        assert!(c.check_commit("g", &CommitAuth::Standalone, t0).is_err());
+        assert!(c.has_members("g") && !c.forget("g"));
     }
 
     #[test]

@@ -315,10 +315,8 @@ pub(crate) fn find_coordinator(
 ) -> FindCoordinatorResponse {
     let mut resp = FindCoordinatorResponse::default();
     let (c, message) = match req.key_type {
-        0 => match validate_name("group", req.key.as_str()) {
-            Ok(()) => (code::NONE, None),
-            Err(e) => (code::INVALID_GROUP_ID, Some(e.to_string())),
-        },
+        // Any group id, as Kafka: it is hashed to an offsets partition, never a path.
+        0 => (code::NONE, None),
         1 if req.key.is_empty() => (code::INVALID_REQUEST, Some("an empty transactional id".to_string())),
         1 => (code::NONE, None),
         k => (code::INVALID_REQUEST, Some(format!("coordinator key type {k}"))),

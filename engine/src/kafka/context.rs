@@ -1,16 +1,15 @@
 //! What every connection of the listener shares, and all a request handler may reach:
 //! the engine handle, the listener's configuration, and the listener-wide state (the
-//! transaction coordinator, the stable-offset index, the groups' join barriers). The
-//! handlers take this, never the listener; it depends on the state types only, not on
-//! any handler.
+//! transaction coordinator, the stable-offset index). The handlers take this, never the
+//! listener; it depends on the state types only, not on any handler. (Consumer groups
+//! keep no state here: their coordinator is the engine's.)
 
-use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::KafkaConfig;
-use super::groups::JoinBarrier;
 use super::stable::StableIndex;
 use super::transactions::TransactionCoordinator;
 use crate::engine::EngineHandle;
@@ -26,8 +25,6 @@ pub(crate) struct Context {
     pub(crate) txns: TransactionCoordinator,
     /// Last stable offsets and aborted transactions for read_committed fetches.
     pub(crate) stable: StableIndex,
-    /// Each group's join barrier (`groups::JoinBarrier`).
-    pub(crate) joins: Mutex<HashMap<String, JoinBarrier>>,
     /// Connection and request failures, written to stderr with a rate limit.
     pub(crate) errors: ErrorLog,
 }
@@ -74,16 +71,28 @@ impl ErrorLog {
     }
 }
 
-impl Context {
-    /// The groups' join barriers, locked (a panic elsewhere leaves them usable).
-    pub(crate) fn joins(&self) -> MutexGuard<'_, HashMap<String, JoinBarrier>> {
-        self.joins.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+/// A client's address as Kafka writes it (Java's `InetAddress.toString()` of an address
+/// with no host name): `/127.0.0.1`, or every IPv6 group in hex, `/0:0:0:0:0:0:0:1`.
+pub(crate) fn kafka_host(addr: &SocketAddr) -> String {
+    match addr.ip() {
+        IpAddr::V4(ip) => format!("/{ip}"),
+        IpAddr::V6(ip) => {
+            let groups: Vec<String> = ip.segments().iter().map(|s| format!("{s:x}")).collect();
+            format!("/{}", groups.join(":"))
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hosts_are_written_as_kafka_writes_them() {
+        assert_eq!(kafka_host(&"127.0.0.1:9092".parse().unwrap()), "/127.0.0.1");
+        assert_eq!(kafka_host(&"[::1]:9092".parse().unwrap()), "/0:0:0:0:0:0:0:1");
+        assert_eq!(kafka_host(&"[fe80::1:2]:1".parse().unwrap()), "/fe80:0:0:0:0:0:1:2");
+    }
 
     #[test]
     fn the_error_log_writes_a_burst_per_window_and_counts_the_rest() {

@@ -57,14 +57,14 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ListOffsets, 1, 6),
     (ApiKey::Metadata, 0, 12),
     (ApiKey::OffsetCommit, 2, 8),
-    (ApiKey::OffsetFetch, 1, 7),
+    (ApiKey::OffsetFetch, 1, 8),
     (ApiKey::FindCoordinator, 0, 3),
     (ApiKey::JoinGroup, 0, 9),
     (ApiKey::Heartbeat, 0, 4),
     (ApiKey::LeaveGroup, 0, 5),
     (ApiKey::SyncGroup, 0, 5),
     (ApiKey::DescribeGroups, 0, 5),
-    (ApiKey::ListGroups, 0, 4),
+    (ApiKey::ListGroups, 0, 5),
     (ApiKey::ApiVersions, 0, 3),
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DeleteTopics, 1, 6),
@@ -79,6 +79,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::DescribeCluster, 0, 2),
+    (ApiKey::DeleteGroups, 0, 2),
+    (ApiKey::OffsetDelete, 0, 0),
 ];
 
 fn supported(key: i16) -> Option<(ApiKey, i16, i16)> {
@@ -124,10 +126,11 @@ pub(crate) fn encode(api: ApiKey, version: i16, correlation_id: i32, body: &Resp
     Ok(Some(buf.to_vec()))
 }
 
-/// Parses a frame and starts its handler.
-pub(crate) fn handle(ctx: &Arc<Context>, frame: Bytes) -> Handled {
+/// Parses a frame from the client at `host` (as Kafka writes it: `/127.0.0.1`) and starts
+/// its handler.
+pub(crate) fn handle(ctx: &Arc<Context>, frame: Bytes, host: &Arc<str>) -> Handled {
     match parse(frame) {
-        Ok((api, version, header, request)) => start(ctx, api, version, header, request),
+        Ok((api, version, header, request)) => start(ctx, api, version, header, request, host),
         Err(handled) => handled,
     }
 }
@@ -171,8 +174,19 @@ fn parse(frame: Bytes) -> Result<(ApiKey, i16, RequestHeader, RequestKind), Hand
 }
 
 /// Starts the handler of a parsed request: its answer now, or the work that makes it.
-fn start(ctx: &Arc<Context>, api: ApiKey, version: i16, header: RequestHeader, request: RequestKind) -> Handled {
+fn start(
+    ctx: &Arc<Context>,
+    api: ApiKey,
+    version: i16,
+    header: RequestHeader,
+    request: RequestKind,
+    host: &Arc<str>,
+) -> Handled {
     let ctx = ctx.clone();
+    let client = groups::Client {
+        id: header.client_id.as_ref().map(|c| c.as_str().to_string()).unwrap_or_default(),
+        host: host.clone(),
+    };
     let done = move |body: ResponseKind| encode(api, version, header.correlation_id, &body);
     match request {
         RequestKind::ApiVersions(_) => Handled::Ready(done(ResponseKind::ApiVersions(api_versions_body(0)))),
@@ -231,35 +245,41 @@ fn start(ctx: &Arc<Context>, api: ApiKey, version: i16, header: RequestHeader, r
         RequestKind::AddOffsetsToTxn(req) => {
             Handled::Ready(done(ResponseKind::AddOffsetsToTxn(transactions::requests::add_offsets(&ctx, req))))
         }
-        RequestKind::TxnOffsetCommit(req) => {
-            Handled::Ready(done(ResponseKind::TxnOffsetCommit(transactions::requests::txn_offset_commit(&ctx, req))))
-        }
+        RequestKind::TxnOffsetCommit(req) => Handled::Working(Box::pin(async move {
+            done(ResponseKind::TxnOffsetCommit(transactions::requests::txn_offset_commit(&ctx, req, version).await))
+        })),
         RequestKind::EndTxn(req) => Handled::Working(Box::pin(async move {
             done(ResponseKind::EndTxn(transactions::requests::end_txn(&ctx, req).await))
         })),
         RequestKind::JoinGroup(req) => Handled::Working(Box::pin(async move {
-            done(ResponseKind::JoinGroup(groups::requests::join(&ctx, req, version).await))
+            done(ResponseKind::JoinGroup(groups::membership::join(&ctx, req, version, &client).await))
         })),
         RequestKind::SyncGroup(req) => Handled::Working(Box::pin(async move {
-            done(ResponseKind::SyncGroup(groups::requests::sync(&ctx, req, version).await))
+            done(ResponseKind::SyncGroup(groups::membership::sync(&ctx, req, version).await))
         })),
         RequestKind::Heartbeat(req) => Handled::Working(Box::pin(async move {
-            done(ResponseKind::Heartbeat(groups::requests::heartbeat(&ctx, req).await))
+            done(ResponseKind::Heartbeat(groups::membership::heartbeat(&ctx, req, version).await))
         })),
         RequestKind::LeaveGroup(req) => Handled::Working(Box::pin(async move {
-            done(ResponseKind::LeaveGroup(groups::requests::leave(&ctx, req, version).await))
+            done(ResponseKind::LeaveGroup(groups::membership::leave(&ctx, req, version).await))
         })),
         RequestKind::OffsetCommit(req) => Handled::Working(Box::pin(async move {
-            done(ResponseKind::OffsetCommit(groups::requests::offset_commit(&ctx, req).await))
+            done(ResponseKind::OffsetCommit(groups::offsets::commit(&ctx, req, version).await))
         })),
         RequestKind::OffsetFetch(req) => Handled::Working(Box::pin(async move {
-            done(ResponseKind::OffsetFetch(groups::requests::offset_fetch(&ctx, req).await))
+            done(ResponseKind::OffsetFetch(groups::offsets::fetch(&ctx, req, version).await))
+        })),
+        RequestKind::OffsetDelete(req) => Handled::Working(Box::pin(async move {
+            done(ResponseKind::OffsetDelete(groups::offsets::delete(&ctx, req).await))
         })),
         RequestKind::ListGroups(req) => Handled::Working(Box::pin(async move {
-            done(ResponseKind::ListGroups(groups::requests::list(&ctx, req, version).await))
+            done(ResponseKind::ListGroups(groups::admin::list(&ctx, req, version).await))
         })),
         RequestKind::DescribeGroups(req) => Handled::Working(Box::pin(async move {
-            done(ResponseKind::DescribeGroups(groups::requests::describe(&ctx, req, version).await))
+            done(ResponseKind::DescribeGroups(groups::admin::describe(&ctx, req, version).await))
+        })),
+        RequestKind::DeleteGroups(req) => Handled::Working(Box::pin(async move {
+            done(ResponseKind::DeleteGroups(groups::admin::delete(&ctx, req).await))
         })),
         _ => Handled::Close(format!("no handler for {api:?}")),
     }

@@ -1,6 +1,6 @@
 //! Engine errors as Kafka error codes.
 
-use crate::error::EngineError;
+use crate::error::{EngineError, GroupError};
 use crate::producer_state::SequenceError;
 use crate::topic::names::NameError;
 use sluice_io::LogError;
@@ -23,6 +23,8 @@ pub mod code {
     pub const INVALID_REQUIRED_ACKS: i16 = 21;
     /// A record is larger than the topic accepts.
     pub const MESSAGE_TOO_LARGE: i16 = 10;
+    /// Commit metadata longer than the broker keeps (4 KiB).
+    pub const OFFSET_METADATA_TOO_LARGE: i16 = 12;
     /// The coordinator is not available (the engine is shutting down).
     pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
     /// The topic name is not valid.
@@ -66,8 +68,18 @@ pub mod code {
     pub const UNSUPPORTED_COMPRESSION_TYPE: i16 = 76;
     /// A topic id that is not known (sluice has none).
     pub const UNKNOWN_TOPIC_ID: i16 = 100;
+    /// The group still has members.
+    pub const NON_EMPTY_GROUP: i16 = 68;
     /// The group has no committed offsets or members.
     pub const GROUP_ID_NOT_FOUND: i16 = 69;
+    /// A new member must join again with the member id given (JoinGroup v4+).
+    pub const MEMBER_ID_REQUIRED: i16 = 79;
+    /// The group has as many members as it may.
+    pub const GROUP_MAX_SIZE_REACHED: i16 = 81;
+    /// A newer member holds the static member's instance id.
+    pub const FENCED_INSTANCE_ID: i16 = 82;
+    /// The group's members consume the topic whose offsets were to be deleted.
+    pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
     /// The transactional id is not allowed (refused by this listener).
     pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
     /// The request does not fit the transaction's state (no transaction, or a partition
@@ -112,7 +124,25 @@ pub fn of(e: &EngineError) -> i16 {
         },
         EngineError::UnknownGroup(_) | EngineError::UnknownMember { .. } => code::UNKNOWN_MEMBER_ID,
         EngineError::StaleGeneration { .. } => code::ILLEGAL_GENERATION,
+        EngineError::Group { source, .. } => of_group(source),
         EngineError::ShutDown => code::COORDINATOR_NOT_AVAILABLE,
         _ => code::UNKNOWN_SERVER_ERROR,
+    }
+}
+
+/// The Kafka error code of a group's refusal.
+#[must_use]
+pub fn of_group(e: &GroupError) -> i16 {
+    match e {
+        GroupError::UnknownMember(_) => code::UNKNOWN_MEMBER_ID,
+        GroupError::IllegalGeneration { .. } => code::ILLEGAL_GENERATION,
+        GroupError::RebalanceInProgress => code::REBALANCE_IN_PROGRESS,
+        GroupError::InconsistentProtocol(_) => code::INCONSISTENT_GROUP_PROTOCOL,
+        GroupError::FencedInstance(_) => code::FENCED_INSTANCE_ID,
+        GroupError::MemberIdRequired(_) => code::MEMBER_ID_REQUIRED,
+        GroupError::MaxSize(_) => code::GROUP_MAX_SIZE_REACHED,
+        GroupError::NonEmpty => code::NON_EMPTY_GROUP,
+        GroupError::NotFound => code::GROUP_ID_NOT_FOUND,
+        GroupError::SubscribedToTopic(_) => code::GROUP_SUBSCRIBED_TO_TOPIC,
     }
 }

@@ -87,7 +87,12 @@ const OFFSET_COMMIT: &[F] = &[
     until(4, I64),
     all(Arr(&[all(Str), all(Arr(&[all(I32), all(I64), since(6, I32), all(Str)]))])),
 ];
-const OFFSET_FETCH: &[F] = &[until(7, Str), until(7, Arr(&[all(Str), all(ArrI32)])), since(7, I8)];
+const OFFSET_FETCH: &[F] = &[
+    until(7, Str),
+    until(7, Arr(&[all(Str), all(ArrI32)])),
+    since(8, Arr(&[all(Str), since(9, Str), since(9, I32), all(Arr(&[all(Str), all(ArrI32)]))])),
+    since(7, I8),
+];
 const FIND_COORDINATOR: &[F] = &[until(3, Str), since(1, I8)];
 const JOIN_GROUP: &[F] = &[
     all(Str),
@@ -119,6 +124,8 @@ const ADD_PARTITIONS_TO_TXN: &[F] =
     &[until(3, Str), until(3, I64), until(3, I16), until(3, Arr(&[all(Str), all(ArrI32)]))];
 const ADD_OFFSETS_TO_TXN: &[F] = &[all(Str), all(I64), all(I16), all(Str)];
 const END_TXN: &[F] = &[all(Str), all(I64), all(I16), all(I8)];
+const DELETE_GROUPS: &[F] = &[all(ArrStr)];
+const OFFSET_DELETE: &[F] = &[all(Str), all(Arr(&[all(Str), all(Arr(&[all(I32)]))]))];
 const TXN_OFFSET_COMMIT: &[F] = &[
     all(Str),
     all(Str),
@@ -166,6 +173,9 @@ fn schema(api_key: i16) -> Option<(&'static [F], i16)> {
         37 => (CREATE_PARTITIONS, 2),
         44 => (INCREMENTAL_ALTER_CONFIGS, 1),
         60 => (DESCRIBE_CLUSTER, 0),
+        42 => (DELETE_GROUPS, 2),
+        // Never flexible.
+        47 => (OFFSET_DELETE, i16::MAX),
         _ => return None,
     })
 }
@@ -414,12 +424,36 @@ mod tests {
                 enc(&r, &mut buf, version)
             }
             ApiKey::OffsetFetch => {
-                let mut t = offset_fetch_request::OffsetFetchRequestTopic::default();
-                t.name = topic;
-                t.partition_indexes = vec![0, 1];
                 let mut r = OffsetFetchRequest::default();
+                if version >= 8 {
+                    let mut t = offset_fetch_request::OffsetFetchRequestTopics::default();
+                    t.name = topic;
+                    t.partition_indexes = vec![0, 1];
+                    let mut g = offset_fetch_request::OffsetFetchRequestGroup::default();
+                    g.group_id = GroupId(s("g"));
+                    g.topics = Some(vec![t]);
+                    r.groups = vec![g];
+                } else {
+                    let mut t = offset_fetch_request::OffsetFetchRequestTopic::default();
+                    t.name = topic;
+                    t.partition_indexes = vec![0, 1];
+                    r.group_id = GroupId(s("g"));
+                    r.topics = Some(vec![t]);
+                }
+                enc(&r, &mut buf, version)
+            }
+            ApiKey::DeleteGroups => {
+                let mut r = DeleteGroupsRequest::default();
+                r.groups_names = vec![GroupId(s("g")), GroupId(s("roundrobin,range"))];
+                enc(&r, &mut buf, version)
+            }
+            ApiKey::OffsetDelete => {
+                let mut t = offset_delete_request::OffsetDeleteRequestTopic::default();
+                t.name = topic;
+                t.partitions = vec![offset_delete_request::OffsetDeleteRequestPartition::default()];
+                let mut r = OffsetDeleteRequest::default();
                 r.group_id = GroupId(s("g"));
-                r.topics = Some(vec![t]);
+                r.topics = vec![t];
                 enc(&r, &mut buf, version)
             }
             ApiKey::FindCoordinator => {
@@ -462,6 +496,9 @@ mod tests {
                 let mut r = ListGroupsRequest::default();
                 if version >= 4 {
                     r.states_filter = vec![s("Stable")];
+                }
+                if version >= 5 {
+                    r.types_filter = vec![s("classic")];
                 }
                 enc(&r, &mut buf, version)
             }

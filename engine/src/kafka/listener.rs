@@ -100,7 +100,6 @@ impl KafkaServer {
             advertised,
             txns,
             stable: super::stable::StableIndex::default(),
-            joins: std::sync::Mutex::default(),
             errors: super::context::ErrorLog::default(),
         });
         let (stop_tx, stop_rx) = async_channel::bounded::<()>(1);
@@ -313,6 +312,8 @@ async fn start(
 }
 
 async fn serve_connection(ctx: Arc<Context>, stream: TcpStream, stop: async_channel::Receiver<()>) {
+    // The peer as DescribeGroups reports it (Kafka's `client_host`).
+    let host: Arc<str> = stream.peer_addr().map(|a| super::context::kafka_host(&a)).unwrap_or_default().into();
     let (mut reader, writer) = futures_lite::io::split(stream);
     let (queue_tx, queue_rx) =
         glommio::channels::local_channel::new_bounded::<Pending>(ctx.config.max_in_flight_per_connection);
@@ -338,7 +339,7 @@ async fn serve_connection(ctx: Arc<Context>, stream: TcpStream, stop: async_chan
                 break;
             }
         };
-        let pending = match dispatch::handle(&ctx, frame) {
+        let pending = match dispatch::handle(&ctx, frame, &host) {
             Handled::Close(reason) => {
                 ctx.errors.report(format_args!("closing a connection: {reason}"));
                 break;

@@ -12,8 +12,9 @@
 //! - [`data`] (Produce, Fetch, ListOffsets), [`admin`] (Metadata, CreateTopics,
 //!   DeleteTopics, CreatePartitions, DeleteRecords, DescribeCluster, FindCoordinator,
 //!   InitProducerId), [`configs`] (DescribeConfigs, AlterConfigs, IncrementalAlterConfigs),
-//!   [`groups`] (the classic consumer group protocol mapped onto the engine's group
-//!   coordinator; its requests in `groups::requests`).
+//!   [`groups`] (Kafka's classic consumer group protocol, run by the engine's group
+//!   coordinator; membership, offsets and group admin requests in
+//!   `groups::{membership, offsets, admin}`).
 //! - `transactions`: the transaction coordinator (transactional ids, AddPartitionsToTxn,
 //!   AddOffsetsToTxn, TxnOffsetCommit, EndTxn writing the markers), its state persisted
 //!   in the internal topic `__transaction_state` and recovered when the listener starts;

@@ -14,7 +14,7 @@ mod request;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use std::path::PathBuf;
 
@@ -25,7 +25,7 @@ use self::partition::{Partition, append, enqueue, fetch, flush_pending, reconfig
 pub(crate) use self::request::{Batching, LocalTask, Reply, Request};
 use crate::error::{EngineError, Result};
 use crate::group::coordinator::GroupCoordinator;
-use crate::group::offsets::{self, Committed};
+use crate::group::offsets::{self, CommittedDetails};
 
 type Key = (String, PartitionId);
 
@@ -36,7 +36,9 @@ struct ShardState {
     /// The consumer groups whose offsets-topic partition lives here.
     groups: GroupCoordinator,
     /// Committed offsets by group, as read from and written to the offsets topic.
-    committed: HashMap<String, Committed>,
+    committed: HashMap<String, CommittedDetails>,
+    /// Kafka clients' JoinGroup and SyncGroup requests waiting for their answers.
+    waiters: groups::Waiters,
     /// What the cleaner has done, and its task queue.
     cleaning: CleanerStats,
     cleaner: Option<glommio::TaskQueueHandle>,
@@ -64,7 +66,7 @@ pub(crate) async fn run(requests: async_channel::Receiver<Request>, settings: Sh
         loop {
             glommio::timer::sleep(EXPIRY_CHECK).await;
             let Some(state) = expiry.upgrade() else { return };
-            state.borrow_mut().groups.expire(Instant::now());
+            groups::tick(&state);
         }
     })
     .detach();

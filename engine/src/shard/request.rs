@@ -8,10 +8,12 @@ use std::time::Duration;
 
 use sluice_io::{AppendInfo, BatchMeta, CleanReport, LogConfig, Offset, OwnedBatches, PartitionId, Timestamp};
 
+use crate::error::GroupError;
 use crate::error::Result;
 use crate::group::assignor::MemberId;
-use crate::group::coordinator::{GroupDescription, JoinRequest, MemberState};
-use crate::group::offsets::Committed;
+use crate::group::classic::{ClassicJoin, ClassicSync, JoinResult, Leaving, SyncResult};
+use crate::group::coordinator::{CommitAuth, GroupOverview, GroupView, JoinRequest, MemberState};
+use crate::group::offsets::{CommittedDetails, OffsetCommit};
 use crate::record::{AppendRecords, OwnedRecord};
 use crate::shard::CleanerStats;
 
@@ -69,20 +71,41 @@ pub(crate) enum Request {
     GroupHeartbeat { group: String, member: MemberId, partitions: BTreeMap<String, u32>, reply: Reply<MemberState> },
     /// A member leaves.
     GroupLeave { group: String, member: MemberId, reply: Reply<()> },
+    /// A Kafka client joins a classic group this shard coordinates (answered once the
+    /// rebalance completes).
+    ClassicJoin { group: String, req: ClassicJoin, reply: Reply<JoinResult> },
+    /// A Kafka client's SyncGroup (answered once the leader's assignment is in).
+    ClassicSync { group: String, req: ClassicSync, reply: Reply<SyncResult> },
+    /// A Kafka client's heartbeat.
+    ClassicHeartbeat { group: String, member: MemberId, instance: Option<String>, generation: i32, reply: Reply<()> },
+    /// Kafka clients leave (each member's result).
+    ClassicLeave { group: String, leaving: Vec<Leaving>, reply: Reply<Vec<Result<(), GroupError>>> },
     /// Commit offsets to the group's partition of the offsets topic.
     GroupCommit {
         group: String,
-        member: Option<(MemberId, u32)>,
+        auth: CommitAuth,
         offsets_partition: PartitionId,
-        offsets: Vec<(String, PartitionId, Offset)>,
+        offsets: Vec<OffsetCommit>,
         reply: Reply<()>,
     },
+    /// Check that a commit would be accepted (TxnOffsetCommit).
+    GroupCheckCommit { group: String, auth: CommitAuth, reply: Reply<()> },
     /// A group's committed offsets.
-    GroupOffsets { group: String, reply: Reply<Committed> },
-    /// A group's members and assignment.
-    GroupDescribe { group: String, reply: Reply<Option<GroupDescription>> },
+    GroupOffsets { group: String, reply: Reply<CommittedDetails> },
+    /// A group's members (of either kind) and whether it has committed offsets.
+    GroupView { group: String, reply: Reply<GroupView> },
     /// The groups this shard coordinates or holds offsets of.
-    GroupList { reply: Reply<Vec<String>> },
+    GroupList { reply: Reply<Vec<GroupOverview>> },
+    /// Delete a group with no members and its committed offsets (Kafka's DeleteGroups).
+    GroupDelete { group: String, offsets_partition: PartitionId, reply: Reply<()> },
+    /// Delete a group's committed offsets of partitions it does not consume (Kafka's
+    /// OffsetDelete); each partition's result.
+    GroupDeleteOffsets {
+        group: String,
+        offsets_partition: PartitionId,
+        partitions: Vec<(String, PartitionId)>,
+        reply: Reply<Vec<Result<(), GroupError>>>,
+    },
     /// Apply retention and compaction to a partition now ([`sluice_io::Log::clean`]), in
     /// the cleaner's task queue.
     Clean { topic: String, partition: PartitionId, reply: Reply<CleanReport> },

@@ -75,6 +75,11 @@ impl Served {
         self.server.as_ref().expect("running").local_addr()
     }
 
+    /// The engine's data directory.
+    pub fn dir(&self) -> &std::path::Path {
+        &self._dir
+    }
+
     /// The engine behind it.
     pub fn handle(&self) -> EngineHandle {
         self.engine.as_ref().expect("running").handle()
@@ -84,5 +89,54 @@ impl Served {
 impl Drop for Served {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// A Kafka client over raw TCP: requests encoded and responses decoded with the
+/// `kafka-protocol` crate, one at a time, with the client id given.
+#[derive(Debug)]
+pub struct RawClient {
+    stream: std::net::TcpStream,
+    correlation: i32,
+    client_id: String,
+}
+
+impl RawClient {
+    /// Connects to `addr` as client `client_id`.
+    pub fn connect(addr: SocketAddr, client_id: &str) -> RawClient {
+        let stream = std::net::TcpStream::connect(addr).expect("connects");
+        stream.set_read_timeout(Some(std::time::Duration::from_secs(30))).expect("timeout");
+        RawClient { stream, correlation: 0, client_id: client_id.to_string() }
+    }
+
+    /// Sends `req` as `api` at `version` and reads its response.
+    pub fn call<Req, Resp>(&mut self, api: kafka_protocol::messages::ApiKey, version: i16, req: &Req) -> Resp
+    where
+        Req: kafka_protocol::protocol::Encodable,
+        Resp: kafka_protocol::protocol::Decodable,
+    {
+        use kafka_protocol::messages::{RequestHeader, ResponseHeader};
+        use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+        use std::io::{Read, Write};
+        self.correlation += 1;
+        let mut buf = bytes::BytesMut::new();
+        let mut header = RequestHeader::default();
+        header.request_api_key = api as i16;
+        header.request_api_version = version;
+        header.correlation_id = self.correlation;
+        header.client_id = Some(StrBytes::from_string(self.client_id.clone()));
+        header.encode(&mut buf, api.request_header_version(version)).expect("header encodes");
+        req.encode(&mut buf, version).expect("request encodes");
+        let mut frame = (buf.len() as i32).to_be_bytes().to_vec();
+        frame.extend_from_slice(&buf);
+        self.stream.write_all(&frame).expect("send");
+        let mut size = [0u8; 4];
+        self.stream.read_exact(&mut size).expect("a response");
+        let mut body = vec![0u8; i32::from_be_bytes(size) as usize];
+        self.stream.read_exact(&mut body).expect("a response body");
+        let mut bytes = bytes::Bytes::from(body);
+        let h = ResponseHeader::decode(&mut bytes, api.response_header_version(version)).expect("header decodes");
+        assert_eq!(h.correlation_id, self.correlation);
+        Resp::decode(&mut bytes, version).expect("response decodes")
     }
 }

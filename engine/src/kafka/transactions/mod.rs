@@ -49,9 +49,9 @@ use sluice_io::{Offset, PartitionId, ProducerId, Timestamp};
 use crate::config::TopicConfig;
 use crate::engine::EngineHandle;
 use crate::error::EngineError;
-use crate::group::assignor::MemberId;
+use crate::group::coordinator::CommitAuth;
+use crate::group::offsets::{CommittedOffset, OffsetCommit};
 use crate::record::OwnedRecord;
-use crate::topic::names::validate_name;
 
 use super::errors::code;
 use super::join::join_all;
@@ -81,11 +81,11 @@ enum Phase {
     Ending,
 }
 
-/// Offsets a transaction commits for one group.
+/// Offsets a transaction commits for one group (checked against the group's membership
+/// when TxnOffsetCommit took them).
 #[derive(Debug, Default)]
 struct PendingOffsets {
-    member: Option<(MemberId, u32)>,
-    offsets: BTreeMap<(String, PartitionId), Offset>,
+    offsets: BTreeMap<(String, PartitionId), CommittedOffset>,
 }
 
 #[derive(Debug)]
@@ -169,8 +169,24 @@ enum StoredState {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct StoredGroup {
     group: String,
-    member: Option<(String, u32)>,
+    /// As the first format wrote them: (topic, partition, offset). Read, not written.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     offsets: Vec<(String, u32, u64)>,
+    /// With each commit's leader epoch and metadata.
+    #[serde(default)]
+    committed: Vec<StoredOffset>,
+}
+
+/// One partition's offset a committing transaction commits.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct StoredOffset {
+    topic: String,
+    partition: u32,
+    offset: u64,
+    #[serde(default)]
+    leader_epoch: Option<i32>,
+    #[serde(default)]
+    metadata: String,
 }
 
 impl Stored {
@@ -208,8 +224,18 @@ impl Stored {
                 .iter()
                 .map(|(group, pending)| StoredGroup {
                     group: group.clone(),
-                    member: pending.member.as_ref().map(|(m, g)| (m.as_str().to_string(), *g)),
-                    offsets: pending.offsets.iter().map(|((t, p), o)| (t.clone(), p.get(), o.0)).collect(),
+                    offsets: Vec::new(),
+                    committed: pending
+                        .offsets
+                        .iter()
+                        .map(|((t, p), c)| StoredOffset {
+                            topic: t.clone(),
+                            partition: p.get(),
+                            offset: c.offset.0,
+                            leader_epoch: c.leader_epoch,
+                            metadata: c.metadata.clone(),
+                        })
+                        .collect(),
                 })
                 .collect(),
             ..Stored::empty(producer_id, epoch, timeout_ms, None)
@@ -220,10 +246,17 @@ impl Stored {
         self.offsets
             .iter()
             .map(|g| {
-                let pending = PendingOffsets {
-                    member: g.member.as_ref().map(|(m, gen_id)| (MemberId::new(m.as_str()), *gen_id)),
-                    offsets: g.offsets.iter().map(|(t, p, o)| ((t.clone(), PartitionId(*p)), Offset(*o))).collect(),
-                };
+                let old =
+                    g.offsets.iter().map(|(t, p, o)| ((t.clone(), PartitionId(*p)), CommittedOffset::at(Offset(*o))));
+                let new = g.committed.iter().map(|c| {
+                    let committed = CommittedOffset {
+                        offset: Offset(c.offset),
+                        leader_epoch: c.leader_epoch,
+                        metadata: c.metadata.clone(),
+                    };
+                    ((c.topic.clone(), PartitionId(c.partition)), committed)
+                });
+                let pending = PendingOffsets { offsets: old.chain(new).collect() };
                 (g.group.clone(), pending)
             })
             .collect()
@@ -420,32 +453,20 @@ async fn abort_and_fence(
     Ok((id, epoch))
 }
 
-/// Commits a committing transaction's group offsets.
+/// Commits a committing transaction's group offsets. The commit is decided, so it is not
+/// checked against the group's membership again (as Kafka writes a committed
+/// transaction's offsets): a member that has left since, or a group that rebalanced, does
+/// not undo it.
 async fn commit_group_offsets(
     engine: &EngineHandle,
     groups: &BTreeMap<String, PendingOffsets>,
 ) -> Result<(), EngineError> {
     for (group, pending) in groups {
-        let offsets: Vec<(String, PartitionId, Offset)> =
-            pending.offsets.iter().map(|((t, p), o)| (t.clone(), *p, *o)).collect();
+        let offsets: Vec<OffsetCommit> = pending.offsets.iter().map(|((t, p), c)| (t.clone(), *p, c.clone())).collect();
         if offsets.is_empty() {
             continue;
         }
-        let member = pending.member.as_ref().map(|(m, g)| (m, *g));
-        match engine.commit_offsets(group, member, &offsets).await {
-            // As OffsetCommit does: a member committing at the generation before the
-            // current one is let through.
-            Err(EngineError::StaleGeneration { got, current, .. }) if got < current => {
-                let member = pending.member.as_ref().map(|(m, _)| (m, current));
-                engine.commit_offsets(group, member, &offsets).await?;
-            }
-            // A member no longer in the group (the listener restarted): commit as a
-            // simple consumer, as Kafka's coordinator completes a decided commit.
-            Err(EngineError::UnknownMember { .. }) | Err(EngineError::StaleGeneration { .. }) if member.is_some() => {
-                engine.commit_offsets(group, None, &offsets).await?;
-            }
-            other => other?,
-        }
+        engine.commit_offsets_as(group, CommitAuth::Transaction, offsets).await?;
     }
     Ok(())
 }

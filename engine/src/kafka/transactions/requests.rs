@@ -16,10 +16,12 @@ use kafka_protocol::messages::{
     EndTxnRequest, EndTxnResponse, InitProducerIdRequest, InitProducerIdResponse, ProducerId as WireProducerId,
     TxnOffsetCommitRequest, TxnOffsetCommitResponse,
 };
-use sluice_io::PartitionId;
 use sluice_io::txn::Marker;
+use sluice_io::{Offset, PartitionId};
 
 use super::*;
+use crate::group::assignor::MemberId;
+use crate::group::offsets::METADATA_MAX_BYTES;
 use crate::kafka::context::Context;
 use crate::kafka::errors::{self, code};
 
@@ -259,7 +261,7 @@ pub(crate) async fn add_partitions(ctx: &Arc<Context>, req: AddPartitionsToTxnRe
 pub(crate) fn add_offsets(ctx: &Arc<Context>, req: AddOffsetsToTxnRequest) -> AddOffsetsToTxnResponse {
     let mut resp = AddOffsetsToTxnResponse::default();
     let group = req.group_id.0.as_str();
-    if validate_name("group", group).is_err() {
+    if group.is_empty() {
         resp.error_code = code::INVALID_GROUP_ID;
         return resp;
     }
@@ -281,29 +283,56 @@ pub(crate) fn add_offsets(ctx: &Arc<Context>, req: AddOffsetsToTxnRequest) -> Ad
     resp
 }
 
-/// Handles a TxnOffsetCommit request: the offsets are kept until EndTxn.
-pub(crate) fn txn_offset_commit(ctx: &Arc<Context>, req: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse {
+/// Handles a TxnOffsetCommit request: the offsets, with their metadata and leader
+/// epochs, are kept until EndTxn. From v3 a request naming a member (its id, generation
+/// or instance id) is checked against the group as an OffsetCommit is (Kafka's fencing
+/// of zombie consumers, KIP-447); one naming none is not.
+pub(crate) async fn txn_offset_commit(
+    ctx: &Arc<Context>,
+    req: TxnOffsetCommitRequest,
+    version: i16,
+) -> TxnOffsetCommitResponse {
     let group = req.group_id.0.as_str();
-    let member = (!req.member_id.is_empty() && req.generation_id >= 0)
-        .then(|| (MemberId::new(req.member_id.as_str()), req.generation_id as u32));
     let mut codes: Vec<(usize, i32, i16)> = Vec::new();
     let mut offsets = Vec::new();
     for (ti, t) in req.topics.iter().enumerate() {
         let count = ctx.engine.describe_topic(t.name.0.as_str()).map(|d| d.shards.len()).ok();
         for p in &t.partitions {
             let i = p.partition_index;
+            let metadata = p.committed_metadata.as_ref().map(|m| m.as_str().to_string()).unwrap_or_default();
             let c = match (count, PartitionId::try_from(i), u64::try_from(p.committed_offset)) {
+                (_, _, Err(_)) => code::INVALID_REQUEST,
+                (Some(n), Ok(pi), Ok(_)) if pi.index() < n && metadata.len() > METADATA_MAX_BYTES => {
+                    code::OFFSET_METADATA_TOO_LARGE
+                }
                 (Some(n), Ok(pi), Ok(o)) if pi.index() < n => {
-                    offsets.push(((t.name.0.as_str().to_string(), pi), Offset(o)));
+                    let leader_epoch =
+                        (version >= 2 && p.committed_leader_epoch >= 0).then_some(p.committed_leader_epoch);
+                    offsets.push((
+                        (t.name.0.as_str().to_string(), pi),
+                        CommittedOffset { offset: Offset(o), leader_epoch, metadata },
+                    ));
                     code::NONE
                 }
-                (_, _, Err(_)) => code::INVALID_REQUEST,
                 _ => code::UNKNOWN_TOPIC_OR_PARTITION,
             };
             codes.push((ti, i, c));
         }
     }
-    let shared = {
+    let instance = if version >= 3 { req.group_instance_id.as_ref().map(|i| i.as_str().to_string()) } else { None };
+    let member_check = if group.is_empty() {
+        Some(code::INVALID_GROUP_ID)
+    } else if version >= 3 && (!req.member_id.is_empty() || req.generation_id >= 0 || instance.is_some()) {
+        let auth = CommitAuth::Member {
+            member: MemberId::new(req.member_id.as_str()),
+            generation: req.generation_id,
+            instance,
+        };
+        ctx.engine.check_commit(group, auth).await.err().map(|e| errors::of(&e))
+    } else {
+        None
+    };
+    let shared = member_check.or_else(|| {
         let mut txns = ctx.txns.lock();
         match TransactionCoordinator::verify(
             &mut txns,
@@ -316,13 +345,12 @@ pub(crate) fn txn_offset_commit(ctx: &Arc<Context>, req: TxnOffsetCommitRequest)
             Ok(s) => match s.groups.get_mut(group) {
                 None => Some(code::INVALID_TXN_STATE),
                 Some(pending) => {
-                    pending.member = member;
                     pending.offsets.extend(offsets);
                     None
                 }
             },
         }
-    };
+    });
     let mut resp = TxnOffsetCommitResponse::default();
     for (ti, t) in req.topics.iter().enumerate() {
         let mut tr = TxnOffsetCommitResponseTopic::default();
