@@ -47,13 +47,13 @@ fn decode(c: &mut Criterion) {
     group.throughput(Throughput::Elements(RECORDS as u64));
     group.bench_function("packed", |b| {
         b.iter(|| {
-            let batch = decode_produced(black_box(&bytes)).expect("decodes");
+            let batch = decode_produced(black_box(&bytes), 8 << 20).expect("decodes");
             black_box(batch.records.len())
         });
     });
     group.bench_function("packed_then_copied", |b| {
         b.iter(|| {
-            let batch = decode_produced(black_box(&bytes)).expect("decodes");
+            let batch = decode_produced(black_box(&bytes), 8 << 20).expect("decodes");
             black_box(batch.records.to_owned_records())
         });
     });

@@ -140,6 +140,10 @@ fn apply_config(config: &mut TopicConfig, key: &str, value: Option<&str>) -> Res
             config.max_record_bytes = usize::try_from(number(value)?)
                 .map_err(|_| ConfigRefused::TooLarge { key: key.into(), value: value.into() })?;
         }
+        "compression.type" => {
+            config.compression =
+                value.parse().map_err(|_| ConfigRefused::Invalid { key: key.into(), value: value.into() })?;
+        }
         "flush.messages" if value == "1" => config.fsync = FsyncPolicy::Always,
         "flush.ms" => {
             let ms = number(value)?;

@@ -10,6 +10,8 @@
 //! Fetch reads every partition at once without waiting; if that gives less than
 //! `min_bytes`, it long-polls all of them until one has data or `max_wait_ms` passes, then
 //! reads again. The answer keeps to `max_bytes` (past the first batch, as Kafka's does).
+//! Each batch goes out in the codec the topic's `compression.type` names (with
+//! `producer`, the one it arrived in).
 //!
 //! Produce with a transactional id takes transactional batches of that id's current
 //! producer id and epoch, to partitions its open transaction added
@@ -37,6 +39,7 @@ use sluice_io::{Offset, OwnedBatches, PartitionId, Timestamp};
 
 use crate::error::EngineError;
 
+use super::compression;
 use super::context::Context;
 use super::errors::{self, code};
 use super::join::{Boxed, first_of, join_all};
@@ -142,7 +145,10 @@ fn admit<'a>(
 ) -> Result<(PartitionId, records::ProducedBatch, Option<Appending<'a>>), (i16, String)> {
     let partition =
         PartitionId::try_from(index).map_err(|_| (code::UNKNOWN_TOPIC_OR_PARTITION, format!("partition {index}")))?;
-    let batch = records::decode_produced(&data.cloned().unwrap_or_default()).map_err(|e| (e.code, e.message))?;
+    // A compressed batch inflates to at most what one of the topic's batches may hold.
+    let (_, max_inflated) = ctx.engine.batch_settings(name).map_err(|e| (errors::of(&e), e.to_string()))?;
+    let batch =
+        records::decode_produced(&data.cloned().unwrap_or_default(), max_inflated).map_err(|e| (e.code, e.message))?;
     let appending = match (tid, batch.meta.attributes.is_transactional()) {
         (Some(tid), true) => {
             Some(ctx.txns.check_produce(tid, batch.meta.producer_id.0, batch.meta.producer_epoch, name, partition)?)
@@ -315,7 +321,8 @@ pub(crate) async fn fetch(ctx: &Arc<Context>, req: FetchRequest, version: i16) -
 }
 
 /// One partition's part of a fetch response: its offsets, the stable view of a
-/// read_committed reader, and its batches re-encoded as Kafka's, within what is left of
+/// read_committed reader, and its batches re-encoded as Kafka's (compressed as the
+/// topic's `compression.type` says), within what is left of
 /// the response's byte budget (the first partition with data always gets its batches).
 fn partition_data(
     ctx: &Context,
@@ -364,10 +371,15 @@ fn partition_data(
         Ok(batches) => {
             let size = stable.as_ref().map_or(batches.bytes().len(), |c| c.bytes);
             if size > 0 && (*first_data || size <= *budget) {
+                let compression = ctx.engine.batch_settings(topic).map_or_else(|_| Default::default(), |(c, _)| c);
+                let mut scratch = BytesMut::new();
                 for b in batches.batches() {
                     match b {
                         Ok(view) if view.header().base_offset >= limit => break,
-                        Ok(view) => records::encode_batch(view, &mut out),
+                        Ok(view) => {
+                            let codec = compression::for_fetch(compression, view.header().attributes);
+                            records::encode_compressed(view, codec, &mut scratch, &mut out);
+                        }
                         Err(e) => {
                             pd.error_code = code::KAFKA_STORAGE_ERROR;
                             ctx.errors.report(format_args!("fetch of {topic}-{partition}: {e}"));

@@ -28,6 +28,7 @@
 //! (or gets the protocol's error code) and nothing else.
 
 pub mod admin;
+pub mod compression;
 mod context;
 pub mod data;
 pub mod dispatch;
