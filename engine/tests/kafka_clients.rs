@@ -315,6 +315,11 @@ fn kafka_python_admin_idempotent_produce_group_commit_and_seek_by_time() {
     run_script("kafka_python_client.py", "kafka", "kp");
 }
 
+#[test]
+fn confluent_kafka_with_a_small_fetch_max_bytes_consumes_everything() {
+    run_script("confluent_fetch_limits.py", "confluent_kafka", "fetchmax");
+}
+
 /// The values kcat reads from every partition of `topic` to its end at an isolation level.
 fn kcat_values(bootstrap: &str, topic: &str, isolation: &str) -> Vec<String> {
     let (ok, out, err) = run(

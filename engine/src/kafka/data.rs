@@ -9,9 +9,12 @@
 //!
 //! Fetch reads every partition at once without waiting; if that gives less than
 //! `min_bytes`, it long-polls all of them until one has data or `max_wait_ms` passes, then
-//! reads again. The answer keeps to `max_bytes` (past the first batch, as Kafka's does).
-//! Each batch goes out in the codec the topic's `compression.type` names (with
-//! `producer`, the one it arrived in).
+//! reads again. The answer keeps to `max_bytes` and each partition's
+//! `partition_max_bytes` as Kafka's does (KIP-74), counted in the bytes sent: the first
+//! batch of the first partition with data goes out whole whatever its size, so a client
+//! always makes progress; past it, a batch that would take a partition past its limit or
+//! the response past `max_bytes` is left for the next fetch. Each batch goes out in the
+//! codec the topic's `compression.type` names (with `producer`, the one it arrived in).
 //!
 //! Produce with a transactional id takes transactional batches of that id's current
 //! producer id and epoch, to partitions its open transaction added
@@ -186,7 +189,11 @@ async fn read_partition(
         let e = EngineError::OffsetOutOfRange { topic: topic.to_string(), partition: p, requested, start, end };
         return Read { result: Err(e), bounds };
     };
-    let result = ctx.engine.fetch(topic, p, Offset(offset), max_bytes.max(1), wait).await;
+    // A stored batch is larger than the same batch sent (rkyv's framing costs some 30 bytes
+    // more per record than Kafka's): read half as much again, and let the encoding cut at
+    // the limit in bytes sent.
+    let read_bytes = max_bytes.saturating_add(max_bytes / 2).max(1);
+    let result = ctx.engine.fetch(topic, p, Offset(offset), read_bytes, wait).await;
     let bounds = ctx.engine.offsets(topic, p).await.ok();
     Read { result, bounds }
 }
@@ -261,7 +268,8 @@ pub(crate) async fn fetch(ctx: &Arc<Context>, req: FetchRequest, version: i16) -
     let mut wanted: Vec<Wanted> = Vec::new();
     for t in &req.topics {
         for p in &t.partitions {
-            let pmax = usize::try_from(p.partition_max_bytes).unwrap_or(0);
+            // No partition's share of the response can be larger than the response.
+            let pmax = usize::try_from(p.partition_max_bytes).unwrap_or(0).min(max_bytes);
             wanted.push((topic_str(&t.topic.0).to_string(), p.partition, p.fetch_offset, pmax));
         }
     }
@@ -299,12 +307,11 @@ pub(crate) async fn fetch(ctx: &Arc<Context>, req: FetchRequest, version: i16) -
         reads = read_all(Duration::ZERO).await;
     }
     let mut committed = committed.into_iter();
-    let mut budget = max_bytes;
-    let mut first_data = true;
+    let mut budget = Budget { left: max_bytes, first_data: true, scratch: BytesMut::new() };
     let mut topics: Vec<FetchableTopicResponse> = Vec::new();
-    for ((topic, partition, _, _), read) in wanted.iter().zip(reads) {
+    for ((topic, partition, _, pmax), read) in wanted.iter().zip(reads) {
         let stable = committed.next().flatten();
-        let pd = partition_data(ctx, topic, *partition, read, stable, &mut budget, &mut first_data);
+        let pd = partition_data(ctx, topic, *partition, read, stable, *pmax, &mut budget);
         match topics.last_mut() {
             Some(t) if t.topic.0.as_str() == topic => t.partitions.push(pd),
             _ => {
@@ -320,18 +327,28 @@ pub(crate) async fn fetch(ctx: &Arc<Context>, req: FetchRequest, version: i16) -
     resp
 }
 
+/// What is left of a fetch response's `max_bytes` as its partitions are encoded.
+struct Budget {
+    /// Bytes of record batches the response may still take.
+    left: usize,
+    /// No partition has data yet: the next batch goes out whatever its size (KIP-74).
+    first_data: bool,
+    /// Where a batch is encoded before it is compressed.
+    scratch: BytesMut,
+}
+
 /// One partition's part of a fetch response: its offsets, the stable view of a
 /// read_committed reader, and its batches re-encoded as Kafka's (compressed as the
-/// topic's `compression.type` says), within what is left of
-/// the response's byte budget (the first partition with data always gets its batches).
+/// topic's `compression.type` says), within `partition_max` bytes and what is left of
+/// the response's budget; the first batch of the first partition with data always goes.
 fn partition_data(
     ctx: &Context,
     topic: &str,
     partition: i32,
     read: Read,
     stable: Option<Committed>,
-    budget: &mut usize,
-    first_data: &mut bool,
+    partition_max: usize,
+    budget: &mut Budget,
 ) -> PartitionData {
     let mut pd = PartitionData::default();
     pd.partition_index = partition;
@@ -365,30 +382,36 @@ fn partition_data(
                 .collect(),
         );
     }
-    let limit = stable.as_ref().map_or(Offset(u64::MAX), |c| c.stable.offset);
+    let stable_end = stable.as_ref().map_or(Offset(u64::MAX), |c| c.stable.offset);
+    let limit = partition_max.min(budget.left);
     let mut out = BytesMut::new();
     match read.result {
+        // Nothing can go out but a first batch of the response.
+        Ok(_) if limit == 0 && !budget.first_data => {}
         Ok(batches) => {
-            let size = stable.as_ref().map_or(batches.bytes().len(), |c| c.bytes);
-            if size > 0 && (*first_data || size <= *budget) {
-                let compression = ctx.engine.batch_settings(topic).map_or_else(|_| Default::default(), |(c, _)| c);
-                let mut scratch = BytesMut::new();
-                for b in batches.batches() {
-                    match b {
-                        Ok(view) if view.header().base_offset >= limit => break,
-                        Ok(view) => {
-                            let codec = compression::for_fetch(compression, view.header().attributes);
-                            records::encode_compressed(view, codec, &mut scratch, &mut out);
-                        }
-                        Err(e) => {
-                            pd.error_code = code::KAFKA_STORAGE_ERROR;
-                            ctx.errors.report(format_args!("fetch of {topic}-{partition}: {e}"));
+            let compression = ctx.engine.batch_settings(topic).map_or_else(|_| Default::default(), |(c, _)| c);
+            for b in batches.batches() {
+                match b {
+                    Ok(view) if view.header().base_offset >= stable_end => break,
+                    Ok(view) => {
+                        let before = out.len();
+                        let codec = compression::for_fetch(compression, view.header().attributes);
+                        records::encode_compressed(view, codec, &mut budget.scratch, &mut out);
+                        if out.len() > limit && !(budget.first_data && before == 0) {
+                            out.truncate(before);
                             break;
                         }
                     }
+                    Err(e) => {
+                        pd.error_code = code::KAFKA_STORAGE_ERROR;
+                        ctx.errors.report(format_args!("fetch of {topic}-{partition}: {e}"));
+                        break;
+                    }
                 }
-                *budget = budget.saturating_sub(size);
-                *first_data = false;
+            }
+            if !out.is_empty() {
+                budget.left = budget.left.saturating_sub(out.len());
+                budget.first_data = false;
             }
         }
         Err(e) => pd.error_code = errors::of(&e),
