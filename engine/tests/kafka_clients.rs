@@ -320,6 +320,11 @@ fn confluent_kafka_with_a_small_fetch_max_bytes_consumes_everything() {
     run_script("confluent_fetch_limits.py", "confluent_kafka", "fetchmax");
 }
 
+#[test]
+fn confluent_kafka_list_offsets_tells_read_committed_the_last_stable_offset() {
+    run_script("confluent_list_offsets.py", "confluent_kafka", "listoffsets");
+}
+
 /// The values kcat reads from every partition of `topic` to its end at an isolation level.
 fn kcat_values(bootstrap: &str, topic: &str, isolation: &str) -> Vec<String> {
     let (ok, out, err) = run(

@@ -25,6 +25,10 @@
 //! transactions overlapping what it returns ([`stable`](super::stable)); held back by an
 //! open transaction, it long-polls until the partition's log grows (its marker, say).
 //! Control batches go out as Kafka control batches, which clients skip.
+//!
+//! ListOffsets for the latest offset (-1) answers the high watermark at isolation level 0
+//! (read_uncommitted) and the last stable offset at level 1 (read_committed), from the
+//! same index; a time lookup at level 1 finds only offsets below the last stable one.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -447,9 +451,10 @@ async fn wait_for_more(ctx: &Context, wanted: &[Wanted], reads: &[Read], read_co
     first_of(waits).await;
 }
 
-/// Handles a ListOffsets request: -2 earliest, -1 latest, otherwise the first record at
-/// or after a time.
+/// Handles a ListOffsets request: -2 earliest, -1 latest (the last stable offset for
+/// read_committed), otherwise the first record at or after a time.
 pub(crate) async fn list_offsets(ctx: &Arc<Context>, req: ListOffsetsRequest, _version: i16) -> ListOffsetsResponse {
+    let read_committed = req.isolation_level == 1;
     let mut topics = Vec::with_capacity(req.topics.len());
     for t in &req.topics {
         let name = topic_str(&t.name.0);
@@ -458,7 +463,7 @@ pub(crate) async fn list_offsets(ctx: &Arc<Context>, req: ListOffsetsRequest, _v
         for p in &t.partitions {
             let mut pr = ListOffsetsPartitionResponse::default();
             pr.partition_index = p.partition_index;
-            match list_one(ctx, name, p.partition_index, p.timestamp).await {
+            match list_one(ctx, name, p.partition_index, p.timestamp, read_committed).await {
                 Ok((offset, timestamp)) => {
                     pr.offset = offset;
                     pr.timestamp = timestamp;
@@ -474,16 +479,32 @@ pub(crate) async fn list_offsets(ctx: &Arc<Context>, req: ListOffsetsRequest, _v
     resp
 }
 
-async fn list_one(ctx: &Context, topic: &str, partition: i32, timestamp: i64) -> Result<(i64, i64), i16> {
+async fn list_one(
+    ctx: &Context,
+    topic: &str,
+    partition: i32,
+    timestamp: i64,
+    read_committed: bool,
+) -> Result<(i64, i64), i16> {
     let p = PartitionId::try_from(partition).map_err(|_| code::UNKNOWN_TOPIC_OR_PARTITION)?;
     let engine = &ctx.engine;
     let (start, end) = engine.offsets(topic, p).await.map_err(|e| errors::of(&e))?;
+    // What a reader at this isolation level may read up to (Kafka's last fetchable
+    // offset); the earliest offset does not depend on it.
+    let fetchable = if read_committed && timestamp != -2 {
+        let scanned = ctx.stable.update(engine, topic, p, (start, end), &OwnedBatches::empty(start)).await;
+        scanned.map_err(|e| errors::of(&e))?;
+        ctx.stable.view(topic, p, end, end).offset.min(end)
+    } else {
+        end
+    };
     match timestamp {
         -2 => Ok((start.0 as i64, -1)),
-        -1 => Ok((end.0 as i64, -1)),
+        -1 => Ok((fetchable.0 as i64, -1)),
         t if t < 0 => Err(code::INVALID_REQUEST),
         t => match engine.offset_for_time(topic, p, Timestamp(t)).await.map_err(|e| errors::of(&e))? {
             None => Ok((-1, -1)),
+            Some(o) if o >= fetchable => Ok((-1, -1)),
             Some(o) => {
                 // The time of the record found, as Kafka answers.
                 let batches = engine.fetch(topic, p, o, 1, Duration::ZERO).await.map_err(|e| errors::of(&e))?;
