@@ -149,23 +149,32 @@ const ZSTD_LEVEL: i32 = 3;
 
 /// Inflates `input`, compressed with `codec`, into at most `limit` bytes.
 pub fn inflate(codec: Codec, input: &[u8], limit: usize) -> Result<Vec<u8>, InflateError> {
+    let mut out = Vec::new();
+    inflate_into(codec, input, limit, &mut out)?;
+    Ok(out)
+}
+
+/// [`inflate`] into `out` (empty): on an error it holds what was inflated before, in a
+/// buffer whose capacity never passed `limit`.
+fn inflate_into(codec: Codec, input: &[u8], limit: usize, out: &mut Vec<u8>) -> Result<(), InflateError> {
     let corrupt = |e: &dyn std::fmt::Display| InflateError::Corrupt { codec, reason: e.to_string() };
     match codec {
-        Codec::None => bounded(codec, input, limit),
-        Codec::Gzip => bounded(codec, flate2::read::MultiGzDecoder::new(input), limit),
-        Codec::Snappy => inflate_snappy(input, limit),
-        Codec::Lz4 => inflate_lz4(input, limit),
-        Codec::Zstd => bounded(codec, zstd::stream::read::Decoder::with_buffer(input).map_err(|e| corrupt(&e))?, limit),
+        Codec::None => bounded(codec, input, limit, out),
+        Codec::Gzip => bounded(codec, flate2::read::MultiGzDecoder::new(input), limit, out),
+        Codec::Snappy => inflate_snappy(input, limit, out),
+        Codec::Lz4 => inflate_lz4(input, limit, out),
+        Codec::Zstd => {
+            bounded(codec, zstd::stream::read::Decoder::with_buffer(input).map_err(|e| corrupt(&e))?, limit, out)
+        }
     }
 }
 
-/// Reads `reader` to its end into a buffer of at most `limit` bytes.
-fn bounded(codec: Codec, mut reader: impl Read, limit: usize) -> Result<Vec<u8>, InflateError> {
-    let mut out: Vec<u8> = Vec::new();
+/// Reads `reader` to its end into `out`, at most `limit` bytes.
+fn bounded(codec: Codec, mut reader: impl Read, limit: usize, out: &mut Vec<u8>) -> Result<(), InflateError> {
     let mut chunk = vec![0u8; READ_CHUNK_BYTES];
     loop {
         let n = match reader.read(&mut chunk) {
-            Ok(0) => return Ok(out),
+            Ok(0) => return Ok(()),
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(InflateError::Corrupt { codec, reason: e.to_string() }),
@@ -173,7 +182,7 @@ fn bounded(codec: Codec, mut reader: impl Read, limit: usize) -> Result<Vec<u8>,
         if n > limit - out.len() {
             return Err(InflateError::TooLarge { codec, limit });
         }
-        grow_within(&mut out, n, limit);
+        grow_within(out, n, limit);
         out.extend_from_slice(&chunk[..n]);
     }
 }
@@ -188,28 +197,25 @@ fn grow_within(out: &mut Vec<u8>, more: usize, limit: usize) {
     }
 }
 
-fn inflate_snappy(input: &[u8], limit: usize) -> Result<Vec<u8>, InflateError> {
+fn inflate_snappy(input: &[u8], limit: usize, out: &mut Vec<u8>) -> Result<(), InflateError> {
     let codec = Codec::Snappy;
     let corrupt = |reason: String| InflateError::Corrupt { codec, reason };
     // xerial's framing starts with its marker and name; its version fields are not
     // checked (some writers put them little-endian), as the Java and Python clients do.
     let Some(mut rest) = input.strip_prefix(&XERIAL_HEADER[..8]) else {
-        let mut out = Vec::new();
-        raw_snappy_into(input, &mut out, limit)?;
-        return Ok(out);
+        return raw_snappy_into(input, out, limit);
     };
     rest = rest.get(8..).ok_or_else(|| corrupt("xerial header truncated".into()))?;
-    let mut out = Vec::new();
     while !rest.is_empty() {
         let (len, tail) = rest.split_at_checked(4).ok_or_else(|| corrupt("xerial block length truncated".into()))?;
         let len = u32::from_be_bytes([len[0], len[1], len[2], len[3]]) as usize;
         let (block, tail) = tail
             .split_at_checked(len)
             .ok_or_else(|| corrupt(format!("xerial block of {len} bytes with {} left", tail.len())))?;
-        raw_snappy_into(block, &mut out, limit)?;
+        raw_snappy_into(block, out, limit)?;
         rest = tail;
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Appends one raw snappy block's content to `out`, checking the length it claims
@@ -235,12 +241,11 @@ fn raw_snappy_into(block: &[u8], out: &mut Vec<u8>, limit: usize) -> Result<(), 
 const LZ4_MAGIC: u32 = 0x184D_2204;
 
 /// Reads the lz4 frames of `input`, one after another, into at most `limit` bytes.
-fn inflate_lz4(input: &[u8], limit: usize) -> Result<Vec<u8>, InflateError> {
+fn inflate_lz4(input: &[u8], limit: usize, out: &mut Vec<u8>) -> Result<(), InflateError> {
     let codec = Codec::Lz4;
     let corrupt = |reason: &str| InflateError::Corrupt { codec, reason: reason.to_string() };
     let le32 = |b: &[u8]| u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
     let mut rest = input;
-    let mut out = Vec::new();
     if rest.is_empty() {
         return Err(corrupt("no lz4 frame"));
     }
@@ -299,12 +304,12 @@ fn inflate_lz4(input: &[u8], limit: usize) -> Result<Vec<u8>, InflateError> {
                 if len > limit - out.len() {
                     return Err(InflateError::TooLarge { codec, limit });
                 }
-                grow_within(&mut out, len, limit);
+                grow_within(out, len, limit);
                 out.extend_from_slice(block);
                 continue;
             }
             let (at, room) = (out.len(), block_max.min(limit - out.len()));
-            grow_within(&mut out, room, limit);
+            grow_within(out, room, limit);
             out.resize(at + room, 0);
             match lz4_flex::block::decompress_into(block, &mut out[at..]) {
                 Ok(n) => out.truncate(at + n),
@@ -323,7 +328,7 @@ fn inflate_lz4(input: &[u8], limit: usize) -> Result<Vec<u8>, InflateError> {
             return Err(corrupt("lz4 frame content size mismatch"));
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 /// The next `n` bytes of an lz4 frame, `what` naming them if they are not all there.
@@ -548,12 +553,15 @@ mod tests {
             let c = bomb(codec, 1 << 30);
             assert!(c.len() < 64 << 20, "{codec}: the bomb is {} bytes", c.len());
             let before = peak_rss();
-            let got = inflate(codec, &c, limit).map(|out| out.len());
+            let mut out = Vec::new();
+            let got = inflate_into(codec, &c, limit, &mut out);
             assert_eq!(got, Err(InflateError::TooLarge { codec, limit }));
+            assert!(out.len() <= limit && out.capacity() <= limit, "{codec}: {} of {}", out.len(), out.capacity());
+            drop(out);
+            // The limit, the decoders' buffers, and other tests of this process meanwhile
+            // (the peak is the process's); a gigabyte inflated would show.
             let grew = peak_rss().saturating_sub(before);
-            // The limit, the decoder's buffers, and other tests running meanwhile; a
-            // gigabyte inflated would show.
-            assert!(grew < 256 << 20, "{codec}: peak memory grew by {grew} bytes");
+            assert!(grew < 512 << 20, "{codec}: peak memory grew by {grew} bytes");
         }
     }
 }
