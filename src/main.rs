@@ -237,6 +237,10 @@ struct CreateArgs {
     /// The largest record (key plus value) accepted.
     #[arg(allow_negative_numbers = true, long, default_value_t = 1 << 20)]
     max_record_bytes: usize,
+    /// The codec Kafka fetches return batches in: producer (each batch's own), uncompressed,
+    /// gzip, snappy, lz4 or zstd (Kafka's compression.type; stored uncompressed).
+    #[arg(long, default_value = "producer")]
+    compression: String,
 }
 
 #[derive(Debug, Args)]
@@ -586,6 +590,7 @@ fn create(h: &EngineHandle, a: &CreateArgs) -> Result<()> {
         delete_retention_ms: a.delete_retention_ms,
         min_cleanable_dirty_ratio: a.min_cleanable_dirty_ratio,
         max_record_bytes: a.max_record_bytes,
+        compression: a.compression.parse().with_context(|| format!("--compression {}", a.compression))?,
         ..TopicConfig::default()
     };
     let d = block_on(h.create_topic(&a.topic, a.partitions, Some(config)))?;
@@ -599,7 +604,7 @@ fn describe(h: &EngineHandle, topic: &str) -> Result<()> {
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
-        "topic {}\tpartitions {}\tfsync {}\tcleanup {}\tsegment_bytes {}\tretention_ms {}\tretention_bytes {}\tmax_record_bytes {}\tsegment_ms {}\tdelete_retention_ms {}\tmin_cleanable_dirty_ratio {}",
+        "topic {}\tpartitions {}\tfsync {}\tcleanup {}\tsegment_bytes {}\tretention_ms {}\tretention_bytes {}\tmax_record_bytes {}\tsegment_ms {}\tdelete_retention_ms {}\tmin_cleanable_dirty_ratio {}\tcompression {}",
         d.name,
         d.shards.len(),
         c.fsync,
@@ -610,7 +615,8 @@ fn describe(h: &EngineHandle, topic: &str) -> Result<()> {
         c.max_record_bytes,
         c.segment_ms.map_or("none".into(), |v| v.to_string()),
         c.delete_retention_ms,
-        c.min_cleanable_dirty_ratio
+        c.min_cleanable_dirty_ratio,
+        c.compression
     )?;
     for c in configs::describe(&d.config, &h.topic_defaults()) {
         let source = if c.is_default() { "default" } else { "topic" };

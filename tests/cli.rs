@@ -107,6 +107,7 @@ fn bad_input_is_a_one_line_error() {
     fails(&out, "error: invalid configuration: segment_bytes_max 10 must be within");
     assert!(!String::from_utf8_lossy(&out.stderr).contains("invalid configuration: invalid"), "{out:?}");
     fails(&sluice(&["topic", "create", "t", "--data-dir", d, "--min-cleanable-dirty-ratio", "2"], ""), "within [0, 1]");
+    fails(&sluice(&["topic", "create", "t", "--data-dir", d, "--compression", "brotli"], ""), "--compression brotli");
     fails(&sluice(&["produce", "missing", "--data-dir", d], "x\n"), "unknown topic");
     fails(&sluice(&["consume", "missing", "--data-dir", d], ""), "unknown topic");
     ok(&sluice(&["topic", "create", "t", "--data-dir", d, "--max-record-bytes", "10"], ""));
@@ -196,6 +197,10 @@ fn topic_clean_and_trim_apply_retention_compaction_and_delete_records_now() {
     }
     let describe = ok(&sluice(&["topic", "describe", "compacted", "--data-dir", d], ""));
     assert!(describe.contains("cleanup compact") && describe.contains("delete_retention_ms 1000"), "{describe}");
+    assert!(describe.contains("\tcompression producer"), "Kafka's default: {describe}");
+    create("zstd", &["--compression", "zstd"]);
+    let describe = ok(&sluice(&["topic", "describe", "zstd", "--data-dir", d], ""));
+    assert!(describe.contains("\tcompression zstd"), "{describe}");
 
     let field = |line: &str, name: &str| -> u64 {
         let f: Vec<&str> = line.split('\t').collect();

@@ -71,6 +71,37 @@ fn either_client_and_either_listener_placement_produce_every_record() {
 }
 
 #[test]
+fn every_codec_arrives_compressed_and_comes_back_through_the_latency_run() {
+    for codec in ["gzip", "snappy", "lz4", "zstd"] {
+        // The run checks that the partitions hold every record and that a stored batch
+        // arrived compressed with the codec.
+        let latency = if codec == "zstd" { "100" } else { "0" };
+        let line = [
+            "kafka",
+            "--records",
+            "2000",
+            "--record-bytes",
+            "64",
+            "--latency-records",
+            latency,
+            "--compression",
+            codec,
+        ];
+        let args = Cli::try_parse_from(line).expect("valid arguments").args;
+        let report = kafka::run(&args).unwrap_or_else(|e| panic!("{codec}: {e:#}"));
+        assert_eq!(report.records, 2000);
+        assert_eq!(serde_json::to_value(&report).expect("serializes")["compression"], codec);
+        assert!(report.table().to_string().contains(&format!("{codec} batches")), "{}", report.table());
+        if codec == "zstd" {
+            assert_eq!(report.produce_to_consume_us.count, 100);
+            assert!(report.machine_wake_latency_us.is_some_and(|m| m.count > 0), "the wake-up probe ran");
+        }
+    }
+    let bad = Cli::try_parse_from(["kafka", "--compression", "brotli"]).expect_err("no such codec");
+    assert!(bad.to_string().contains("brotli"), "{bad}");
+}
+
+#[test]
 fn rounds_alternate_into_fresh_topics_and_report_medians() {
     let line = ["kafka", "--records", "1500", "--record-bytes", "16", "--latency-records", "0", "--rounds", "3"];
     let args = Cli::try_parse_from(line).expect("valid arguments").args;

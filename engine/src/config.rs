@@ -1,6 +1,8 @@
 //! Engine and topic configuration.
 
+use std::fmt;
 use std::path::PathBuf;
+use std::str::FromStr;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -108,6 +110,10 @@ pub struct TopicConfig {
     pub linger_ms: u64,
     /// The most records in one batch.
     pub batch_records: usize,
+    /// The codec Kafka fetches return this topic's batches in (`compression.type`;
+    /// records are stored uncompressed whatever it says).
+    #[serde(default, with = "as_text")]
+    pub compression: CompressionType,
 }
 
 impl Default for TopicConfig {
@@ -124,6 +130,7 @@ impl Default for TopicConfig {
             max_record_bytes: 1 << 20,
             linger_ms: 1,
             batch_records: 1000,
+            compression: CompressionType::Producer,
         }
     }
 }
@@ -151,7 +158,7 @@ impl TopicConfig {
             min_cleanable_dirty_ratio: self.min_cleanable_dirty_ratio,
             retention_ms: self.retention_ms,
             retention_bytes: self.retention_bytes,
-            max_batch_bytes: (self.max_record_bytes + 256).max(8 << 20),
+            max_batch_bytes: self.max_batch_bytes(),
             ..LogConfig::default()
         };
         config.validate().map_err(|e| match e {
@@ -162,9 +169,75 @@ impl TopicConfig {
         Ok(config)
     }
 
+    /// The most bytes of records one batch may hold: what the largest record needs, and
+    /// at least 8 MiB. A compressed Kafka batch whose records inflate past it is refused
+    /// before more is inflated.
+    #[must_use]
+    pub fn max_batch_bytes(&self) -> usize {
+        (self.max_record_bytes + 256).max(8 << 20)
+    }
+
     /// The linger as a duration.
     pub fn linger(&self) -> Duration {
         Duration::from_millis(self.linger_ms)
+    }
+}
+
+/// Which codec a topic's batches are fetched in (Kafka's `compression.type`). sluice
+/// stores records uncompressed; the Kafka listener compresses what it sends.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub enum CompressionType {
+    /// Each batch in the codec its producer used (Kafka's default).
+    #[default]
+    Producer,
+    /// No compression.
+    Uncompressed,
+    /// gzip.
+    Gzip,
+    /// Snappy.
+    Snappy,
+    /// LZ4 (the frame format).
+    Lz4,
+    /// Zstandard.
+    Zstd,
+}
+
+impl CompressionType {
+    /// Every value, in Kafka's words.
+    pub const NAMES: [&'static str; 6] = ["producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"];
+}
+
+impl fmt::Display for CompressionType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CompressionType::Producer => "producer",
+            CompressionType::Uncompressed => "uncompressed",
+            CompressionType::Gzip => "gzip",
+            CompressionType::Snappy => "snappy",
+            CompressionType::Lz4 => "lz4",
+            CompressionType::Zstd => "zstd",
+        })
+    }
+}
+
+impl FromStr for CompressionType {
+    type Err = EngineError;
+
+    fn from_str(s: &str) -> Result<Self> {
+        Ok(match s {
+            "producer" => CompressionType::Producer,
+            "uncompressed" => CompressionType::Uncompressed,
+            "gzip" => CompressionType::Gzip,
+            "snappy" => CompressionType::Snappy,
+            "lz4" => CompressionType::Lz4,
+            "zstd" => CompressionType::Zstd,
+            _ => {
+                return Err(EngineError::InvalidConfig(format!(
+                    "compression type {s:?}: expected one of {}",
+                    CompressionType::NAMES.join(", ")
+                )));
+            }
+        })
     }
 }
 
@@ -197,5 +270,29 @@ mod as_text {
         D: Deserializer<'de>,
     {
         String::deserialize(d)?.parse().map_err(D::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compression_is_stored_as_kafkas_word_and_old_metadata_loads_as_producer() {
+        let zstd = TopicConfig { compression: CompressionType::Zstd, ..TopicConfig::default() };
+        let text = serde_json::to_string(&zstd).expect("serializes");
+        assert!(text.contains(r#""compression":"zstd""#), "{text}");
+        assert_eq!(serde_json::from_str::<TopicConfig>(&text).expect("loads"), zstd);
+        // A topic stored before the field existed.
+        let mut old: serde_json::Value = serde_json::from_str(&text).expect("json");
+        old.as_object_mut().expect("an object").remove("compression");
+        let loaded: TopicConfig = serde_json::from_value(old).expect("old metadata loads");
+        assert_eq!(loaded.compression, CompressionType::Producer);
+        let bad = text.replace(r#""zstd""#, r#""brotli""#);
+        let e = serde_json::from_str::<TopicConfig>(&bad).expect_err("no such codec");
+        assert!(e.to_string().contains("brotli"), "{e}");
+        for name in CompressionType::NAMES {
+            assert_eq!(name.parse::<CompressionType>().expect("parses").to_string(), name);
+        }
     }
 }

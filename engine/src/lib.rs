@@ -25,7 +25,7 @@ pub mod topic;
 pub use client::consumer::{Consumer, Isolation, Polled, SeekTo};
 pub use client::group_consumer::{GroupConsumer, GroupOptions, OffsetReset, RebalanceListener};
 pub use client::producer::IdempotentProducer;
-pub use config::{EngineConfig, TopicConfig};
+pub use config::{CompressionType, EngineConfig, TopicConfig};
 pub use engine::groups::PartitionLag;
 pub use engine::{Engine, EngineHandle, TopicDescription};
 pub use error::{EngineError, GroupError, Result};

@@ -110,11 +110,53 @@ fn an_api_versions_request_at_an_unknown_version_gets_the_v0_fallback() {
     let (error, keys) = api_versions(&mut c, 99);
     assert_eq!(error, 35, "UNSUPPORTED_VERSION");
     assert!(keys.contains(&(18, 0, 3)), "ApiVersions 0..=3 listed: {keys:?}");
-    assert!(keys.contains(&(0, 3, 9)), "Produce 3..=9 listed: {keys:?}");
+    // Produce from v0, as Kafka 4.0 lists it (v0-v2 are answered UNSUPPORTED_VERSION).
+    assert!(keys.contains(&(0, 0, 9)), "Produce 0..=9 listed: {keys:?}");
     // The client retries at a version listed, on the same connection.
     let (error, keys2) = api_versions(&mut c, 0);
     assert_eq!(error, 0);
     assert_eq!(keys, keys2);
+}
+
+#[test]
+fn produce_v0_to_v2_is_answered_unsupported_version_per_partition() {
+    let s = Served::start("old_produce");
+    block_on(s.handle().create_topic("t", 2, None)).expect("topic");
+    let mut c = s.connect();
+    // A magic-1 message set, as a v2 producer sends one; never read.
+    let message_set = [0u8; 34];
+    for version in 0..=2i16 {
+        let mut b = Vec::new();
+        b.extend_from_slice(&1i16.to_be_bytes()); // acks=1
+        b.extend_from_slice(&5000i32.to_be_bytes());
+        b.extend_from_slice(&1i32.to_be_bytes()); // one topic
+        b.extend_from_slice(&1i16.to_be_bytes());
+        b.extend_from_slice(b"t");
+        b.extend_from_slice(&2i32.to_be_bytes()); // two partitions
+        for p in [0i32, 1] {
+            b.extend_from_slice(&p.to_be_bytes());
+            b.extend_from_slice(&(message_set.len() as i32).to_be_bytes());
+            b.extend_from_slice(&message_set);
+        }
+        c.write_all(&frame(0, version, 40 + i32::from(version), &b)).expect("send");
+        let r = response(&mut c).expect("answered, not closed");
+        assert_eq!(be_i32(&r, 0), 40 + i32::from(version), "correlation id");
+        // topics, name, partitions, then per partition: index, error, base offset and
+        // (v2) log append time; then (v1 and v2) the throttle time.
+        let per_partition = if version >= 2 { 22 } else { 14 };
+        let throttle = if version >= 1 { 4 } else { 0 };
+        assert_eq!(r.len(), 4 + 4 + 2 + 1 + 4 + 2 * per_partition + throttle, "v{version}: {r:?}");
+        for (i, p) in [0, 1].into_iter().enumerate() {
+            let at = 15 + i * per_partition;
+            assert_eq!((be_i32(&r, at), be_i16(&r, at + 4)), (p, 35), "v{version}: UNSUPPORTED_VERSION");
+        }
+    }
+    // Nothing was written, and the connection still serves.
+    let (error, _) = api_versions(&mut c, 0);
+    assert_eq!(error, 0);
+    for p in PartitionId::all(2) {
+        assert_eq!(block_on(s.handle().offsets("t", p)).expect("offsets").1.0, 0);
+    }
 }
 
 #[test]

@@ -208,6 +208,84 @@ fn kcat_consumes_as_a_group_and_commits() {
     assert_eq!(block_on(h.offsets("kg", PartitionId(0))).expect("offsets").0, Offset(0));
 }
 
+/// The records of kcat's `-f '%K %S %k%s\n'` output: each key (`None` for a null one) and
+/// value, read by their lengths, so any bytes may be in them.
+fn kcat_records(out: &[u8]) -> Vec<(Option<Vec<u8>>, Vec<u8>)> {
+    let mut records = Vec::new();
+    let mut at = 0;
+    let number = |at: &mut usize| -> i64 {
+        let end = *at + out[*at..].iter().position(|&b| b == b' ').expect("a length and a space");
+        let n = std::str::from_utf8(&out[*at..end]).expect("digits").parse().expect("a length");
+        *at = end + 1;
+        n
+    };
+    while at < out.len() {
+        let (key_len, value_len) = (number(&mut at), number(&mut at));
+        let key = usize::try_from(key_len).ok().map(|n| {
+            at += n;
+            out[at - n..at].to_vec()
+        });
+        let n = usize::try_from(value_len).expect("a value");
+        records.push((key, out[at..at + n].to_vec()));
+        at += n;
+        assert_eq!(out[at], b'\n', "a record ends its line");
+        at += 1;
+    }
+    records
+}
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex")).collect()
+}
+
+#[test]
+fn every_codec_round_trips_byte_identical_through_confluent_kafka_kafka_python_and_kcat() {
+    for module in ["confluent_kafka", "kafka", "snappy", "lz4.frame", "zstandard"] {
+        need_python_module(module);
+    }
+    need_kcat();
+    let s = Served::start("codecs");
+    let expected = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("kafka-codecs-{}.json", std::process::id()));
+    let (ok, out, err) = run(
+        Command::new(python()).arg(script("compression_clients.py")).arg(s.bootstrap()).arg("codec").arg(&expected),
+        b"",
+        Duration::from_secs(240),
+    );
+    println!("{out}");
+    assert!(ok && out.trim_end().ends_with("OK"), "compression_clients.py failed\nstdout:\n{out}\nstderr:\n{err}");
+    let text = std::fs::read_to_string(&expected).expect("the script wrote what each topic holds");
+    let _ = std::fs::remove_file(&expected);
+    let topics: BTreeMap<String, Vec<(Option<String>, String)>> = serde_json::from_str(&text).expect("json");
+    assert_eq!(topics.len(), 12, "{:?}", topics.keys());
+    for (topic, records) in &topics {
+        // kcat (librdkafka) reads every topic back byte-identical too.
+        let out = Command::new("kcat")
+            .args(["-b", &s.bootstrap(), "-C", "-t", topic, "-e", "-q", "-f", "%K %S %k%s\n"])
+            .output()
+            .expect("kcat runs");
+        assert!(out.status.success(), "kcat -C {topic}: {}", String::from_utf8_lossy(&out.stderr));
+        let want: Vec<(Option<Vec<u8>>, Vec<u8>)> =
+            records.iter().map(|(k, v)| (k.as_deref().map(unhex), unhex(v))).collect();
+        let got = kcat_records(&out.stdout);
+        assert_eq!(got.len(), want.len(), "{topic}: kcat read {} records", got.len());
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!(g == w, "{topic}: record {i} read by kcat differs ({} of {} value bytes)", g.1.len(), w.1.len());
+        }
+        // Stored uncompressed, each batch remembers the codec its producer used (both
+        // clients send a batch uncompressed when compressing it would not shrink it).
+        let codec = ["gzip", "snappy", "lz4", "zstd"].iter().position(|c| topic.ends_with(c)).expect("a codec") + 1;
+        let produced_with = if topic.contains("-topic-") { 0 } else { codec as u8 };
+        let batches =
+            block_on(s.engine().fetch(topic, PartitionId(0), Offset(0), 8 << 20, Duration::ZERO)).expect("fetch");
+        let stored: std::collections::BTreeSet<u8> =
+            batches.batches().map(|b| b.expect("a batch").header().attributes.codec()).collect();
+        assert!(
+            stored.contains(&produced_with) && stored.iter().all(|&c| c == 0 || c == produced_with),
+            "{topic}: {stored:?}"
+        );
+    }
+}
+
 fn run_script(name: &str, module: &str, topic: &str) {
     need_python_module(module);
     let s = Served::start(topic);
@@ -269,6 +347,16 @@ fn kafka_python_groups_with_its_own_assignor_commit_metadata_admin_apis_and_stat
 #[test]
 fn confluent_kafka_static_members_come_back_without_a_rebalance_and_cooperative_sticky_hands_over() {
     run_script("confluent_groups.py", "confluent_kafka", "ckgroups");
+}
+
+#[test]
+fn confluent_kafka_with_a_small_fetch_max_bytes_consumes_everything() {
+    run_script("confluent_fetch_limits.py", "confluent_kafka", "fetchmax");
+}
+
+#[test]
+fn confluent_kafka_list_offsets_tells_read_committed_the_last_stable_offset() {
+    run_script("confluent_list_offsets.py", "confluent_kafka", "listoffsets");
 }
 
 /// The values kcat reads from every partition of `topic` to its end at an isolation level.

@@ -14,7 +14,13 @@
 //!    made before the clock starts; or librdkafka in process (`kafka-client`).
 //! 3. Latency (unless `--latency-records 0`): confluent-kafka (librdkafka) produces at
 //!    `--rate` records per second, open loop, and consumes them through the listener; each
-//!    record's latency runs from its scheduled send time to its consumption.
+//!    record's latency runs from its scheduled send time to its consumption. A wake-up
+//!    probe runs beside it (`--no-wake-probe` leaves it out): the machine's own floor.
+//!
+//! `--compression C` (none, gzip, snappy, lz4, zstd) has every producing client of the
+//! Kafka runs send batches compressed with C: the listener inflates them on produce, and
+//! the latency run's consumer gets them compressed again (the topics' `compression.type`
+//! is `producer`), so the figures include both.
 //!
 //! Both throughput runs use the same engine, topic settings and fsync policy; the
 //! listener runs one executor per shard. With `--rounds N` the two throughput runs
@@ -34,7 +40,7 @@ use sluice_engine::kafka::{KafkaConfig, KafkaServer};
 use sluice_engine::{Engine, EngineConfig, EngineHandle, OwnedRecord, TopicConfig};
 use sluice_io::{BatchMeta, FsyncPolicy, PartitionId, Timestamp};
 
-use crate::harness::{LatencyRecorder, LatencySummary, Table};
+use crate::harness::{LatencyRecorder, LatencySummary, Table, WAKE_ROWS, WakeProbe};
 use crate::workloads::CommonArgs;
 
 /// The latency client, run with `python3 -c`.
@@ -89,6 +95,50 @@ pub struct KafkaArgs {
     /// it, else rdkafka when built with it, else kcat]
     #[arg(long, value_enum, default_value_t = Client::default())]
     pub client: Client,
+    /// The codec the producing clients compress their batches with (librdkafka's
+    /// `compression.codec`, rskafka's `Compression`).
+    #[arg(long, value_enum, default_value_t = Codec::None)]
+    pub compression: Codec,
+    /// Run no wake-up probe beside the latency run (a thread that sleeps 1 ms at a time
+    /// and reports how late it woke: `machine_wake_latency_us`).
+    #[arg(long)]
+    pub no_wake_probe: bool,
+}
+
+/// The producing clients' codec (Kafka's ids).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Codec {
+    /// Uncompressed batches.
+    None = 0,
+    /// gzip.
+    Gzip = 1,
+    /// Snappy.
+    Snappy = 2,
+    /// LZ4.
+    Lz4 = 3,
+    /// Zstandard.
+    Zstd = 4,
+}
+
+impl Codec {
+    /// The name librdkafka (`compression.codec`) and confluent-kafka take.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Codec::None => "none",
+            Codec::Gzip => "gzip",
+            Codec::Snappy => "snappy",
+            Codec::Lz4 => "lz4",
+            Codec::Zstd => "zstd",
+        }
+    }
+}
+
+impl std::fmt::Display for Codec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// The throughput run's Kafka client.
@@ -153,6 +203,8 @@ pub struct KafkaReport {
     pub producers: u64,
     /// The Kafka run's client: `kcat`, `rskafka` or `rdkafka`.
     pub client: Client,
+    /// The codec the producing clients compressed their batches with.
+    pub compression: Codec,
     /// Value bytes per record.
     pub record_bytes: u64,
     /// The topics' fsync policy.
@@ -190,6 +242,9 @@ pub struct KafkaReport {
     pub produce_to_consume_us: LatencySummary,
     /// The same as a curve, for `sluice-bench report --plot`.
     pub produce_to_consume_curve: Option<crate::harness::Curve>,
+    /// How late a 1 ms sleep woke during the latency run, microseconds (the machine's
+    /// floor under its latencies). None without a latency run or with `--no-wake-probe`.
+    pub machine_wake_latency_us: Option<LatencySummary>,
 }
 
 #[derive(Deserialize)]
@@ -307,6 +362,7 @@ fn through_kcat(addr: &str, topic: &str, args: &KafkaArgs, dir: &std::path::Path
     for path in &inputs {
         let child = Command::new("kcat")
             .args(["-b", addr, "-P", "-t", topic, "-X", "acks=all", "-X", "queue.buffering.max.messages=1000000"])
+            .args(["-X", &format!("compression.codec={}", args.compression)])
             .stdin(Stdio::from(std::fs::File::open(path)?))
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -340,12 +396,33 @@ fn stored(handle: &EngineHandle, topic: &str, partitions: u32) -> anyhow::Result
     Ok(n)
 }
 
+/// Whether a stored batch of `topic` arrived compressed with `codec` (each batch keeps
+/// its producer's codec): the check that `--compression` took effect. Clients send a batch
+/// uncompressed when compressing would not shrink it, so not every batch need say so.
+fn arrived_compressed(handle: &EngineHandle, topic: &str, partitions: u32, codec: Codec) -> anyhow::Result<bool> {
+    let id = codec as u8;
+    for p in 0..partitions {
+        let (mut at, end) = block_on(handle.offsets(topic, PartitionId(p)))?;
+        while at < end {
+            let batches = block_on(handle.fetch(topic, PartitionId(p), at, 4 << 20, Duration::ZERO))?;
+            for b in batches.batches() {
+                if b?.header().attributes.codec() == id {
+                    return Ok(true);
+                }
+            }
+            at = batches.next_offset();
+        }
+    }
+    Ok(false)
+}
+
 fn latency(addr: &str, args: &KafkaArgs, partitions: u32) -> anyhow::Result<(f64, LatencyRecorder)> {
     let limit = Duration::from_secs(120) + Duration::from_secs_f64(args.latency_records as f64 / args.rate as f64);
     let mut child = Command::new(python())
         .args(["-c", LATENCY_SCRIPT, addr, "latency"])
         .args([partitions.to_string(), args.rate.to_string(), args.latency_records.to_string()])
         .arg(args.record_bytes.to_string())
+        .arg(args.compression.name())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -405,7 +482,8 @@ fn produce_via_listener(
         #[cfg(feature = "kafka-client")]
         Client::Rdkafka => {
             let bytes = args.record_bytes as usize;
-            super::kafka_rdkafka::produce(addr, topic, args.records, args.producers, |i| value(i, bytes))?
+            let codec = args.compression.name();
+            super::kafka_rdkafka::produce(addr, topic, args.records, args.producers, codec, |i| value(i, bytes))?
         }
         #[cfg(not(feature = "kafka-client"))]
         Client::Rdkafka => bail!("--client rdkafka needs sluice-bench built with --features kafka-client"),
@@ -413,7 +491,10 @@ fn produce_via_listener(
         Client::Rskafka => {
             let bytes = args.record_bytes as usize;
             let (records, batch) = (args.records, args.batch_records);
-            super::kafka_rskafka::produce(addr, topic, records, partitions, args.producers, batch, |i| value(i, bytes))?
+            let (producers, codec) = (args.producers, args.compression);
+            super::kafka_rskafka::produce(addr, topic, records, partitions, producers, batch, codec, |i| {
+                value(i, bytes)
+            })?
         }
         #[cfg(not(feature = "rskafka-client"))]
         Client::Rskafka => bail!("--client rskafka needs sluice-bench built with --features rskafka-client"),
@@ -469,12 +550,19 @@ pub fn run(args: &KafkaArgs) -> anyhow::Result<KafkaReport> {
         kcat_cpu += cpu(libc::RUSAGE_CHILDREN).saturating_sub(children_before);
         let got = stored(&handle, &kafka_topic, partitions)?;
         ensure!(got == args.records, "{} produced {got} of {} records", args.client, args.records);
+        if args.compression != Codec::None {
+            let compressed = arrived_compressed(&handle, &kafka_topic, partitions, args.compression)?;
+            ensure!(compressed, "{} sent no {} batch", args.client, args.compression);
+        }
     }
     let (embedded_cpu, listener_cpu, kcat_cpu) =
         (per_record(embedded_cpu), per_record(listener_cpu), per_record(kcat_cpu));
     let ratios: Vec<f64> = kafka_rates.iter().zip(&embedded_rates).map(|(k, e)| k / e).collect();
-    let (latency_achieved_rate, recorder) =
-        if args.latency_records > 0 { latency(&addr, args, partitions)? } else { (0.0, LatencyRecorder::new()) };
+    let ((latency_achieved_rate, recorder), machine_wake_latency_us) = if args.latency_records > 0 {
+        WakeProbe::around(!args.no_wake_probe, || latency(&addr, args, partitions))?
+    } else {
+        ((0.0, LatencyRecorder::new()), None)
+    };
     let produce_to_consume_us = recorder.summary();
     let produce_to_consume_curve = if recorder.is_empty() {
         anyhow::ensure!(args.common.plot.is_none(), "--plot needs a latency run (--latency-records > 0)");
@@ -493,6 +581,7 @@ pub fn run(args: &KafkaArgs) -> anyhow::Result<KafkaReport> {
         rounds: args.rounds,
         producers: args.producers,
         client: args.client,
+        compression: args.compression,
         record_bytes: args.record_bytes,
         fsync: args.fsync,
         embedded_records_per_s: crate::harness::median(&embedded_rates),
@@ -508,6 +597,7 @@ pub fn run(args: &KafkaArgs) -> anyhow::Result<KafkaReport> {
         latency_achieved_rate,
         produce_to_consume_us,
         produce_to_consume_curve,
+        machine_wake_latency_us,
     })
 }
 
@@ -515,7 +605,7 @@ impl KafkaReport {
     /// The human-readable form of the report.
     pub fn table(&self) -> Table {
         let mut table = Table::titled(format!(
-            "kafka listener: {} shards, {} partitions, {} records x {} B, fsync {}, {} {} producers{}",
+            "kafka listener: {} shards, {} partitions, {} records x {} B, fsync {}, {} {} producers{}{}",
             self.shards,
             self.partitions,
             self.records,
@@ -523,6 +613,10 @@ impl KafkaReport {
             self.fsync,
             self.producers,
             self.client,
+            match self.compression {
+                Codec::None => String::new(),
+                c => format!(", {c} batches"),
+            },
             if self.rounds > 1 { format!(", median of {} rounds", self.rounds) } else { String::new() }
         ));
         let mb = |rate: f64| rate * self.record_bytes as f64 / 1e6;
@@ -557,6 +651,9 @@ impl KafkaReport {
             table.row("latency run offered", self.latency_rate, "records/s");
             table.row("latency run achieved", format!("{:.0}", self.latency_achieved_rate), "records/s");
             table.latency_rows("produce to consume", &self.produce_to_consume_us);
+        }
+        if let Some(m) = &self.machine_wake_latency_us {
+            table.latency_rows(WAKE_ROWS, m);
         }
         table
     }

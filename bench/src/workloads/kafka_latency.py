@@ -1,8 +1,9 @@
 """Produce-to-consume latency through a Kafka broker with confluent-kafka (librdkafka).
 
-Usage: python3 - BOOTSTRAP TOPIC PARTITIONS RATE RECORDS RECORD_BYTES  (script on stdin or -c)
+Usage: python3 - BOOTSTRAP TOPIC PARTITIONS RATE RECORDS RECORD_BYTES [CODEC]  (script on stdin or -c)
 
-A producer (linger.ms=0, acks=all) sends RECORDS records at RATE per second, open loop:
+A producer (linger.ms=0, acks=all, compression.type CODEC, none by default) sends RECORDS
+records at RATE per second, open loop:
 each record carries its scheduled send time, and its latency runs from that time to the
 moment the consumer (assigned every partition, fetch.wait.max.ms=100) holds it, so a
 stall is charged to every record it delays. Prints one JSON object: the latencies in
@@ -19,13 +20,14 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 bootstrap, topic = sys.argv[1], sys.argv[2]
 partitions, rate, records, size = (int(x) for x in sys.argv[3:7])
+codec = sys.argv[7] if len(sys.argv) > 7 else "none"
 size = max(size, 8)
 common = {"bootstrap.servers": bootstrap, "broker.address.family": "v4"}
 
 consumer = Consumer({**common, "group.id": "sluice-bench-latency", "enable.auto.commit": False,
                      "fetch.wait.max.ms": 100, "fetch.min.bytes": 1})
 consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-producer = Producer({**common, "linger.ms": 0, "acks": "all"})
+producer = Producer({**common, "linger.ms": 0, "acks": "all", "compression.type": codec})
 padding = b"\0" * (size - 8)
 WARMUP = (1 << 64) - 1
 

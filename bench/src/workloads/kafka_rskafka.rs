@@ -26,8 +26,9 @@ const IN_FLIGHT: usize = 4;
 
 /// Produces `records` records of `value(i)` to `topic`'s `partitions` partitions through
 /// the listener at `addr` (record `i` to partition `i % partitions`), in batches of
-/// `batch` records; returns records per second from the first send to the last
-/// acknowledgement, and the CPU this process spent before the clock started.
+/// `batch` records compressed with `codec`; returns records per second from the first send
+/// to the last acknowledgement, and the CPU this process spent before the clock started.
+#[allow(clippy::too_many_arguments)]
 pub fn produce(
     addr: &str,
     topic: &str,
@@ -35,8 +36,17 @@ pub fn produce(
     partitions: u32,
     producers: u64,
     batch: usize,
+    codec: super::kafka::Codec,
     value: impl Fn(u64) -> Vec<u8>,
 ) -> anyhow::Result<(f64, std::time::Duration)> {
+    use super::kafka::Codec;
+    let compression = match codec {
+        Codec::None => Compression::NoCompression,
+        Codec::Gzip => Compression::Gzip,
+        Codec::Snappy => Compression::Snappy,
+        Codec::Lz4 => Compression::Lz4,
+        Codec::Zstd => Compression::Zstd,
+    };
     let cpu_at_start = super::kafka::cpu(libc::RUSAGE_SELF);
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("a tokio runtime")?;
     let batch = batch.max(1);
@@ -78,7 +88,7 @@ pub fn produce(
                             let permit = permits.clone().acquire_owned().await.context("the in-flight limit")?;
                             let pc = pc.clone();
                             sends.push(tokio::task::spawn_local(async move {
-                                let offsets = pc.produce(b, Compression::NoCompression).await;
+                                let offsets = pc.produce(b, compression).await;
                                 drop(permit);
                                 offsets.map(|o| o.len() as u64)
                             }));

@@ -4,7 +4,7 @@
 
 use sluice_io::{CleanReport, PartitionId};
 
-use crate::config::TopicConfig;
+use crate::config::{CompressionType, TopicConfig};
 use crate::error::{EngineError, Result};
 use crate::shard::{CleanerStats, Request};
 use crate::topic::meta::{TopicMeta, assign_shards};
@@ -93,6 +93,15 @@ impl EngineHandle {
     pub fn describe_topic(&self, name: &str) -> Result<TopicDescription> {
         let t = self.topic(name)?;
         Ok(TopicDescription { name: name.to_string(), config: t.config, shards: t.shards })
+    }
+
+    /// A topic's `compression.type` and the most bytes of records one of its batches may
+    /// hold (read under the metadata lock, nothing cloned: the Kafka listener asks on
+    /// every produce and fetch).
+    pub(crate) fn batch_settings(&self, name: &str) -> Result<(CompressionType, usize)> {
+        let meta = self.inner.meta.read().unwrap_or_else(|e| e.into_inner());
+        let t = meta.topics.get(name).ok_or_else(|| EngineError::UnknownTopic(name.to_string()))?;
+        Ok((t.config.compression, t.config.max_batch_bytes()))
     }
 
     /// Deletes a topic and its data.

@@ -9,7 +9,12 @@
 //!
 //! Fetch reads every partition at once without waiting; if that gives less than
 //! `min_bytes`, it long-polls all of them until one has data or `max_wait_ms` passes, then
-//! reads again. The answer keeps to `max_bytes` (past the first batch, as Kafka's does).
+//! reads again. The answer keeps to `max_bytes` and each partition's
+//! `partition_max_bytes` as Kafka's does (KIP-74), counted in the bytes sent: the first
+//! batch of the first partition with data goes out whole whatever its size, so a client
+//! always makes progress; past it, a batch that would take a partition past its limit or
+//! the response past `max_bytes` is left for the next fetch. Each batch goes out in the
+//! codec the topic's `compression.type` names (with `producer`, the one it arrived in).
 //!
 //! Produce with a transactional id takes transactional batches of that id's current
 //! producer id and epoch, to partitions its open transaction added
@@ -20,6 +25,10 @@
 //! transactions overlapping what it returns ([`stable`](super::stable)); held back by an
 //! open transaction, it long-polls until the partition's log grows (its marker, say).
 //! Control batches go out as Kafka control batches, which clients skip.
+//!
+//! ListOffsets for the latest offset (-1) answers the high watermark at isolation level 0
+//! (read_uncommitted) and the last stable offset at level 1 (read_committed), from the
+//! same index; a time lookup at level 1 finds only offsets below the last stable one.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -37,6 +46,7 @@ use sluice_io::{Offset, OwnedBatches, PartitionId, Timestamp};
 
 use crate::error::EngineError;
 
+use super::compression;
 use super::context::Context;
 use super::errors::{self, code};
 use super::join::{Boxed, first_of, join_all};
@@ -142,7 +152,10 @@ fn admit<'a>(
 ) -> Result<(PartitionId, records::ProducedBatch, Option<Appending<'a>>), (i16, String)> {
     let partition =
         PartitionId::try_from(index).map_err(|_| (code::UNKNOWN_TOPIC_OR_PARTITION, format!("partition {index}")))?;
-    let batch = records::decode_produced(&data.cloned().unwrap_or_default()).map_err(|e| (e.code, e.message))?;
+    // A compressed batch inflates to at most what one of the topic's batches may hold.
+    let (_, max_inflated) = ctx.engine.batch_settings(name).map_err(|e| (errors::of(&e), e.to_string()))?;
+    let batch =
+        records::decode_produced(&data.cloned().unwrap_or_default(), max_inflated).map_err(|e| (e.code, e.message))?;
     let appending = match (tid, batch.meta.attributes.is_transactional()) {
         (Some(tid), true) => {
             Some(ctx.txns.check_produce(tid, batch.meta.producer_id.0, batch.meta.producer_epoch, name, partition)?)
@@ -180,7 +193,11 @@ async fn read_partition(
         let e = EngineError::OffsetOutOfRange { topic: topic.to_string(), partition: p, requested, start, end };
         return Read { result: Err(e), bounds };
     };
-    let result = ctx.engine.fetch(topic, p, Offset(offset), max_bytes.max(1), wait).await;
+    // A stored batch is larger than the same batch sent (rkyv's framing costs some 30 bytes
+    // more per record than Kafka's): read half as much again, and let the encoding cut at
+    // the limit in bytes sent.
+    let read_bytes = max_bytes.saturating_add(max_bytes / 2).max(1);
+    let result = ctx.engine.fetch(topic, p, Offset(offset), read_bytes, wait).await;
     let bounds = ctx.engine.offsets(topic, p).await.ok();
     Read { result, bounds }
 }
@@ -255,7 +272,8 @@ pub(crate) async fn fetch(ctx: &Arc<Context>, req: FetchRequest, version: i16) -
     let mut wanted: Vec<Wanted> = Vec::new();
     for t in &req.topics {
         for p in &t.partitions {
-            let pmax = usize::try_from(p.partition_max_bytes).unwrap_or(0);
+            // No partition's share of the response can be larger than the response.
+            let pmax = usize::try_from(p.partition_max_bytes).unwrap_or(0).min(max_bytes);
             wanted.push((topic_str(&t.topic.0).to_string(), p.partition, p.fetch_offset, pmax));
         }
     }
@@ -293,12 +311,11 @@ pub(crate) async fn fetch(ctx: &Arc<Context>, req: FetchRequest, version: i16) -
         reads = read_all(Duration::ZERO).await;
     }
     let mut committed = committed.into_iter();
-    let mut budget = max_bytes;
-    let mut first_data = true;
+    let mut budget = Budget { left: max_bytes, first_data: true, scratch: BytesMut::new() };
     let mut topics: Vec<FetchableTopicResponse> = Vec::new();
-    for ((topic, partition, _, _), read) in wanted.iter().zip(reads) {
+    for ((topic, partition, _, pmax), read) in wanted.iter().zip(reads) {
         let stable = committed.next().flatten();
-        let pd = partition_data(ctx, topic, *partition, read, stable, &mut budget, &mut first_data);
+        let pd = partition_data(ctx, topic, *partition, read, stable, *pmax, &mut budget);
         match topics.last_mut() {
             Some(t) if t.topic.0.as_str() == topic => t.partitions.push(pd),
             _ => {
@@ -314,17 +331,28 @@ pub(crate) async fn fetch(ctx: &Arc<Context>, req: FetchRequest, version: i16) -
     resp
 }
 
+/// What is left of a fetch response's `max_bytes` as its partitions are encoded.
+struct Budget {
+    /// Bytes of record batches the response may still take.
+    left: usize,
+    /// No partition has data yet: the next batch goes out whatever its size (KIP-74).
+    first_data: bool,
+    /// Where a batch is encoded before it is compressed.
+    scratch: BytesMut,
+}
+
 /// One partition's part of a fetch response: its offsets, the stable view of a
-/// read_committed reader, and its batches re-encoded as Kafka's, within what is left of
-/// the response's byte budget (the first partition with data always gets its batches).
+/// read_committed reader, and its batches re-encoded as Kafka's (compressed as the
+/// topic's `compression.type` says), within `partition_max` bytes and what is left of
+/// the response's budget; the first batch of the first partition with data always goes.
 fn partition_data(
     ctx: &Context,
     topic: &str,
     partition: i32,
     read: Read,
     stable: Option<Committed>,
-    budget: &mut usize,
-    first_data: &mut bool,
+    partition_max: usize,
+    budget: &mut Budget,
 ) -> PartitionData {
     let mut pd = PartitionData::default();
     pd.partition_index = partition;
@@ -358,25 +386,36 @@ fn partition_data(
                 .collect(),
         );
     }
-    let limit = stable.as_ref().map_or(Offset(u64::MAX), |c| c.stable.offset);
+    let stable_end = stable.as_ref().map_or(Offset(u64::MAX), |c| c.stable.offset);
+    let limit = partition_max.min(budget.left);
     let mut out = BytesMut::new();
     match read.result {
+        // Nothing can go out but a first batch of the response.
+        Ok(_) if limit == 0 && !budget.first_data => {}
         Ok(batches) => {
-            let size = stable.as_ref().map_or(batches.bytes().len(), |c| c.bytes);
-            if size > 0 && (*first_data || size <= *budget) {
-                for b in batches.batches() {
-                    match b {
-                        Ok(view) if view.header().base_offset >= limit => break,
-                        Ok(view) => records::encode_batch(view, &mut out),
-                        Err(e) => {
-                            pd.error_code = code::KAFKA_STORAGE_ERROR;
-                            ctx.errors.report(format_args!("fetch of {topic}-{partition}: {e}"));
+            let compression = ctx.engine.batch_settings(topic).map_or_else(|_| Default::default(), |(c, _)| c);
+            for b in batches.batches() {
+                match b {
+                    Ok(view) if view.header().base_offset >= stable_end => break,
+                    Ok(view) => {
+                        let before = out.len();
+                        let codec = compression::for_fetch(compression, view.header().attributes);
+                        records::encode_compressed(view, codec, &mut budget.scratch, &mut out);
+                        if out.len() > limit && !(budget.first_data && before == 0) {
+                            out.truncate(before);
                             break;
                         }
                     }
+                    Err(e) => {
+                        pd.error_code = code::KAFKA_STORAGE_ERROR;
+                        ctx.errors.report(format_args!("fetch of {topic}-{partition}: {e}"));
+                        break;
+                    }
                 }
-                *budget = budget.saturating_sub(size);
-                *first_data = false;
+            }
+            if !out.is_empty() {
+                budget.left = budget.left.saturating_sub(out.len());
+                budget.first_data = false;
             }
         }
         Err(e) => pd.error_code = errors::of(&e),
@@ -412,9 +451,10 @@ async fn wait_for_more(ctx: &Context, wanted: &[Wanted], reads: &[Read], read_co
     first_of(waits).await;
 }
 
-/// Handles a ListOffsets request: -2 earliest, -1 latest, otherwise the first record at
-/// or after a time.
+/// Handles a ListOffsets request: -2 earliest, -1 latest (the last stable offset for
+/// read_committed), otherwise the first record at or after a time.
 pub(crate) async fn list_offsets(ctx: &Arc<Context>, req: ListOffsetsRequest, _version: i16) -> ListOffsetsResponse {
+    let read_committed = req.isolation_level == 1;
     let mut topics = Vec::with_capacity(req.topics.len());
     for t in &req.topics {
         let name = topic_str(&t.name.0);
@@ -423,7 +463,7 @@ pub(crate) async fn list_offsets(ctx: &Arc<Context>, req: ListOffsetsRequest, _v
         for p in &t.partitions {
             let mut pr = ListOffsetsPartitionResponse::default();
             pr.partition_index = p.partition_index;
-            match list_one(ctx, name, p.partition_index, p.timestamp).await {
+            match list_one(ctx, name, p.partition_index, p.timestamp, read_committed).await {
                 Ok((offset, timestamp)) => {
                     pr.offset = offset;
                     pr.timestamp = timestamp;
@@ -439,16 +479,32 @@ pub(crate) async fn list_offsets(ctx: &Arc<Context>, req: ListOffsetsRequest, _v
     resp
 }
 
-async fn list_one(ctx: &Context, topic: &str, partition: i32, timestamp: i64) -> Result<(i64, i64), i16> {
+async fn list_one(
+    ctx: &Context,
+    topic: &str,
+    partition: i32,
+    timestamp: i64,
+    read_committed: bool,
+) -> Result<(i64, i64), i16> {
     let p = PartitionId::try_from(partition).map_err(|_| code::UNKNOWN_TOPIC_OR_PARTITION)?;
     let engine = &ctx.engine;
     let (start, end) = engine.offsets(topic, p).await.map_err(|e| errors::of(&e))?;
+    // What a reader at this isolation level may read up to (Kafka's last fetchable
+    // offset); the earliest offset does not depend on it.
+    let fetchable = if read_committed && timestamp != -2 {
+        let scanned = ctx.stable.update(engine, topic, p, (start, end), &OwnedBatches::empty(start)).await;
+        scanned.map_err(|e| errors::of(&e))?;
+        ctx.stable.view(topic, p, end, end).offset.min(end)
+    } else {
+        end
+    };
     match timestamp {
         -2 => Ok((start.0 as i64, -1)),
-        -1 => Ok((end.0 as i64, -1)),
+        -1 => Ok((fetchable.0 as i64, -1)),
         t if t < 0 => Err(code::INVALID_REQUEST),
         t => match engine.offset_for_time(topic, p, Timestamp(t)).await.map_err(|e| errors::of(&e))? {
             None => Ok((-1, -1)),
+            Some(o) if o >= fetchable => Ok((-1, -1)),
             Some(o) => {
                 // The time of the record found, as Kafka answers.
                 let batches = engine.fetch(topic, p, o, 1, Duration::ZERO).await.map_err(|e| errors::of(&e))?;

@@ -8,6 +8,11 @@
 //! version newer than ours gets an UNSUPPORTED_VERSION reply in the v0 format listing our
 //! ranges, from which it retries at a version we speak (KIP-511). Bytes after a request's
 //! last field are ignored (librdkafka sends some).
+//!
+//! Produce is advertised from v0, as Kafka 4.0 does (KAFKA-18659), though only v3 and later
+//! are handled: librdkafka before 2.11.1 sends gzip, snappy and lz4 batches uncompressed to a
+//! broker whose Produce starts past v0. A Produce request at v0-v2 (message formats 0 and
+//! 1) gets UNSUPPORTED_VERSION for each of its partitions, and the connection stays open.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -15,7 +20,9 @@ use std::sync::Arc;
 use bytes::{BufMut, Bytes, BytesMut};
 use futures_lite::Future;
 use kafka_protocol::messages::api_versions_response::ApiVersion;
-use kafka_protocol::messages::{ApiKey, ApiVersionsResponse, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsResponse, ProduceRequest, RequestHeader, RequestKind, ResponseHeader, ResponseKind,
+};
 use kafka_protocol::protocol::{Decodable, Encodable};
 
 use super::context::Context;
@@ -83,6 +90,10 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetDelete, 0, 0),
 ];
 
+/// The lowest Produce version advertised (see the module docs); v0 up to the lowest one
+/// handled are answered with UNSUPPORTED_VERSION.
+pub const PRODUCE_ADVERTISED_MIN: i16 = 0;
+
 fn supported(key: i16) -> Option<(ApiKey, i16, i16)> {
     SUPPORTED.iter().copied().find(|(k, _, _)| *k as i16 == key)
 }
@@ -95,7 +106,7 @@ fn api_versions_body(error_code: i16) -> ApiVersionsResponse {
         .map(|&(k, min, max)| {
             let mut v = ApiVersion::default();
             v.api_key = k as i16;
-            v.min_version = min;
+            v.min_version = if k == ApiKey::Produce { PRODUCE_ADVERTISED_MIN } else { min };
             v.max_version = max;
             v
         })
@@ -152,6 +163,9 @@ fn parse(frame: Bytes) -> Result<(ApiKey, i16, RequestHeader, RequestKind), Hand
         let body = ResponseKind::ApiVersions(api_versions_body(code::UNSUPPORTED_VERSION));
         return Err(Handled::Ready(encode(api, 0, correlation_id, &body)));
     }
+    if api == ApiKey::Produce && (PRODUCE_ADVERTISED_MIN..min).contains(&version) {
+        return Err(old_produce(frame, version, correlation_id));
+    }
     if version < min || version > max {
         return Err(Handled::Close(format!(
             "unsupported version {version} of {api:?} (this listener handles {min}..={max})"
@@ -171,6 +185,52 @@ fn parse(frame: Bytes) -> Result<(ApiKey, i16, RequestHeader, RequestKind), Hand
     };
     // Anything left in `bytes` is ignored on purpose (see the module docs).
     Ok((api, version, header, request))
+}
+
+/// A Produce request at v0-v2: UNSUPPORTED_VERSION for each partition, in the response
+/// format of its version (none for acks=0). Its body is v3's without the transactional
+/// id, so it is checked and decoded as one with a null id put in front.
+fn old_produce(frame: Bytes, version: i16, correlation_id: i32) -> Handled {
+    let mut bytes = frame;
+    if let Err(e) = RequestHeader::decode(&mut bytes, ApiKey::Produce.request_header_version(version)) {
+        return Handled::Close(format!("malformed Produce v{version} request header: {e}"));
+    }
+    let mut body = BytesMut::with_capacity(bytes.len() + 2);
+    body.put_i16(-1);
+    body.extend_from_slice(&bytes);
+    if let Err(e) = guard::check_body(ApiKey::Produce as i16, 3, &body) {
+        return Handled::Close(format!("malformed Produce v{version} request: {e}"));
+    }
+    let req = match ProduceRequest::decode(&mut body.freeze(), 3) {
+        Ok(r) => r,
+        Err(e) => return Handled::Close(format!("malformed Produce v{version} request: {e}")),
+    };
+    if req.acks == 0 {
+        return Handled::Ready(Ok(None));
+    }
+    let mut out = BytesMut::with_capacity(64);
+    out.put_i32(0);
+    out.put_i32(correlation_id);
+    out.put_i32(req.topic_data.len() as i32);
+    for t in &req.topic_data {
+        out.put_i16(t.name.0.len() as i16);
+        out.put_slice(t.name.0.as_bytes());
+        out.put_i32(t.partition_data.len() as i32);
+        for p in &t.partition_data {
+            out.put_i32(p.index);
+            out.put_i16(code::UNSUPPORTED_VERSION);
+            out.put_i64(-1); // base offset
+            if version >= 2 {
+                out.put_i64(-1); // log append time
+            }
+        }
+    }
+    if version >= 1 {
+        out.put_i32(0); // throttle time
+    }
+    let len = (out.len() - 4) as i32;
+    out[..4].copy_from_slice(&len.to_be_bytes());
+    Handled::Ready(Ok(Some(out.to_vec())))
 }
 
 /// Starts the handler of a parsed request: its answer now, or the work that makes it.

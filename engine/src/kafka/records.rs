@@ -2,15 +2,21 @@
 //!
 //! Produce: each batch's length, magic, CRC-32C, attributes and record count are checked
 //! before any record is read, and every length and count inside is checked against the
-//! bytes that are really there, so a hostile batch costs at most its own size. Compressed
-//! batches are refused (UNSUPPORTED_COMPRESSION_TYPE): the listener is built without
-//! codecs. Keys, values and headers are kept byte for byte, null distinct from empty
-//! (a null key, a null value: a tombstone, a header with a null value); a header's name
-//! must be UTF-8 (Kafka's clients read it as a string).
+//! bytes that are really there, so a hostile batch costs at most its own size. A
+//! compressed batch (gzip, snappy, lz4 or zstd, [`compression`](super::compression)) has
+//! its records section inflated into a buffer of its own, never past the most one stored
+//! batch may hold (RECORD_LIST_TOO_LARGE beyond it, CORRUPT_MESSAGE for truncated or
+//! corrupt data, UNSUPPORTED_COMPRESSION_TYPE for codec ids 5-7), and its records are
+//! read from there as an uncompressed batch's are from the request. Records are stored
+//! uncompressed; the batch keeps the codec it arrived in (`Attributes::codec`). Keys,
+//! values and headers are kept byte for byte, null distinct from empty (a null key, a
+//! null value: a tombstone, a header with a null value); a header's name must be UTF-8
+//! (Kafka's clients read it as a string).
 //!
 //! Fetch: each stored batch becomes one Kafka batch with the same base offset, offset
 //! deltas, producer id, epoch, base sequence and transactional and control bits, and its
-//! CRC-32C computed here. A control batch's record keeps its key (Kafka's control record
+//! CRC-32C computed here; [`encode_compressed`] then compresses its records section with
+//! the codec the topic's `compression.type` asks for. A control batch's record keeps its key (Kafka's control record
 //! key: version, then 0 abort or 1 commit) and gets Kafka's EndTransactionMarker value.
 //!
 //! Produce takes transactional batches (the transactional bit is stored); control batches
@@ -22,6 +28,7 @@ use sluice_io::{BatchMeta, BatchView, ProducerId, Timestamp};
 
 use crate::record::PackedRecords;
 
+use super::compression::{self, Codec, InflateError};
 use super::errors::code;
 
 /// Bytes of a v2 batch header, from the base offset to the record count inclusive.
@@ -149,11 +156,12 @@ fn be_i64(b: &[u8], at: usize) -> i64 {
 }
 
 /// Checks one partition's records of a Produce request: one record batch, whose records
-/// become ranges of `bytes` (shared, not copied). As in Kafka (`ProduceRequest`'s
-/// `validateRecords`, Produce v3 and later), more than one batch is INVALID_RECORD: one
-/// request's records for a partition are then one append, which keeps the appends of a
-/// connection's pipelined requests in the order they were sent.
-pub fn decode_produced(bytes: &Bytes) -> Result<ProducedBatch, BatchRejected> {
+/// become ranges of `bytes` (shared, not copied), or of its inflated records section if it
+/// is compressed, which may inflate to at most `max_inflated_bytes`. As in Kafka
+/// (`ProduceRequest`'s `validateRecords`, Produce v3 and later), more than one batch is
+/// INVALID_RECORD: one request's records for a partition are then one append, which
+/// keeps the appends of a connection's pipelined requests in the order they were sent.
+pub fn decode_produced(bytes: &Bytes, max_inflated_bytes: usize) -> Result<ProducedBatch, BatchRejected> {
     if bytes.is_empty() {
         return Err(reject(code::INVALID_REQUEST, "a produce request with no records"));
     }
@@ -181,7 +189,7 @@ pub fn decode_produced(bytes: &Bytes) -> Result<ProducedBatch, BatchRejected> {
             ),
         ));
     }
-    decode_batch(bytes.clone())
+    decode_batch(bytes.clone(), max_inflated_bytes)
 }
 
 /// Where `inner`, a slice of `outer`, lies in it.
@@ -190,7 +198,7 @@ fn range_in(outer: &[u8], inner: &[u8]) -> std::ops::Range<usize> {
     start..start + inner.len()
 }
 
-fn decode_batch(batch: Bytes) -> Result<ProducedBatch, BatchRejected> {
+fn decode_batch(batch: Bytes, max_inflated_bytes: usize) -> Result<ProducedBatch, BatchRejected> {
     let b: &[u8] = &batch;
     let magic = b[16] as i8;
     if magic != 2 {
@@ -204,12 +212,10 @@ fn decode_batch(batch: Bytes) -> Result<ProducedBatch, BatchRejected> {
         )));
     }
     let attributes = be_i16(b, 21);
-    if attributes & COMPRESSION_MASK != 0 {
-        return Err(reject(
-            code::UNSUPPORTED_COMPRESSION_TYPE,
-            format!("compression codec {} is not supported: produce uncompressed", attributes & COMPRESSION_MASK),
-        ));
-    }
+    let codec_id = (attributes & COMPRESSION_MASK) as u8;
+    let codec = Codec::from_id(codec_id).ok_or_else(|| {
+        reject(code::UNSUPPORTED_COMPRESSION_TYPE, format!("compression codec {codec_id} does not exist"))
+    })?;
     if attributes & ATTR_CONTROL != 0 {
         // Only the transaction coordinator writes markers (EndTxn), as in Kafka.
         return Err(reject(code::INVALID_REQUEST, "clients may not produce control batches"));
@@ -221,11 +227,18 @@ fn decode_batch(batch: Bytes) -> Result<ProducedBatch, BatchRejected> {
     let producer_epoch = be_i16(b, 51);
     let base_sequence = be_i32(b, 53);
     let count = be_i32(b, 57);
+    // A compressed batch's records are read from their inflated copy: from here on,
+    // `batch` and `b` are the buffer the records lie in, and `body` the records.
+    let (batch, body_start) = match codec {
+        Codec::None => (batch, BATCH_HEADER_BYTES),
+        codec => (inflate_records(codec, &b[BATCH_HEADER_BYTES..], max_inflated_bytes)?, 0),
+    };
+    let b: &[u8] = &batch;
     if b.len() >= u32::MAX as usize {
         // Records are kept as 32-bit ranges of the batch (and requests are far smaller).
         return Err(reject(code::MESSAGE_TOO_LARGE, format!("a record batch of {} bytes", b.len())));
     }
-    let body = &b[BATCH_HEADER_BYTES..];
+    let body = &b[body_start..];
     if count <= 0 || count as usize > body.len() / MIN_RECORD_BYTES {
         return Err(corrupt(format!("record count {count} does not fit a batch body of {} bytes", body.len())));
     }
@@ -269,12 +282,23 @@ fn decode_batch(batch: Bytes) -> Result<ProducedBatch, BatchRejected> {
         return Err(corrupt(format!("{} bytes after the batch's last record", body.len() - cur.at)));
     }
     let meta = BatchMeta {
-        attributes: if transactional { Attributes(Attributes::TRANSACTIONAL) } else { Attributes::default() },
+        attributes: if transactional { Attributes(Attributes::TRANSACTIONAL) } else { Attributes::default() }
+            .with_codec(codec.id()),
         producer_id: ProducerId(producer_id),
         producer_epoch,
         base_sequence,
     };
     Ok(ProducedBatch { meta, records })
+}
+
+/// A compressed batch's records section, inflated into a buffer of its own.
+fn inflate_records(codec: Codec, compressed: &[u8], limit: usize) -> Result<Bytes, BatchRejected> {
+    match compression::inflate(codec, compressed, limit) {
+        Ok(records) => Ok(Bytes::from(records)),
+        // Kafka's code for a batch larger than the log takes.
+        Err(e @ InflateError::TooLarge { .. }) => Err(reject(code::RECORD_LIST_TOO_LARGE, e.to_string())),
+        Err(e @ InflateError::Corrupt { .. }) => Err(corrupt(e.to_string())),
+    }
 }
 
 fn put_varlong(out: &mut BytesMut, v: i64) {
@@ -370,13 +394,37 @@ pub fn encode_batch(view: BatchView<'_>, out: &mut BytesMut) {
     out[start + 17..start + 21].copy_from_slice(&crc.to_be_bytes());
 }
 
+/// Appends one stored batch to `out` as a Kafka v2 batch whose records section is
+/// compressed with `codec` (as [`encode_batch`] with `Codec::None`): encoded into
+/// `scratch` first, then its records compressed into `out`, with the codec in its
+/// attributes and its length and CRC-32C made again.
+pub fn encode_compressed(view: BatchView<'_>, codec: Codec, scratch: &mut BytesMut, out: &mut BytesMut) {
+    if codec == Codec::None {
+        return encode_batch(view, out);
+    }
+    scratch.clear();
+    encode_batch(view, scratch);
+    let start = out.len();
+    out.extend_from_slice(&scratch[..BATCH_HEADER_BYTES]);
+    compression::compress(codec, &scratch[BATCH_HEADER_BYTES..], out);
+    let attributes = be_i16(out, start + 21) | i16::from(codec.id());
+    out[start + 21..start + 23].copy_from_slice(&attributes.to_be_bytes());
+    let batch_len = (out.len() - start - 12) as i32;
+    out[start + 8..start + 12].copy_from_slice(&batch_len.to_be_bytes());
+    let crc = crc32c::crc32c(&out[start + 21..]);
+    out[start + 17..start + 21].copy_from_slice(&crc.to_be_bytes());
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::record::OwnedRecord;
 
+    /// The most a compressed batch in these tests may inflate to.
+    const LIMIT: usize = 1 << 20;
+
     fn decode(bytes: &[u8]) -> Result<ProducedBatch, BatchRejected> {
-        decode_produced(&Bytes::copy_from_slice(bytes))
+        decode_produced(&Bytes::copy_from_slice(bytes), LIMIT)
     }
     use kafka_protocol::records::{
         Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
@@ -499,12 +547,131 @@ mod tests {
         // Truncated.
         assert_eq!(decode(&good[..good.len() - 1]).expect_err("short").code, code::CORRUPT_MESSAGE);
         assert_eq!(decode(&good[..20]).expect_err("header").code, code::CORRUPT_MESSAGE);
-        // Compressed.
+        // Said to be gzip, but not compressed.
         let mut b = good;
         b[22] |= 1;
         let crc = crc32c::crc32c(&b[21..]);
         b[17..21].copy_from_slice(&crc.to_be_bytes());
-        assert_eq!(decode(&b).expect_err("gzip").code, code::UNSUPPORTED_COMPRESSION_TYPE);
+        assert_eq!(decode(&b).expect_err("gzip").code, code::CORRUPT_MESSAGE);
+    }
+
+    /// `plain`, an uncompressed batch, with its records section compressed by `codec`
+    /// straight through the codec's crate (snappy as librdkafka writes it: one raw
+    /// block), and its attributes, length and CRC made to match.
+    fn compress_kafka(plain: &[u8], codec: u8, records: &[u8]) -> Vec<u8> {
+        let mut b = plain[..BATCH_HEADER_BYTES].to_vec();
+        b.extend_from_slice(records);
+        b[22] |= codec;
+        let len = (b.len() - 12) as i32;
+        b[8..12].copy_from_slice(&len.to_be_bytes());
+        let crc = crc32c::crc32c(&b[21..]);
+        b[17..21].copy_from_slice(&crc.to_be_bytes());
+        b
+    }
+
+    fn compressed_section(codec: u8, section: &[u8]) -> Vec<u8> {
+        use std::io::Write;
+        match codec {
+            1 => {
+                let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+                e.write_all(section).unwrap();
+                e.finish().unwrap()
+            }
+            2 => snap::raw::Encoder::new().compress_vec(section).unwrap(),
+            3 => {
+                let mut e = lz4_flex::frame::FrameEncoder::new(Vec::new());
+                e.write_all(section).unwrap();
+                e.finish().unwrap()
+            }
+            4 => zstd::bulk::compress(section, 3).unwrap(),
+            _ => unreachable!(),
+        }
+    }
+
+    fn sample_records() -> Vec<Record> {
+        (0..50).map(|i| kafka_record(i, Some(&format!("key-{i}")), &"v".repeat(i as usize * 10), 1000 + i)).collect()
+    }
+
+    #[test]
+    fn compressed_batches_of_every_codec_decode_to_the_records_and_keep_their_codec() {
+        let plain = encode_kafka(&sample_records());
+        let want = decode(&plain).expect("uncompressed").records.to_owned_records();
+        assert_eq!(decode(&plain).unwrap().meta.attributes.codec(), 0);
+        for codec in 1..=4u8 {
+            let section = compressed_section(codec, &plain[BATCH_HEADER_BYTES..]);
+            let batch = compress_kafka(&plain, codec, &section);
+            let b = decode(&batch).unwrap_or_else(|e| panic!("codec {codec}: {e:?}"));
+            assert_eq!(b.records.to_owned_records(), want, "codec {codec}");
+            assert_eq!(b.meta.attributes.codec(), codec);
+            assert_eq!((b.meta.producer_id, b.meta.base_sequence), (ProducerId(7), 10));
+        }
+    }
+
+    #[test]
+    fn bad_compressed_batches_get_kafka_codes_and_nothing_else() {
+        let plain = encode_kafka(&sample_records());
+        let records = &plain[BATCH_HEADER_BYTES..];
+        // Codec ids 5-7 do not exist.
+        for codec in 5..=7u8 {
+            let e = decode(&compress_kafka(&plain, codec, records)).expect_err("no such codec");
+            assert_eq!(e.code, code::UNSUPPORTED_COMPRESSION_TYPE, "{e:?}");
+            assert!(e.message.contains(&format!("codec {codec}")), "{e:?}");
+        }
+        for codec in 1..=4u8 {
+            let section = compressed_section(codec, records);
+            // Truncated (the CRC made to match, so only the compressed data is short).
+            for cut in [1, section.len() / 2] {
+                let e = decode(&compress_kafka(&plain, codec, &section[..section.len() - cut])).expect_err("truncated");
+                assert_eq!(e.code, code::CORRUPT_MESSAGE, "codec {codec} cut {cut}: {e:?}");
+            }
+            // Not compressed with the codec it claims.
+            let e = decode(&compress_kafka(&plain, codec, b"\x00\x01 not compressed at all")).expect_err("garbage");
+            assert_eq!(e.code, code::CORRUPT_MESSAGE, "codec {codec}: {e:?}");
+            // Well compressed, but what it inflates to is not the records the header counts.
+            let e = decode(&compress_kafka(&plain, codec, &compressed_section(codec, &records[..records.len() - 1])))
+                .expect_err("records cut");
+            assert_eq!(e.code, code::CORRUPT_MESSAGE, "codec {codec}: {e:?}");
+            // Inflating past the limit: refused as a batch too large for the log.
+            let bomb = compressed_section(codec, &vec![0u8; LIMIT + 1]);
+            assert!(bomb.len() < LIMIT / 10, "codec {codec}: {} bytes", bomb.len());
+            let e = decode(&compress_kafka(&plain, codec, &bomb)).expect_err("bomb");
+            assert_eq!(e.code, code::RECORD_LIST_TOO_LARGE, "codec {codec}: {e:?}");
+        }
+    }
+
+    #[test]
+    fn fetched_batches_compressed_with_each_codec_read_back_as_the_stored_records() {
+        let values: Vec<[u8; 100]> = (0..40u8).map(|i| [i; 100]).collect();
+        let recs: Vec<_> = (0..40u8)
+            .map(|i| sluice_io::Record::keyed(b"key", &values[i as usize], Timestamp(5000 + i64::from(i))))
+            .collect();
+        let meta =
+            BatchMeta { producer_id: ProducerId(9), producer_epoch: 2, base_sequence: 40, ..BatchMeta::default() };
+        let mut enc = BatchEncoder::new();
+        let (stored, _) = enc.encode(&recs, &meta, Offset(500)).expect("encodes");
+        let mut buf = vec![0u8; stored.len() + 16];
+        let at = buf.as_ptr().align_offset(16);
+        buf[at..at + stored.len()].copy_from_slice(stored);
+        let view = BatchView::new(&buf[at..at + stored.len()]).expect("valid");
+        let mut plain = BytesMut::new();
+        encode_batch(view, &mut plain);
+        let want = decode(&plain).expect("plain").records.to_owned_records();
+        let mut scratch = BytesMut::new();
+        for codec in [Codec::None, Codec::Gzip, Codec::Snappy, Codec::Lz4, Codec::Zstd] {
+            let mut out = BytesMut::from(&b"before"[..]);
+            encode_compressed(view, codec, &mut scratch, &mut out);
+            assert_eq!(&out[..6], b"before", "appended");
+            let wire = &out[6..];
+            assert_eq!(be_i16(wire, 21) & COMPRESSION_MASK, i16::from(codec.id()));
+            assert_eq!(be_i32(wire, 8) as usize + 12, wire.len(), "{codec}: length");
+            assert_eq!(be_i64(wire, 0), 500, "{codec}: base offset");
+            if codec != Codec::None {
+                assert!(wire.len() < plain.len() / 4, "{codec}: {} of {} bytes", wire.len(), plain.len());
+            }
+            // The CRC is checked by the decoder, which inflates the records.
+            let b = decode(wire).unwrap_or_else(|e| panic!("{codec}: {e:?}"));
+            assert_eq!(b.records.to_owned_records(), want, "{codec}");
+        }
     }
 
     #[test]

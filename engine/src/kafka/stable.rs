@@ -1,7 +1,8 @@
 //! What a read_committed Fetch needs to know of a partition: its last stable offset (the
 //! first offset of the oldest transaction still open, or the end of the log), and the
 //! aborted transactions (producer id, first offset, marker offset) Kafka clients use to
-//! skip aborted records.
+//! skip aborted records. A read_committed ListOffsets reads the last stable offset from
+//! here too (brought up to the log's end first).
 //!
 //! Built by reading each partition's batches once, from its first offset on the first
 //! read_committed fetch of it, then only the batches appended since, on each later one.

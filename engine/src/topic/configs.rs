@@ -153,9 +153,17 @@ pub const TOPIC_CONFIGS: &[TopicConfigDef] = &[
         name: "max.message.bytes",
         broker_name: "message.max.bytes",
         kind: Int,
-        doc: "The largest record (key plus value) a partition accepts, at most 67108864; a larger one gets MESSAGE_TOO_LARGE.",
+        doc: "The largest record (key, value and headers) a partition accepts, at most 67108864; a larger one gets MESSAGE_TOO_LARGE.",
         get: |c| c.max_record_bytes.to_string(),
         set: |c, v| put(&mut c.max_record_bytes, record_limit(v)),
+    },
+    TopicConfigDef {
+        name: "compression.type",
+        broker_name: "compression.type",
+        kind: Text,
+        doc: "The codec fetches return batches in: producer (each batch as its producer sent it), uncompressed, gzip, snappy, lz4 or zstd. Records are stored uncompressed either way.",
+        get: |c| c.compression.to_string(),
+        set: |c, v| put(&mut c.compression, v.trim().parse().map_err(|e: crate::error::EngineError| e.to_string())),
     },
     TopicConfigDef {
         name: "message.timestamp.type",

@@ -3,7 +3,8 @@
 //! ```text
 //!  0  magic            u32  "SLCB" (0x42434c53 little-endian)
 //!  4  version          u8   1
-//!  5  attributes       u8   bit 0 transactional, bit 1 control
+//!  5  attributes       u8   bit 0 transactional, bit 1 control, bits 2-4 the codec
+//!                            the batch arrived in (Kafka's ids, 0 none)
 //!  6  reserved         u16  0
 //!  8  body_len         u32  bytes of rkyv body after the header (unpadded)
 //! 12  crc              u32  CRC32C of header bytes 4..12, then 16..64, then the body
@@ -56,6 +57,24 @@ impl Attributes {
     #[must_use]
     pub fn is_control(self) -> bool {
         self.0 & Self::CONTROL != 0
+    }
+
+    /// Where the producer's codec lies: bits 2-4, Kafka's codec ids (0 none, 1 gzip, 2
+    /// snappy, 3 lz4, 4 zstd). The records are stored uncompressed whatever it says; a
+    /// Kafka fetch of a topic whose `compression.type` is `producer` compresses the batch
+    /// with it again. Batches written before the field existed have 0 there.
+    pub const CODEC_MASK: u8 = 0b111 << 2;
+
+    /// The codec id the batch's producer used (0 for none).
+    #[must_use]
+    pub fn codec(self) -> u8 {
+        (self.0 & Self::CODEC_MASK) >> 2
+    }
+
+    /// These attributes with the codec id `codec` (only its low three bits are kept).
+    #[must_use]
+    pub fn with_codec(self, codec: u8) -> Attributes {
+        Attributes((self.0 & !Self::CODEC_MASK) | ((codec & 0b111) << 2))
     }
 }
 

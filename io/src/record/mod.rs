@@ -489,6 +489,26 @@ mod tests {
     }
 
     #[test]
+    fn the_producer_codec_is_stored_beside_the_transaction_bits() {
+        let txn = Attributes(Attributes::TRANSACTIONAL);
+        assert_eq!(txn.codec(), 0, "a batch from before the codec field reads as uncompressed");
+        for codec in 0..=4u8 {
+            let attributes = txn.with_codec(codec);
+            assert!(attributes.is_transactional() && !attributes.is_control());
+            assert_eq!(attributes.codec(), codec);
+            let meta = BatchMeta { attributes, ..BatchMeta::default() };
+            let mut enc = BatchEncoder::new();
+            let (bytes, _) = enc.encode(&sample(), &meta, Offset(3)).unwrap();
+            let mut v = AlignedVec::<16>::new();
+            v.extend_from_slice(bytes);
+            let h = *BatchView::new(&v).unwrap().header();
+            assert_eq!((h.attributes.codec(), h.attributes.is_transactional()), (codec, true));
+        }
+        assert_eq!(Attributes(Attributes::CONTROL).with_codec(0xff).codec(), 7, "three bits, no more");
+        assert!(Attributes(Attributes::CONTROL).with_codec(0xff).is_control());
+    }
+
+    #[test]
     fn empty_batch_is_refused() {
         let mut enc = BatchEncoder::new();
         assert_eq!(enc.encode(&[], &BatchMeta::default(), Offset(0)).unwrap_err(), EncodeError::Empty);
