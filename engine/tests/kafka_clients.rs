@@ -13,6 +13,9 @@ use std::time::{Duration, Instant};
 
 use common::kafka::Served;
 use futures_lite::future::block_on;
+use sluice_engine::OwnedHeader;
+use sluice_engine::dataflow::topic::{StartFrom, TopicRecord, TopicSource};
+use sluice_engine::dataflow::{Pipeline, PipelineConfig, WatermarkStrategy};
 use sluice_engine::kafka::KafkaConfig;
 use sluice_io::{Offset, PartitionId, Timestamp};
 
@@ -311,10 +314,51 @@ fn kafka_python_member_joining_a_group_takes_partitions_over_without_rereading()
 }
 
 #[test]
-fn headers_null_keys_and_null_values_come_back_to_every_client_as_produced() {
+fn headers_null_keys_and_null_values_come_back_to_every_client_as_produced_with_every_codec() {
     need_kcat();
     need_python_module("kafka");
-    run_script("record_fidelity.py", "confluent_kafka", "fidelity");
+    need_python_module("confluent_kafka");
+    let s = Served::start("fidelity");
+    let (ok, out, err) = run(
+        Command::new(python()).arg(script("record_fidelity.py")).arg(s.bootstrap()).arg("fidelity"),
+        b"",
+        Duration::from_secs(120),
+    );
+    println!("{out}");
+    assert!(ok && out.trim_end().ends_with("OK"), "record_fidelity.py failed\nstdout:\n{out}\nstderr:\n{err}");
+    // The codecs were really used: the batches are stored with the codec they came in.
+    for (id, codec) in ["none", "gzip", "snappy", "lz4", "zstd"].iter().enumerate() {
+        let topic = format!("fidelity-{codec}");
+        let batches =
+            block_on(s.engine().fetch(&topic, PartitionId(0), Offset(0), 8 << 20, Duration::ZERO)).expect("fetch");
+        let stored: std::collections::BTreeSet<u8> =
+            batches.batches().map(|b| b.expect("a batch").header().attributes.codec()).collect();
+        assert_eq!(stored, [id as u8].into(), "{topic}: the codecs its batches were stored with");
+        // A pipeline's topic source reads them as the Kafka clients did.
+        let source = block_on(TopicSource::open(&s.engine(), &topic, StartFrom::Earliest)).expect("source").bounded();
+        let read = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = read.clone();
+        Pipeline::new(PipelineConfig { pin: false, ..PipelineConfig::with_shards(1) })
+            .run(move |scope| {
+                let sink = sink.clone();
+                scope
+                    .topic_source(&source, WatermarkStrategy::monotonous(TopicRecord::event_time))
+                    .for_each(move |e| sink.lock().unwrap().push(e.value));
+            })
+            .expect("pipeline");
+        let read: Vec<(Option<Vec<u8>>, Option<Vec<u8>>, Vec<OwnedHeader>)> =
+            read.lock().unwrap().drain(..).map(|r| (r.key, r.value, r.headers)).collect();
+        let h = |k: &str, v: Option<&[u8]>| OwnedHeader { key: k.into(), value: v.map(<[u8]>::to_vec) };
+        let want = vec![
+            (Some(b"k1".to_vec()), Some(b"v1".to_vec()), vec![h("trace", Some(b"abc")), h("span", Some(b"0123"))]),
+            (None, None, vec![h("n", None), h("e", Some(b""))]),
+            (Some(b"k3".to_vec()), None, vec![]),
+            (Some(Vec::new()), Some(Vec::new()), vec![h("trace", Some(b"x")), h("trace", Some(b"y"))]),
+            (Some(b"k5".to_vec()), Some("\u{e9}t\u{e9}".into()), vec![h("\u{fc}ber", Some("\u{e7}a".as_bytes()))]),
+            (Some(b"big".to_vec()), Some(b"abc".repeat(1000)), vec![h("h", Some(&[b'v'; 100]))]),
+        ];
+        assert_eq!(read, want, "{topic}: the pipeline's topic source reads every part of each record");
+    }
 }
 
 #[test]
