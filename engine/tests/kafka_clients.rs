@@ -313,6 +313,9 @@ fn kafka_python_member_joining_a_group_takes_partitions_over_without_rereading()
     run_script("kafka_python_rebalance.py", "kafka", "kphandoff");
 }
 
+/// A record's key, value and headers.
+type Parts = (Option<Vec<u8>>, Option<Vec<u8>>, Vec<OwnedHeader>);
+
 #[test]
 fn headers_null_keys_and_null_values_come_back_to_every_client_as_produced_with_every_codec() {
     need_kcat();
@@ -346,8 +349,7 @@ fn headers_null_keys_and_null_values_come_back_to_every_client_as_produced_with_
                     .for_each(move |e| sink.lock().unwrap().push(e.value));
             })
             .expect("pipeline");
-        let read: Vec<(Option<Vec<u8>>, Option<Vec<u8>>, Vec<OwnedHeader>)> =
-            read.lock().unwrap().drain(..).map(|r| (r.key, r.value, r.headers)).collect();
+        let read: Vec<Parts> = read.lock().unwrap().drain(..).map(|r| (r.key, r.value, r.headers)).collect();
         let h = |k: &str, v: Option<&[u8]>| OwnedHeader { key: k.into(), value: v.map(<[u8]>::to_vec) };
         let want = vec![
             (Some(b"k1".to_vec()), Some(b"v1".to_vec()), vec![h("trace", Some(b"abc")), h("span", Some(b"0123"))]),
