@@ -323,8 +323,9 @@ fn unknown_topics_and_bad_groups_are_errors() {
         Err(EngineError::UnknownTopic(t)) if t == "nope"
     ));
     assert!(matches!(TopicSink::open(&h, "nope"), Err(EngineError::UnknownTopic(t)) if t == "nope"));
-    let bad_group = StartFrom::Committed { group: "no/slashes".into(), reset: OffsetReset::Earliest };
-    assert!(matches!(block_on(TopicSource::open(&h, "in", bad_group)), Err(EngineError::InvalidName(_))));
+    // Group ids are any string, as Kafka's: one with a slash has simply committed nothing.
+    let odd_group = StartFrom::Committed { group: "a/../b".into(), reset: OffsetReset::Earliest };
+    assert!(block_on(TopicSource::open(&h, "in", odd_group)).is_ok());
     // The same topic opened properly works.
     assert_eq!(TopicSink::open(&h, "in").unwrap().partitions(), 2);
 }

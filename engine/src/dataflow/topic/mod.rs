@@ -6,7 +6,7 @@
 //! written by the engine's shards while the pipeline's shards do the processing.
 //!
 //! Both ends are opened before the pipeline starts, outside its build function, and then
-//! used inside it on every shard: that is where a missing topic, a bad group name or an
+//! used inside it on every shard: that is where a missing topic or an
 //! offset the log does not hold becomes a typed [`EngineError`], instead of a shard that
 //! fails while the pipeline runs. The source's starting offsets (and, when bounded, its end
 //! offsets) are resolved once there, so every shard reads from the same snapshot.
@@ -169,9 +169,9 @@ impl TopicSource {
     /// # Errors
     ///
     /// [`EngineError::UnknownTopic`]; for [`StartFrom::Offsets`],
-    /// [`EngineError::PartitionOutOfRange`] or [`EngineError::OffsetOutOfRange`]; for
-    /// [`StartFrom::Committed`], a group name that breaks the naming rules; and whatever the
-    /// engine answers to the offset requests (a shut-down engine, a failed log).
+    /// [`EngineError::PartitionOutOfRange`] or [`EngineError::OffsetOutOfRange`]; and
+    /// whatever the engine answers to the offset requests (a shut-down engine, a failed
+    /// log). A group id may be any string, as in Kafka.
     pub async fn open(handle: &EngineHandle, topic: &str, start: StartFrom) -> Result<TopicSource> {
         let partitions = handle.describe_topic(topic)?.partitions();
         let committed = match &start {
