@@ -107,7 +107,23 @@ impl StableIndex {
             let batches = if covers {
                 fetched
             } else {
-                read = engine.fetch(topic, partition, at, SCAN_STEP_BYTES, Duration::ZERO).await?;
+                read = match engine.fetch(topic, partition, at, SCAN_STEP_BYTES, Duration::ZERO).await {
+                    // Retention or DeleteRecords moved the log's start past `at` since
+                    // `bounds` were taken: what lay below is gone, go on from the start.
+                    Err(e @ EngineError::OffsetOutOfRange { .. }) => {
+                        let (now_start, _) = engine.offsets(topic, partition).await?;
+                        if now_start <= at {
+                            return Err(e);
+                        }
+                        let mut parts = self.lock();
+                        let e = parts.entry(key.clone()).or_default();
+                        e.scanned_to = e.scanned_to.max(now_start);
+                        e.aborted.retain(|a| a.last >= now_start);
+                        at = e.scanned_to;
+                        continue;
+                    }
+                    other => other?,
+                };
                 &read
             };
             if batches.is_empty() {
@@ -153,5 +169,36 @@ impl StableIndex {
                 aborted: e.aborted.iter().filter(|a| a.last >= from && a.first < upper).copied().collect(),
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures_lite::future::block_on;
+    use sluice_io::Timestamp;
+
+    use super::*;
+    use crate::{Engine, EngineConfig, OwnedRecord};
+
+    #[test]
+    fn a_start_moved_after_the_bounds_were_taken_is_skipped_not_an_error() {
+        let dir = std::env::temp_dir().join(format!("sluice-stable-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let engine = block_on(Engine::open(EngineConfig { shards: Some(1), ..EngineConfig::new(&dir) })).unwrap();
+        let h = engine.handle();
+        block_on(h.create_topic("t", 1, None)).unwrap();
+        let p = PartitionId(0);
+        for i in 0..10 {
+            let r = OwnedRecord::new(None, format!("v{i}"), Timestamp(i));
+            block_on(h.append("t", p, vec![r], sluice_io::BatchMeta::default())).unwrap();
+        }
+        let bounds = block_on(h.offsets("t", p)).unwrap();
+        // Retention or DeleteRecords moves the start after a reader took its bounds.
+        block_on(h.delete_records("t", p, Offset(6))).unwrap();
+        let index = StableIndex::default();
+        block_on(index.update(&h, "t", p, bounds, &OwnedBatches::empty(bounds.0))).expect("no OFFSET_OUT_OF_RANGE");
+        assert_eq!(index.view("t", p, bounds.1, bounds.1).offset, bounds.1, "no transaction holds it back");
+        drop(engine);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
