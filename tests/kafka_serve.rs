@@ -13,7 +13,7 @@ fn data_dir(name: &str) -> PathBuf {
 }
 
 fn kcat(args: &[&str], stdin: &str) -> std::process::Output {
-    let mut child = Command::new("kcat")
+    let mut child = client("kcat")
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -108,7 +108,7 @@ fn a_restart_right_after_kill_9_binds_the_port_while_clients_were_connected() {
             } else {
                 &["-b", &addr, "-C", "-q", "-t", "rebind", "-o", "beginning"]
             };
-            Command::new("kcat").args(args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("kcat")
+            client("kcat").args(args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("kcat")
         })
         .collect();
     std::thread::sleep(Duration::from_secs(2));
@@ -155,7 +155,7 @@ fn stop(mut server: std::process::Child) {
 fn script(name: &str, args: &[&str]) {
     let python = std::env::var("SLUICE_PYTHON").unwrap_or_else(|_| "python3".to_string());
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kafka").join(name);
-    let mut child = Command::new(&python)
+    let mut child = client(&python)
         .arg(&path)
         .args(args)
         .stdout(Stdio::piped())
@@ -219,4 +219,18 @@ fn serve_refuses_broker_settings_out_of_range() {
         assert!(err.contains(needle) && err.lines().count() == 1, "{options:?}: {err}");
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A Kafka client (kcat, a Python client) to run as a child process. Cargo puts the
+/// librdkafka that rdkafka-sys builds (without zlib or zstd) on `LD_LIBRARY_PATH` for
+/// tests and `cargo run` when the `kafka-client` feature is on, and kcat or
+/// confluent-kafka would load it in place of their own: those entries are left out.
+fn client(program: impl AsRef<std::ffi::OsStr>) -> std::process::Command {
+    let mut cmd = std::process::Command::new(program);
+    if let Some(path) = std::env::var_os("LD_LIBRARY_PATH") {
+        let kept: Vec<std::path::PathBuf> =
+            std::env::split_paths(&path).filter(|p| !p.to_string_lossy().contains("rdkafka-sys")).collect();
+        cmd.env("LD_LIBRARY_PATH", std::env::join_paths(kept).unwrap_or_default());
+    }
+    cmd
 }

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::kafka::Served;
+use common::kafka::{Served, client};
 use futures_lite::future::block_on;
 use sluice_engine::OwnedHeader;
 use sluice_engine::dataflow::topic::{StartFrom, TopicRecord, TopicSource};
@@ -84,7 +84,7 @@ fn run(cmd: &mut Command, stdin: &[u8], limit: Duration) -> (bool, String, Strin
 }
 
 fn need_kcat() {
-    let ok = Command::new("kcat").arg("-V").output().map(|o| o.status.success()).unwrap_or(false);
+    let ok = client("kcat").arg("-V").output().map(|o| o.status.success()).unwrap_or(false);
     assert!(ok, "kcat is not installed: run .ci/deps (it installs Debian's kcat package)");
 }
 
@@ -93,7 +93,7 @@ fn python() -> String {
 }
 
 fn need_python_module(module: &str) {
-    let ok = Command::new(python())
+    let ok = client(python())
         .args(["-c", &format!("import {module}")])
         .output()
         .map(|o| o.status.success())
@@ -122,14 +122,14 @@ fn kcat_round_trip(s: Served) {
     let input: String = (0..20).map(|i| format!("key-{i}:value-{i}\n")).collect();
     // The client picks partitions: murmur2_random is librdkafka's copy of the Java client's.
     let (ok, out, err) = run(
-        Command::new("kcat").args(["-b", &s.bootstrap(), "-P", "-t", "kc", "-K:", "-X", "partitioner=murmur2_random"]),
+        client("kcat").args(["-b", &s.bootstrap(), "-P", "-t", "kc", "-K:", "-X", "partitioner=murmur2_random"]),
         input.as_bytes(),
         Duration::from_secs(30),
     );
     assert!(ok, "kcat -P failed\n{out}\n{err}");
 
     let (ok, out, err) = run(
-        Command::new("kcat").args(["-b", &s.bootstrap(), "-C", "-t", "kc", "-e", "-q", "-f", "%p\t%o\t%k\t%s\n"]),
+        client("kcat").args(["-b", &s.bootstrap(), "-C", "-t", "kc", "-e", "-q", "-f", "%p\t%o\t%k\t%s\n"]),
         b"",
         Duration::from_secs(30),
     );
@@ -155,7 +155,7 @@ fn kcat_round_trip(s: Served) {
         assert_eq!(offsets, &expect, "partition {p} offsets are dense and in order");
     }
 
-    let (ok, out, err) = run(Command::new("kcat").args(["-b", &s.bootstrap(), "-L"]), b"", Duration::from_secs(30));
+    let (ok, out, err) = run(client("kcat").args(["-b", &s.bootstrap(), "-L"]), b"", Duration::from_secs(30));
     assert!(ok, "kcat -L failed\n{out}\n{err}");
     assert!(out.contains(&format!("broker 0 at {} (controller)", s.bootstrap())), "{out}");
     assert!(out.contains("topic \"kc\" with 2 partitions"), "{out}");
@@ -174,7 +174,7 @@ fn kcat_consumes_as_a_group_and_commits() {
     }
     let kcat_group = || {
         run(
-            Command::new("kcat").args([
+            client("kcat").args([
                 "-b",
                 &s.bootstrap(),
                 "-G",
@@ -250,7 +250,7 @@ fn every_codec_round_trips_byte_identical_through_confluent_kafka_kafka_python_a
     let s = Served::start("codecs");
     let expected = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("kafka-codecs-{}.json", std::process::id()));
     let (ok, out, err) = run(
-        Command::new(python()).arg(script("compression_clients.py")).arg(s.bootstrap()).arg("codec").arg(&expected),
+        client(python()).arg(script("compression_clients.py")).arg(s.bootstrap()).arg("codec").arg(&expected),
         b"",
         Duration::from_secs(240),
     );
@@ -262,7 +262,7 @@ fn every_codec_round_trips_byte_identical_through_confluent_kafka_kafka_python_a
     assert_eq!(topics.len(), 12, "{:?}", topics.keys());
     for (topic, records) in &topics {
         // kcat (librdkafka) reads every topic back byte-identical too.
-        let out = Command::new("kcat")
+        let out = client("kcat")
             .args(["-b", &s.bootstrap(), "-C", "-t", topic, "-e", "-q", "-f", "%K %S %k%s\n"])
             .output()
             .expect("kcat runs");
@@ -293,7 +293,7 @@ fn run_script(name: &str, module: &str, topic: &str) {
     need_python_module(module);
     let s = Served::start(topic);
     let (ok, out, err) =
-        run(Command::new(python()).arg(script(name)).arg(s.bootstrap()).arg(topic), b"", Duration::from_secs(120));
+        run(client(python()).arg(script(name)).arg(s.bootstrap()).arg(topic), b"", Duration::from_secs(120));
     println!("{out}");
     assert!(ok && out.trim_end().ends_with("OK"), "{name} failed\nstdout:\n{out}\nstderr:\n{err}");
 }
@@ -323,7 +323,7 @@ fn headers_null_keys_and_null_values_come_back_to_every_client_as_produced_with_
     need_python_module("confluent_kafka");
     let s = Served::start("fidelity");
     let (ok, out, err) = run(
-        Command::new(python()).arg(script("record_fidelity.py")).arg(s.bootstrap()).arg("fidelity"),
+        client(python()).arg(script("record_fidelity.py")).arg(s.bootstrap()).arg("fidelity"),
         b"",
         Duration::from_secs(120),
     );
@@ -374,7 +374,7 @@ fn kafka_python_groups_with_its_own_assignor_commit_metadata_admin_apis_and_stat
     let mut s = Served::start("kpgroups");
     let script_run = |s: &Served, args: &[&str]| {
         let (ok, out, err) = run(
-            Command::new(python()).arg(script("kafka_python_groups.py")).arg(s.bootstrap()).arg("kpg").args(args),
+            client(python()).arg(script("kafka_python_groups.py")).arg(s.bootstrap()).arg("kpg").args(args),
             b"",
             Duration::from_secs(180),
         );
@@ -408,7 +408,7 @@ fn confluent_kafka_list_offsets_tells_read_committed_the_last_stable_offset() {
 /// The values kcat reads from every partition of `topic` to its end at an isolation level.
 fn kcat_values(bootstrap: &str, topic: &str, isolation: &str) -> Vec<String> {
     let (ok, out, err) = run(
-        Command::new("kcat").args([
+        client("kcat").args([
             "-b",
             bootstrap,
             "-C",
@@ -436,7 +436,7 @@ fn confluent_kafka_transactions_and_read_committed_with_kcat() {
     need_kcat();
     let s = Served::start("txn");
     let (ok, out, err) = run(
-        Command::new(python()).arg(script("confluent_transactions.py")).arg(s.bootstrap()).arg("txn"),
+        client(python()).arg(script("confluent_transactions.py")).arg(s.bootstrap()).arg("txn"),
         b"",
         Duration::from_secs(120),
     );

@@ -29,7 +29,7 @@
 //! ratios. `.ci/deps` installs kcat and confluent-kafka.
 
 use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
@@ -269,10 +269,10 @@ pub(super) fn cpu(who: libc::c_int) -> Duration {
 
 /// Fails with a message naming `.ci/deps` when a client is missing.
 fn check_clients(latency: bool) -> anyhow::Result<()> {
-    let kcat = Command::new("kcat").arg("-V").output().map(|o| o.status.success()).unwrap_or(false);
+    let kcat = client("kcat").arg("-V").output().map(|o| o.status.success()).unwrap_or(false);
     ensure!(kcat, "kcat is not installed: run .ci/deps");
     if latency {
-        let py = Command::new(python()).args(["-c", "import confluent_kafka"]).output();
+        let py = client(python()).args(["-c", "import confluent_kafka"]).output();
         ensure!(
             py.map(|o| o.status.success()).unwrap_or(false),
             "Python confluent-kafka is not installed for {}: run .ci/deps",
@@ -360,7 +360,7 @@ fn through_kcat(addr: &str, topic: &str, args: &KafkaArgs, dir: &std::path::Path
     let started = Instant::now();
     let mut children = Vec::new();
     for path in &inputs {
-        let child = Command::new("kcat")
+        let child = client("kcat")
             .args(["-b", addr, "-P", "-t", topic, "-X", "acks=all", "-X", "queue.buffering.max.messages=1000000"])
             .args(["-X", &format!("compression.codec={}", args.compression)])
             .stdin(Stdio::from(std::fs::File::open(path)?))
@@ -418,7 +418,7 @@ fn arrived_compressed(handle: &EngineHandle, topic: &str, partitions: u32, codec
 
 fn latency(addr: &str, args: &KafkaArgs, partitions: u32) -> anyhow::Result<(f64, LatencyRecorder)> {
     let limit = Duration::from_secs(120) + Duration::from_secs_f64(args.latency_records as f64 / args.rate as f64);
-    let mut child = Command::new(python())
+    let mut child = client(python())
         .args(["-c", LATENCY_SCRIPT, addr, "latency"])
         .args([partitions.to_string(), args.rate.to_string(), args.latency_records.to_string()])
         .arg(args.record_bytes.to_string())
@@ -657,4 +657,18 @@ impl KafkaReport {
         }
         table
     }
+}
+
+/// A Kafka client (kcat, a Python client) to run as a child process. Cargo puts the
+/// librdkafka that rdkafka-sys builds (without zlib or zstd) on `LD_LIBRARY_PATH` for
+/// tests and `cargo run` when the `kafka-client` feature is on, and kcat or
+/// confluent-kafka would load it in place of their own: those entries are left out.
+fn client(program: impl AsRef<std::ffi::OsStr>) -> std::process::Command {
+    let mut cmd = std::process::Command::new(program);
+    if let Some(path) = std::env::var_os("LD_LIBRARY_PATH") {
+        let kept: Vec<std::path::PathBuf> =
+            std::env::split_paths(&path).filter(|p| !p.to_string_lossy().contains("rdkafka-sys")).collect();
+        cmd.env("LD_LIBRARY_PATH", std::env::join_paths(kept).unwrap_or_default());
+    }
+    cmd
 }
