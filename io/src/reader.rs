@@ -20,7 +20,7 @@ use crate::types::Offset;
 ///     }
 ///     for record in batches.records() {
 ///         let record = record?;
-///         println!("{} {} bytes", record.offset(), record.value().len());
+///         println!("{} {} bytes", record.offset(), record.value_bytes().len());
 ///     }
 /// }
 /// # Ok(())
