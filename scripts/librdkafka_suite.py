@@ -39,7 +39,7 @@ F_LOCAL, F_KNOWN_ISSUE, F_MANUAL, F_SOCKEM = 0x1, 0x2, 0x4, 0x8
 # Why a test is not run, by category: the first five come from the suite's own flags,
 # the rest from scripts/librdkafka-excluded.txt.
 CATEGORY_TEXT = {
-    "local": "local: never reaches a broker (TEST_F_LOCAL)",
+    "local": "never reaches a broker (TEST_F_LOCAL)",
     "known-issue": "marked a known issue of librdkafka (TEST_F_KNOWN_ISSUE)",
     "manual": "manual test (TEST_F_MANUAL)",
     "scenario": "needs another broker scenario than sluice serve was started with",
@@ -194,6 +194,9 @@ def plan(args):
         unknown = sorted(t for t in only if t not in known and t not in {e["number"] for e in entries})
         if unknown:
             sys.exit(f"librdkafka-suite: no such test: {', '.join(unknown)}")
+        for s in skipped:
+            if s["id"] in only or s["id"].split("_")[0] in only:
+                print(f"librdkafka-suite: not run: {s['id']} ({s['category']}: {s['reason']})", file=sys.stderr)
     # The runner starts every entry of a number its flags allow: an excluded entry that
     # shares its number with a run one would run too, and its result would count.
     for (scenario, number), ids in runs.items():
