@@ -234,7 +234,7 @@ struct CreateArgs {
     /// Segment size before a roll.
     #[arg(allow_negative_numbers = true, long, default_value_t = 256 << 20)]
     segment_bytes: u64,
-    /// The largest record (key plus value) accepted.
+    /// The largest record (key, value and headers) accepted.
     #[arg(allow_negative_numbers = true, long, default_value_t = 1 << 20)]
     max_record_bytes: usize,
     /// The codec Kafka fetches return batches in: producer (each batch's own), uncompressed,

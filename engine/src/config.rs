@@ -104,7 +104,7 @@ pub struct TopicConfig {
     /// compaction (`min.cleanable.dirty.ratio`, within 0..=1, default 0.5).
     #[serde(default = "default_dirty_ratio")]
     pub min_cleanable_dirty_ratio: f64,
-    /// The largest record (key plus value) accepted.
+    /// The largest record (key, value and headers) accepted.
     pub max_record_bytes: usize,
     /// How long a send may wait for more records to fill its batch.
     pub linger_ms: u64,

@@ -29,7 +29,7 @@ pub enum EngineError {
     RecordTooLarge {
         /// The topic.
         topic: String,
-        /// The record's size (key plus value).
+        /// The record's size (key, value and headers).
         bytes: usize,
         /// The topic's `max_record_bytes`.
         limit: usize,

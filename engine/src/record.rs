@@ -293,7 +293,7 @@ pub(crate) enum AppendRecords {
 }
 
 impl AppendRecords {
-    /// Each record's key plus value bytes, which the size limit applies to.
+    /// Each record's key, value and header bytes, which the size limit applies to.
     pub(crate) fn sizes(&self) -> impl Iterator<Item = usize> + '_ {
         let (owned, packed) = match self {
             AppendRecords::Owned(v) => (Some(v.iter().map(OwnedRecord::size)), None),

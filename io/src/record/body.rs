@@ -178,12 +178,6 @@ impl<'a> RecordView<'a> {
         })
     }
 
-    /// True if the record has headers.
-    #[must_use]
-    pub fn has_headers(&self) -> bool {
-        !self.raw.headers.is_empty()
-    }
-
     /// A `Record` borrowing this view's bytes, e.g. to append it elsewhere. Headers
     /// are not carried (they would need an owned slice); use `headers()` for them.
     #[must_use]
