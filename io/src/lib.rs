@@ -7,10 +7,10 @@
 //! - [`storage`]: the I/O seam, with the io_uring (glommio DMA, `O_DIRECT`) backend and
 //!   a fault-injecting wrapper for tests.
 //! - [`segment`]: one segment file, its appender and its sparse indexes.
-//! - [`log`]: a partition: segments, roll, group commit, reads, retention.
+//! - [`log`]: a partition: segments, roll, group commit, reads, retention, compaction
+//!   (keep the latest record per key in closed segments).
 //! - [`recovery`]: what opening a log verifies, cuts and rebuilds.
 //! - [`reader`]: a sequential reader with read-ahead.
-//! - [`compaction`]: keep the latest record per key in closed segments.
 //! - [`checkpoint`]: checkpoint part files, atomic manifests, keep-K pruning, and the
 //!   latest valid checkpoint on recovery.
 //! - [`config`], [`error`], [`types`]: knobs, typed errors, typed offsets and times.
@@ -20,7 +20,6 @@
 #![forbid(unsafe_code)]
 
 pub mod checkpoint;
-pub mod compaction;
 pub mod config;
 pub mod error;
 pub mod log;
@@ -35,9 +34,9 @@ pub mod types;
 pub use checkpoint::{
     CheckpointStore, CommitReport, LatestValid, Manifest, OpenReport, PartInfo, PartStore, SkippedCheckpoint,
 };
-pub use compaction::CompactionReport;
 pub use config::{CleanupPolicy, FsyncPolicy, LogConfig, RecoveryMode};
 pub use error::{IndexError, IndexFile, LogError, Result};
+pub use log::CompactionReport;
 pub use log::{AppendInfo, CleanReport, CleanTrigger, Log, RetentionReport};
 pub use reader::LogReader;
 pub use record::{BatchMeta, BatchView, Header, Record, RecordView};

@@ -102,6 +102,20 @@ fn partition(state: &Rc<RefCell<ShardState>>, topic: &str, p: PartitionId) -> Re
         .ok_or_else(|| EngineError::UnknownTopic(topic.to_string()))
 }
 
+/// Runs `op` on the log of a partition this shard serves; its error names the partition.
+async fn on_log<T, Fut>(
+    state: &Rc<RefCell<ShardState>>,
+    topic: &str,
+    p: PartitionId,
+    op: impl FnOnce(Log<UringStorage>) -> Fut,
+) -> Result<T>
+where
+    Fut: Future<Output = sluice_io::Result<T>>,
+{
+    let log = partition(state, topic, p)?.borrow().log.clone();
+    op(log).await.map_err(|e| EngineError::log(topic, p, e))
+}
+
 /// Serves one request: a group's to `groups`, a partition's here.
 async fn handle(state: &Rc<RefCell<ShardState>>, request: Request) {
     let Some(request) = groups::serve(state, request).await else { return };
@@ -145,38 +159,25 @@ async fn handle(state: &Rc<RefCell<ShardState>>, request: Request) {
             let _ = reply.send(result).await;
         }
         Request::Offsets { topic, partition: p, reply } => {
-            let result = match partition(state, &topic, p) {
-                Err(e) => Err(e),
-                Ok(part) => {
-                    let log = part.borrow().log.clone();
-                    // The end readers see (the high watermark), made as current as the
-                    // policy allows: a reader is never told of offsets it cannot read.
-                    match log.make_visible().await {
-                        Ok(end) => Ok((log.start_offset(), end)),
-                        Err(e) => Err(EngineError::log(&topic, p, e)),
-                    }
-                }
-            };
+            // The end readers see (the high watermark), made as current as the policy
+            // allows: a reader is never told of offsets it cannot read.
+            let result =
+                on_log(
+                    state,
+                    &topic,
+                    p,
+                    |log| async move { log.make_visible().await.map(|end| (log.start_offset(), end)) },
+                )
+                .await;
             let _ = reply.send(result).await;
         }
         Request::Sync { topic, partition: p, reply } => {
-            let result = match partition(state, &topic, p) {
-                Err(e) => Err(e),
-                Ok(part) => {
-                    let log = part.borrow().log.clone();
-                    log.flush().await.map(|()| log.durable_offset()).map_err(|e| EngineError::log(&topic, p, e))
-                }
-            };
+            let result =
+                on_log(state, &topic, p, |log| async move { log.flush().await.map(|()| log.durable_offset()) }).await;
             let _ = reply.send(result).await;
         }
         Request::OffsetForTime { topic, partition: p, time, reply } => {
-            let result = match partition(state, &topic, p) {
-                Err(e) => Err(e),
-                Ok(part) => {
-                    let log = part.borrow().log.clone();
-                    log.offset_for_time(time).await.map_err(|e| EngineError::log(&topic, p, e))
-                }
-            };
+            let result = on_log(state, &topic, p, |log| async move { log.offset_for_time(time).await }).await;
             let _ = reply.send(result).await;
         }
         Request::Clean { topic, partition: p, reply } => {
@@ -189,13 +190,7 @@ async fn handle(state: &Rc<RefCell<ShardState>>, request: Request) {
             glommio::spawn_local_into(pass, queue).expect("the cleaner's queue belongs to this executor").detach();
         }
         Request::DeleteRecords { topic, partition: p, before, reply } => {
-            let result = match partition(state, &topic, p) {
-                Err(e) => Err(e),
-                Ok(part) => {
-                    let log = part.borrow().log.clone();
-                    log.delete_records_before(before).await.map_err(|e| EngineError::log(&topic, p, e))
-                }
-            };
+            let result = on_log(state, &topic, p, |log| async move { log.delete_records_before(before).await }).await;
             let _ = reply.send(result).await;
         }
         Request::CleanerStats { reply } => {

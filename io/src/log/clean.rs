@@ -12,7 +12,7 @@
 //!    tombstone the last compaction kept has outlived `delete_retention_ms`.
 
 use super::Log;
-use crate::compaction::CompactionReport;
+use super::compaction::CompactionReport;
 use crate::error::Result;
 use crate::log::RetentionReport;
 use crate::storage::Storage;

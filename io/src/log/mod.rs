@@ -24,6 +24,7 @@
 //! - `flush.rs`: group commit (`flush`, `sync_to`) and the interval flusher.
 //! - `read.rs`: reads by offset and by time, from disk or from the write-behind buffers.
 //! - `retention.rs`: deleting whole closed segments by age or size.
+//! - `compaction.rs`: keeping the latest record per key in closed segments.
 //! - `clean.rs`: one cleaning pass as the engine's cleaner runs it: time-based rolls,
 //!   retention and compaction (by dirty ratio), per the cleanup policy.
 //! - `reconfigure.rs`: changing an open log's settings (fsync policy, segment size and
@@ -31,6 +32,7 @@
 
 mod append;
 mod clean;
+mod compaction;
 mod flush;
 mod lifecycle;
 mod read;
@@ -45,6 +47,7 @@ use std::task::Waker;
 
 pub use append::AppendInfo;
 pub use clean::{CleanReport, CleanTrigger};
+pub use compaction::CompactionReport;
 pub use retention::{LOG_START_FILE, RetentionReport};
 
 use crate::config::LogConfig;

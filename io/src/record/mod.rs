@@ -173,26 +173,8 @@ pub(crate) fn encode_into<O: BatchOut>(
         // the bits above are flags.
         return Err(EncodeError::TooLarge(last_delta as usize));
     }
-    // Headers in their stored shape, all records' in one list (no allocation when no
-    // record has any), with a null-value bitmap after a record's headers where needed.
     let bitmaps: Vec<Vec<u8>> = records.iter().filter_map(|r| null_header_bitmap(r.headers)).collect();
-    let mut wire_headers: Vec<WireHeader<'_>> = Vec::new();
-    let mut spans = Vec::new();
-    if records.iter().any(|r| !r.headers.is_empty()) {
-        let mut bitmaps = bitmaps.iter();
-        spans.reserve(records.len());
-        for r in records {
-            let start = wire_headers.len();
-            wire_headers
-                .extend(r.headers.iter().map(|h| WireHeader { key: h.key, value: h.value.unwrap_or_default() }));
-            let nulls = r.headers.iter().any(|h| h.value.is_none());
-            if nulls {
-                let bitmap = bitmaps.next().expect("one bitmap per record with null header values");
-                wire_headers.push(WireHeader { key: "", value: bitmap.as_slice() });
-            }
-            spans.push((start..wire_headers.len(), nulls));
-        }
-    }
+    let (wire_headers, spans) = stored_headers(records, &bitmaps);
     let mut first = Timestamp(i64::MAX);
     let mut max = EventTime::MIN;
     let wire: Vec<WireRecord<'_>> = records
@@ -253,6 +235,35 @@ pub(crate) fn encode_into<O: BatchOut>(
     let padding = stored_len(body_len) - HEADER_BYTES - body_len;
     ok(out.write(&[0u8; BATCH_ALIGN][..padding]));
     Ok(header)
+}
+
+/// Every record's headers in their stored shape, all in one list (no allocation when no
+/// record has any), with a null-value bitmap (from `bitmaps`, one per record with a null
+/// header value, in order) after a record's headers where needed; and per record, its span
+/// of that list and whether the span ends with a bitmap. Both are empty when no record has
+/// headers.
+fn stored_headers<'a>(
+    records: &[Record<'a>],
+    bitmaps: &'a [Vec<u8>],
+) -> (Vec<WireHeader<'a>>, Vec<(std::ops::Range<usize>, bool)>) {
+    let mut wire_headers: Vec<WireHeader<'a>> = Vec::new();
+    let mut spans = Vec::new();
+    if records.iter().any(|r| !r.headers.is_empty()) {
+        let mut bitmaps = bitmaps.iter();
+        spans.reserve(records.len());
+        for r in records {
+            let start = wire_headers.len();
+            wire_headers
+                .extend(r.headers.iter().map(|h| WireHeader { key: h.key, value: h.value.unwrap_or_default() }));
+            let nulls = r.headers.iter().any(|h| h.value.is_none());
+            if nulls {
+                let bitmap = bitmaps.next().expect("one bitmap per record with null header values");
+                wire_headers.push(WireHeader { key: "", value: bitmap.as_slice() });
+            }
+            spans.push((start..wire_headers.len(), nulls));
+        }
+    }
+    (wire_headers, spans)
 }
 
 /// The null-value bitmap of `headers` (bit `i % 8` of byte `i / 8` for header `i`), if

@@ -17,8 +17,8 @@
 use std::collections::HashMap;
 use std::rc::Rc;
 
+use super::Log;
 use crate::error::{LogError, Result};
-use crate::log::Log;
 use crate::record::{BatchMeta, Header, MAX_BODY_BYTES, Record, RecordView, encode_into};
 use crate::segment::appender::Appender;
 use crate::segment::{ReadBatches, SegmentFacts, SegmentIndex, SegmentPaths, read_batches, write_index};
