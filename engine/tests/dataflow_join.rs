@@ -47,6 +47,20 @@ impl Data for Rec {
     }
 }
 
+/// The joins' key: a record's key text. Join keys are checkpoint `Data` too, written and
+/// read back as `Rec`'s key is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Key(&'static str);
+
+impl Data for Key {
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.0.to_string().encode(out);
+    }
+    fn decode(input: &mut &[u8]) -> Result<Self, StateError> {
+        Ok(Key(Box::leak(String::decode(input)?.into_boxed_str())))
+    }
+}
+
 const fn rec(key: &'static str, id: u32, time: i64) -> Rec {
     Rec { key, id, time }
 }
@@ -54,13 +68,13 @@ const fn rec(key: &'static str, id: u32, time: i64) -> Rec {
 /// What a join emits in these tests: (event time, key, left id, right id).
 type Joined = (i64, &'static str, u32, u32);
 
-type Keyed = KeyedStream<&'static str, Rec>;
+type Keyed = KeyedStream<Key, Rec>;
 type Pairs = Stream<(&'static str, u32, u32)>;
 /// Builds a join of two keyed streams, on every shard.
 type Builder = Arc<dyn Fn(Keyed, Keyed) -> Pairs + Send + Sync>;
 
-fn ids(key: &&'static str, l: &Rec, r: &Rec) -> (&'static str, u32, u32) {
-    (*key, l.id, r.id)
+fn ids(key: &Key, l: &Rec, r: &Rec) -> (&'static str, u32, u32) {
+    (key.0, l.id, r.id)
 }
 
 fn time_of(r: &Rec) -> EventTime {
@@ -72,7 +86,7 @@ fn table(scope: &Scope, rows: &Arc<Vec<Rec>>, disorder_ms: u64) -> Keyed {
     let rows = rows.clone();
     let generator = Generator::new(scope.shard(), scope.shards(), rows.len() as u64, move |i| rows[i as usize]);
     let strategy = WatermarkStrategy::bounded_out_of_orderness(Duration::from_millis(disorder_ms), time_of);
-    scope.source(generator, strategy).key_by(|r: &Rec| r.key).boxed()
+    scope.source(generator, strategy).key_by(|r: &Rec| Key(r.key)).boxed()
 }
 
 /// Joins `left` and `right` with `join` on a pipeline with `config`; everything emitted,
@@ -261,7 +275,7 @@ impl Fed {
                 let source = |rx: &async_channel::Receiver<Rec>| {
                     let rx = if scope.shard() == 0 { rx.clone() } else { async_channel::unbounded().1 };
                     let strategy = WatermarkStrategy::monotonous(time_of);
-                    scope.source(ChannelSource::new(rx), strategy).key_by(|r: &Rec| r.key).boxed()
+                    scope.source(ChannelSource::new(rx), strategy).key_by(|r: &Rec| Key(r.key)).boxed()
                 };
                 join(source(&left_rx), source(&right_rx)).attach(Probe { shard: scope.shard(), tx: tx.clone() });
             })

@@ -271,6 +271,14 @@ impl<T, O: Operator<T>> Operator<T> for Shared<O> {
     }
 }
 
+/// What an input delivered while it was held for barrier alignment (by a union or a join).
+pub(crate) enum Held<T> {
+    Batch(Vec<Event<T>>),
+    Watermark(EventTime),
+    Idle(bool),
+    End,
+}
+
 /// Barrier alignment over several inputs: once barrier *n* arrives on an input, that
 /// input is *blocked* (what it delivers next belongs after the checkpoint) until the
 /// barrier has arrived on every input that has not ended.

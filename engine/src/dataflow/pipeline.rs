@@ -105,8 +105,8 @@ impl Pipeline {
     /// directory when there is one (see [`checkpoint`](super::checkpoint)).
     ///
     /// Every source must be able to resume from a position (a topic, a generator) and
-    /// every stateful operator's keys and state must be [`Data`](super::Data); joins keep
-    /// no checkpointed state yet and are refused.
+    /// every stateful operator's keys and state (a join's records too) must be
+    /// [`Data`](super::Data). A source that cannot resume is refused.
     #[must_use]
     pub fn checkpointing(mut self, config: CheckpointConfig) -> Self {
         self.checkpoints = Some(config);

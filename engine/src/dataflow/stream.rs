@@ -5,7 +5,12 @@ use std::{cell::RefCell, collections::VecDeque, hash::Hash, rc::Rc};
 
 use sluice_io::EventTime;
 
-use super::{Event, Operator, Output, Port, Progress, Scope, checkpoint::Barrier, exchange::exchange, operator::Align};
+use super::{
+    Event, Operator, Output, Port, Progress, Scope,
+    checkpoint::Barrier,
+    exchange::exchange,
+    operator::{Align, Held},
+};
 
 /// A stream of `T` on one shard, as the builder sees it.
 pub struct Stream<T> {
@@ -65,14 +70,6 @@ impl<T, F: FnMut(Event<T>)> Operator<T> for ForEach<F> {
     fn on_watermark(&mut self, _: EventTime) {}
     fn on_idle(&mut self, _: bool) {}
     fn on_end(&mut self) {}
-}
-
-/// What a union input delivered while it was held for barrier alignment.
-enum Held<T> {
-    Batch(Vec<Event<T>>),
-    Watermark(EventTime),
-    Idle(bool),
-    End,
 }
 
 /// The state a union's inputs share.

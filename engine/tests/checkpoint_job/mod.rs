@@ -1,8 +1,8 @@
 //! The job the checkpoint tests run, its input, and a plain reference computation of its
 //! output: a topic of keyed numbers through a tumbling window count, sliding (2 s every
 //! 500 ms) and session windows with a custom aggregate (count, sum, least and greatest
-//! value), and a keyed process function with event-time timers, into an exactly-once
-//! topic sink.
+//! value), a keyed process function with event-time timers, a window join and an interval
+//! join of two filtered sides of the input, into an exactly-once topic sink.
 #![allow(dead_code)]
 
 use std::collections::{BTreeMap, HashMap};
@@ -27,6 +27,19 @@ const SESSION_GAP: i64 = 300;
 const PROCESS_BUCKET: i64 = 500;
 const SLIDING_SIZE: i64 = 2000;
 const SLIDING_SLIDE: i64 = 500;
+const JOIN_WINDOW: i64 = 1000;
+/// The interval join pairs a left record with right records within this many ms either side.
+const INTERVAL: i64 = 30;
+
+/// The window join's sides: records whose value ends in 0 (left) or 5 (right).
+fn window_side(e: &In, digit: i64) -> bool {
+    e.2.rem_euclid(10) == digit
+}
+
+/// The interval join's sides: records whose value ends in 1 (left) or 2 (right).
+fn interval_side(e: &In, digit: i64) -> bool {
+    e.2.rem_euclid(10) == digit
+}
 
 /// One input record: key, event time (ms), value.
 pub type In = (u32, i64, i64);
@@ -206,8 +219,19 @@ pub fn spawn(h: &EngineHandle, config: &JobConfig) -> RunningPipeline {
                 .window(Windows::session(Duration::from_millis(SESSION_GAP as u64)))
                 .aggregate(Stats)
                 .map(|r| format!("G|{}|{}|{}|{}", r.key, r.window.start.millis(), r.window.end.millis(), r.value));
+            let window_join = records.clone().filter(|e| window_side(e, 0)).key_by(|e: &In| e.0).window_join(
+                records.clone().filter(|e| window_side(e, 5)).key_by(|e: &In| e.0),
+                Windows::tumbling(Duration::from_millis(JOIN_WINDOW as u64)),
+                |k, l, r| format!("J|{k}|{}|{}|{}|{}", l.1.div_euclid(JOIN_WINDOW) * JOIN_WINDOW, l.1, r.1, l.2 + r.2),
+            );
+            let interval_join = records.clone().filter(|e| interval_side(e, 1)).key_by(|e: &In| e.0).interval_join(
+                records.clone().filter(|e| interval_side(e, 2)).key_by(|e: &In| e.0),
+                -INTERVAL,
+                INTERVAL,
+                |k, l, r| format!("I|{k}|{}|{}|{}", l.1, r.1, l.2 * r.2),
+            );
             let sums = records.key_by(|e: &In| e.0).process(BucketSums);
-            Stream::union_all(vec![tumbling, sliding, sessions, sums])
+            Stream::union_all(vec![tumbling, sliding, sessions, sums, window_join, interval_join])
                 .to_topic(&sink, |line: String| (None, line.into_bytes()));
         })
         .expect("the job starts")
@@ -241,6 +265,20 @@ pub fn expected(records: &[In]) -> Vec<String> {
     out.extend(tumbling.iter().map(|((k, s), n)| format!("T|{k}|{s}|{n}")));
     out.extend(sliding.iter().map(|((k, s), values)| format!("S|{k}|{s}|{}", stats(values))));
     out.extend(sums.iter().map(|((k, at), v)| format!("P|{k}|{at}|{v}")));
+    let mut by_key: HashMap<u32, Vec<&In>> = HashMap::new();
+    for e in records {
+        by_key.entry(e.0).or_default().push(e);
+    }
+    // Every pair of records of one key, for the two joins.
+    for (l, r) in by_key.values().flat_map(|es| es.iter().flat_map(move |l| es.iter().map(move |r| (*l, *r)))) {
+        let window = l.1.div_euclid(JOIN_WINDOW) * JOIN_WINDOW;
+        if window_side(l, 0) && window_side(r, 5) && r.1.div_euclid(JOIN_WINDOW) * JOIN_WINDOW == window {
+            out.push(format!("J|{}|{window}|{}|{}|{}", l.0, l.1, r.1, l.2 + r.2));
+        }
+        if interval_side(l, 1) && interval_side(r, 2) && (r.1 - l.1).abs() <= INTERVAL {
+            out.push(format!("I|{}|{}|{}|{}", l.0, l.1, r.1, l.2 * r.2));
+        }
+    }
     for (key, mut es) in events {
         es.sort_unstable();
         let (mut start, mut last, mut values) = (es[0].0, es[0].0, Vec::new());

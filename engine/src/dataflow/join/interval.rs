@@ -22,6 +22,7 @@ use sluice_io::EventTime;
 
 use super::JoinCore;
 use crate::dataflow::Event;
+use crate::dataflow::checkpoint::{Data, GroupWriter, StateError};
 
 /// One key's stored records.
 struct Sides<K, L, R> {
@@ -55,6 +56,15 @@ fn plus(time: EventTime, ms: i64) -> EventTime {
 fn within<T>(side: &VecDeque<Event<T>>, lo: EventTime, hi: EventTime) -> impl Iterator<Item = &Event<T>> {
     let start = side.partition_point(|e| e.time < lo);
     side.range(start..).take_while(move |e| e.time <= hi)
+}
+
+/// When a key's records are next worth looking at: the earliest watermark at which one of
+/// them can match nothing more (`None`: it has none).
+fn next_expiry<K, L, R>(sides: &Sides<K, L, R>, lower: i64, upper: i64) -> Option<EventTime> {
+    [sides.left.front().map(|l| plus(l.time, upper)), sides.right.front().map(|r| plus(r.time, lower.saturating_neg()))]
+        .into_iter()
+        .flatten()
+        .min()
 }
 
 /// Inserts `event` in time order, after the records with the same time.
@@ -114,9 +124,9 @@ where
 
 impl<K, L, R, O, F> JoinCore for IntervalJoin<K, L, R, O, F>
 where
-    K: Hash + Eq + Clone + 'static,
-    L: 'static,
-    R: 'static,
+    K: Hash + Eq + Clone + Data,
+    L: Data,
+    R: Data,
     O: 'static,
     F: FnMut(&K, &L, &R) -> O + 'static,
 {
@@ -189,14 +199,7 @@ where
                 while sides.right.front().is_some_and(|r| plus(r.time, lower.saturating_neg()) <= watermark) {
                     sides.right.pop_front();
                 }
-                let next = [
-                    sides.left.front().map(|l| plus(l.time, upper)),
-                    sides.right.front().map(|r| plus(r.time, lower.saturating_neg())),
-                ]
-                .into_iter()
-                .flatten()
-                .min();
-                match next {
+                match next_expiry(sides, lower, upper) {
                     None => {
                         self.keys.remove(&key);
                     }
@@ -207,6 +210,30 @@ where
                 }
             }
         }
+    }
+
+    /// One entry per key: the key, its left records and its right records, in time order.
+    fn snapshot(&self, writer: &mut GroupWriter) {
+        for sides in self.keys.values() {
+            writer.push_with(&sides.key, |out| {
+                sides.key.encode(out);
+                sides.left.encode(out);
+                sides.right.encode(out);
+            });
+        }
+    }
+
+    fn restore(&mut self, input: &mut &[u8]) -> Result<(), StateError> {
+        let key = K::decode(input)?;
+        let left = VecDeque::<Event<L>>::decode(input)?;
+        let right = VecDeque::<Event<R>>::decode(input)?;
+        let sides = self.keys.entry(key.clone()).or_insert_with(|| Self::new_sides(key));
+        left.into_iter().for_each(|l| store(&mut sides.left, l));
+        right.into_iter().for_each(|r| store(&mut sides.right, r));
+        if let Some(next) = next_expiry(sides, self.lower, self.upper) {
+            Self::expire_at(&mut self.expiries, sides, next);
+        }
+        Ok(())
     }
 }
 

@@ -20,6 +20,10 @@
 //! a pair is emitted if and only if neither of its records was late, however the inputs
 //! interleave. Dropped records are counted in `Metrics::late_dropped`.
 //!
+//! With checkpoints on, a join's buffered records (and so its keys and both sides'
+//! records) are part of every checkpoint, by key group, so a job restores them at any
+//! shard count; keys and records must be [`Data`](super::Data).
+//!
 //! ```
 //! use std::sync::{Arc, Mutex};
 //! use sluice_engine::dataflow::{Generator, Pipeline, PipelineConfig, WatermarkStrategy};
@@ -54,10 +58,12 @@
 mod interval;
 mod window;
 
-use std::{cell::RefCell, hash::Hash, rc::Rc, sync::Arc};
+use std::{cell::RefCell, collections::VecDeque, hash::Hash, rc::Rc, sync::Arc};
 
 use sluice_io::EventTime;
 
+use super::checkpoint::{Barrier, Data, GroupWriter, StateError, StateHandle};
+use super::operator::{Align, Held};
 use super::{Event, KeyedStream, Metrics, Operator, Output, Port, Progress, Stream, Windows};
 
 impl<K: Hash + Eq + Clone + 'static, L: 'static, KL: Fn(&L) -> K + 'static> KeyedStream<K, L, KL> {
@@ -79,8 +85,9 @@ impl<K: Hash + Eq + Clone + 'static, L: 'static, KL: Fn(&L) -> K + 'static> Keye
         f: impl FnMut(&K, &L, &R) -> O + 'static,
     ) -> Stream<O>
     where
-        L: Clone,
-        R: Clone + 'static,
+        K: Data,
+        L: Clone + Data,
+        R: Clone + Data,
         KR: Fn(&R) -> K + 'static,
         O: 'static,
     {
@@ -112,7 +119,9 @@ impl<K: Hash + Eq + Clone + 'static, L: 'static, KL: Fn(&L) -> K + 'static> Keye
         f: impl FnMut(&K, &L, &R) -> O + 'static,
     ) -> Stream<O>
     where
-        R: 'static,
+        K: Data,
+        L: Data,
+        R: Data,
         KR: Fn(&R) -> K + 'static,
         O: 'static,
     {
@@ -135,10 +144,22 @@ trait JoinCore: 'static {
     /// The combined watermark has advanced to `watermark`: emit what it completes and drop
     /// the state it makes useless.
     fn advance(&mut self, watermark: EventTime, out: &mut Vec<Event<Self::Out>>);
+    /// Writes every record the core keeps into a snapshot, each under its key's group.
+    fn snapshot(&self, writer: &mut GroupWriter);
+    /// Takes back one entry [`JoinCore::snapshot`] wrote, read from the front of `input`.
+    fn restore(&mut self, input: &mut &[u8]) -> Result<(), StateError>;
 }
 
 /// A join operator with its two inputs' progress and its output, shared by the two input
 /// adapters ([`LeftInput`], [`RightInput`]) the upstream ports own.
+///
+/// Checkpoints: the two inputs are aligned as a union's are (in both checkpoint modes:
+/// they are calls on the same shard). Once barrier *n* has arrived on one input, what that
+/// input delivers is held until it has arrived on the other too (or the other has ended);
+/// then the core's records are written into the snapshot, the barrier goes downstream,
+/// and what was held is applied, in order. So the snapshot holds exactly the records of
+/// both sides that came before the barrier, and every result they made is downstream
+/// before it.
 struct Joint<C: JoinCore> {
     core: C,
     progress: Progress,
@@ -147,17 +168,21 @@ struct Joint<C: JoinCore> {
     results: Vec<Event<C::Out>>,
     out: Port<C::Out>,
     metrics: Arc<Metrics>,
+    /// The join's link to the shard's checkpoints, when the pipeline takes them.
+    state: Option<StateHandle>,
+    align: Align,
+    held_left: VecDeque<Held<C::Left>>,
+    held_right: VecDeque<Held<C::Right>>,
 }
 
 const LEFT: usize = 0;
 const RIGHT: usize = 1;
 
+/// One side's record function of a [`JoinCore`].
+type SideFn<C, T> = fn(&mut C, Event<T>, &mut Vec<Event<<C as JoinCore>::Out>>) -> bool;
+
 impl<C: JoinCore> Joint<C> {
-    fn batch<T>(
-        &mut self,
-        batch: &mut Vec<Event<T>>,
-        mut each: impl FnMut(&mut C, Event<T>, &mut Vec<Event<C::Out>>) -> bool,
-    ) {
+    fn batch<T>(&mut self, batch: &mut Vec<Event<T>>, each: SideFn<C, T>) {
         let mut late = 0;
         for event in batch.drain(..) {
             if !each(&mut self.core, event, &mut self.results) {
@@ -186,6 +211,59 @@ impl<C: JoinCore> Joint<C> {
         out.push(&mut self.results);
         self.progress.forward(&mut out);
     }
+
+    /// Applies what input `index` delivered (now, or after an alignment held it).
+    fn apply<T>(&mut self, index: usize, item: Held<T>, each: SideFn<C, T>) {
+        match item {
+            Held::Batch(mut batch) => self.batch(&mut batch, each),
+            Held::Watermark(w) => self.progress(|p| p.watermark(index, w)),
+            Held::Idle(idle) => self.progress(|p| p.idle(index, idle)),
+            Held::End => {
+                self.progress(|p| p.end(index));
+                if let Some(barrier) = self.align.end(index) {
+                    self.release(barrier);
+                }
+            }
+        }
+    }
+
+    fn deliver_left(&mut self, item: Held<C::Left>) {
+        if self.align.blocked(LEFT) {
+            self.held_left.push_back(item);
+        } else {
+            self.apply(LEFT, item, C::left);
+        }
+    }
+
+    fn deliver_right(&mut self, item: Held<C::Right>) {
+        if self.align.blocked(RIGHT) {
+            self.held_right.push_back(item);
+        } else {
+            self.apply(RIGHT, item, C::right);
+        }
+    }
+
+    fn barrier(&mut self, index: usize, barrier: Barrier) {
+        if let Some(barrier) = self.align.arrive(index, barrier) {
+            self.release(barrier);
+        }
+    }
+
+    /// The alignment completed: snapshot, pass the barrier on, then apply what was held.
+    fn release(&mut self, barrier: Barrier) {
+        if let Some(state) = &self.state {
+            let mut writer = state.writer();
+            self.core.snapshot(&mut writer);
+            state.report(barrier, self.watermark, writer);
+        }
+        self.out.borrow_mut().barrier(barrier);
+        while let Some(item) = self.held_left.pop_front() {
+            self.apply(LEFT, item, C::left);
+        }
+        while let Some(item) = self.held_right.pop_front() {
+            self.apply(RIGHT, item, C::right);
+        }
+    }
 }
 
 /// The left input of a [`Joint`].
@@ -193,16 +271,24 @@ struct LeftInput<C: JoinCore>(Rc<RefCell<Joint<C>>>);
 
 impl<C: JoinCore> Operator<C::Left> for LeftInput<C> {
     fn on_batch(&mut self, batch: &mut Vec<Event<C::Left>>) {
-        self.0.borrow_mut().batch(batch, C::left);
+        let mut joint = self.0.borrow_mut();
+        if joint.align.blocked(LEFT) {
+            joint.held_left.push_back(Held::Batch(std::mem::take(batch)));
+        } else {
+            joint.batch(batch, C::left);
+        }
     }
     fn on_watermark(&mut self, watermark: EventTime) {
-        self.0.borrow_mut().progress(|p| p.watermark(LEFT, watermark));
+        self.0.borrow_mut().deliver_left(Held::Watermark(watermark));
     }
     fn on_idle(&mut self, idle: bool) {
-        self.0.borrow_mut().progress(|p| p.idle(LEFT, idle));
+        self.0.borrow_mut().deliver_left(Held::Idle(idle));
     }
     fn on_end(&mut self) {
-        self.0.borrow_mut().progress(|p| p.end(LEFT));
+        self.0.borrow_mut().deliver_left(Held::End);
+    }
+    fn on_barrier(&mut self, barrier: Barrier) {
+        self.0.borrow_mut().barrier(LEFT, barrier);
     }
 }
 
@@ -211,35 +297,61 @@ struct RightInput<C: JoinCore>(Rc<RefCell<Joint<C>>>);
 
 impl<C: JoinCore> Operator<C::Right> for RightInput<C> {
     fn on_batch(&mut self, batch: &mut Vec<Event<C::Right>>) {
-        self.0.borrow_mut().batch(batch, C::right);
+        let mut joint = self.0.borrow_mut();
+        if joint.align.blocked(RIGHT) {
+            joint.held_right.push_back(Held::Batch(std::mem::take(batch)));
+        } else {
+            joint.batch(batch, C::right);
+        }
     }
     fn on_watermark(&mut self, watermark: EventTime) {
-        self.0.borrow_mut().progress(|p| p.watermark(RIGHT, watermark));
+        self.0.borrow_mut().deliver_right(Held::Watermark(watermark));
     }
     fn on_idle(&mut self, idle: bool) {
-        self.0.borrow_mut().progress(|p| p.idle(RIGHT, idle));
+        self.0.borrow_mut().deliver_right(Held::Idle(idle));
     }
     fn on_end(&mut self) {
-        self.0.borrow_mut().progress(|p| p.end(RIGHT));
+        self.0.borrow_mut().deliver_right(Held::End);
+    }
+    fn on_barrier(&mut self, barrier: Barrier) {
+        self.0.borrow_mut().barrier(RIGHT, barrier);
     }
 }
 
-/// Attaches `core` to both keyed streams and returns its output.
+/// Attaches `core` to both keyed streams and returns its output. With checkpoints on, the
+/// core's records are restored from the last completed checkpoint (the key groups this
+/// shard owns now) and are part of every checkpoint.
 fn attach<K, KL, KR, C: JoinCore>(
     left: KeyedStream<K, C::Left, KL>,
     right: KeyedStream<K, C::Right, KR>,
-    core: C,
+    mut core: C,
 ) -> Stream<C::Out> {
     let scope = left.stream.scope.clone();
-    scope.not_checkpointable("a join (its buffered records are not checkpointed yet)");
+    let state = scope.state_handle();
+    let mut watermark = EventTime::MIN;
+    if let Some(state) = &state {
+        let restored = state
+            .restore_grouped(|_, input| core.restore(input))
+            .unwrap_or_else(|e| panic!("restoring a join's state: {e}"));
+        if let Some(restored) = restored {
+            watermark = restored;
+            let mut nothing = Vec::new();
+            core.advance(restored, &mut nothing);
+            debug_assert!(nothing.is_empty(), "a restored join's records are all after its watermark");
+        }
+    }
     let out = Output::port();
     let joint = Rc::new(RefCell::new(Joint {
         core,
         progress: Progress::new(2),
-        watermark: EventTime::MIN,
+        watermark,
         results: Vec::new(),
         out: out.clone(),
         metrics: scope.shared.metrics.clone(),
+        state,
+        align: Align::new(2),
+        held_left: VecDeque::new(),
+        held_right: VecDeque::new(),
     }));
     left.stream.port.borrow_mut().attach(Box::new(LeftInput(joint.clone())));
     right.stream.port.borrow_mut().attach(Box::new(RightInput(joint)));

@@ -12,6 +12,7 @@ use rustc_hash::FxHashMap;
 use sluice_io::EventTime;
 
 use super::JoinCore;
+use crate::dataflow::checkpoint::{Data, GroupWriter, StateError};
 use crate::dataflow::window::buckets::{Bucketed, find_or_insert};
 use crate::dataflow::{Event, Window, Windows};
 
@@ -107,9 +108,9 @@ where
 
 impl<K, L, R, O, F> JoinCore for WindowJoin<K, L, R, O, F>
 where
-    K: Hash + Eq + Clone + 'static,
-    L: Clone + 'static,
-    R: Clone + 'static,
+    K: Hash + Eq + Clone + Data,
+    L: Clone + Data,
+    R: Clone + Data,
     O: 'static,
     F: FnMut(&K, &L, &R) -> O + 'static,
 {
@@ -141,6 +142,35 @@ where
             }
         }
         self.hint = self.buckets.len().saturating_sub(1);
+    }
+
+    /// One entry per key and window: the window's bounds, the key, its left records and
+    /// its right records.
+    fn snapshot(&self, writer: &mut GroupWriter) {
+        for bucket in &self.buckets {
+            let bounds = (bucket.window.start.millis(), bucket.window.end.millis());
+            for (key, sides) in &bucket.keys {
+                writer.push_with(key, |out| {
+                    bounds.encode(out);
+                    key.encode(out);
+                    sides.left.encode(out);
+                    sides.right.encode(out);
+                });
+            }
+        }
+    }
+
+    fn restore(&mut self, input: &mut &[u8]) -> Result<(), StateError> {
+        let (start, end) = <(i64, i64)>::decode(input)?;
+        let key = K::decode(input)?;
+        let left = Vec::<L>::decode(input)?;
+        let right = Vec::<R>::decode(input)?;
+        let window = Window { start: EventTime::from_millis(start), end: EventTime::from_millis(end) };
+        let b = self.bucket(window);
+        let sides = self.buckets[b].keys.entry(key).or_default();
+        sides.left.extend(left);
+        sides.right.extend(right);
+        Ok(())
     }
 }
 
