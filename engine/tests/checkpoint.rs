@@ -499,6 +499,61 @@ fn two_phase_commit_and_upsert_sinks_expose_each_result_once_across_a_stop_and_r
 }
 
 #[test]
+fn a_generator_job_resumes_at_another_shard_count_with_each_result_once() {
+    // Stopped at 2 shards, resumed at 1 and stopped again, then resumed at 2 to the end:
+    // each generator index is read once over the three runs, so each window's count is
+    // right and visible once.
+    use std::collections::BTreeMap;
+
+    let dir = common::data_dir("checkpoint", "generator-rescale");
+    let visible = Arc::new(Mutex::new((std::collections::HashSet::new(), Vec::new())));
+    let n = 300_000u64;
+    let run = |shards: usize, stop_after: Option<usize>| {
+        let visible = visible.clone();
+        let running = Pipeline::new(PipelineConfig::with_shards(shards))
+            .checkpointing(CheckpointConfig::new(&*dir).interval(Duration::from_millis(15)))
+            .spawn(move |scope| {
+                scope
+                    .source(
+                        Generator::new(scope.shard(), scope.shards(), n, |i| i),
+                        WatermarkStrategy::monotonous(|i: &u64| EventTime::from_millis((*i / 100) as i64)),
+                    )
+                    .map(|i| {
+                        let until = Instant::now() + Duration::from_micros(2);
+                        while Instant::now() < until {}
+                        i
+                    })
+                    .key_by(|i| i % 5)
+                    .window(Windows::tumbling(Duration::from_millis(100)))
+                    .count()
+                    .map(|r| format!("{}|{}|{}", r.key, r.window.start.millis(), r.value))
+                    .to_two_phase_commit(Staged { visible: visible.clone() });
+            })
+            .unwrap();
+        finish(running, stop_after).1
+    };
+    assert_eq!(run(2, Some(3)), None);
+    let first = visible.lock().unwrap().1.len();
+    assert!(run(1, Some(1)).is_some(), "the run at 1 shard restores");
+    let second = visible.lock().unwrap().1.len();
+    assert!(run(2, None).is_some(), "the last run at 2 shards restores");
+    let mut counts: BTreeMap<(u64, i64), u64> = BTreeMap::new();
+    for i in 0..n {
+        *counts.entry((i % 5, ((i / 100) / 100 * 100) as i64)).or_default() += 1;
+    }
+    let mut want: Vec<String> = counts.iter().map(|((k, s), c)| format!("{k}|{s}|{c}")).collect();
+    let mut got = visible.lock().unwrap().1.clone();
+    got.sort();
+    want.sort();
+    assert!(
+        first < second && second < want.len(),
+        "each run stopped before the end: {first}, {second} of {}",
+        want.len()
+    );
+    assert_eq!(got, want, "each result visible once");
+}
+
+#[test]
 fn a_checkpoint_that_times_out_is_aborted_and_the_next_one_completes() {
     // The only shard stalls for 400 ms on one record: a checkpoint begun meanwhile cannot
     // complete within its 100 ms timeout, is aborted, and later ones complete.

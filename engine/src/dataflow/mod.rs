@@ -65,7 +65,7 @@ pub use process::{
     KeyedProcessFunction, KeyedState, ListState, MapState, ProcessContext, TimeDomain, Timer, ValueState,
 };
 pub use scope::Scope;
-pub use source::{ChannelSource, Generator, ResidueSplit, RestoreError, Source};
+pub use source::{ChannelSource, EmittedBefore, Generator, ResidueSplit, RestoreError, Source};
 pub use stream::{BoxedKey, KeyedStream, Stream};
 pub use twophase::{TwoPhaseCommitSink, Upsert};
 

@@ -107,11 +107,16 @@ pub trait Source<T>: 'static {
 
 /// Generates `count` records `make(i)` for `i` in `0..count`, split over the shards: shard
 /// `s` of `n` makes the `i` with `i % n == s`, in increasing order. For tests and benchmarks.
+///
+/// It resumes from a checkpoint taken at any shard count: what the earlier runs made is
+/// known from their splits' positions ([`EmittedBefore`]), and each index is made once.
 pub struct Generator<T, F> {
     next: u64,
     step: u64,
     count: u64,
     make: F,
+    /// What runs at other shard counts made before the checkpoint this one resumed from.
+    before: EmittedBefore,
     _out: std::marker::PhantomData<fn() -> T>,
 }
 
@@ -124,7 +129,14 @@ impl<T, F> std::fmt::Debug for Generator<T, F> {
 impl<T, F: FnMut(u64) -> T + 'static> Generator<T, F> {
     /// Shard `shard` of `shards`'s share of `count` records made by `make`.
     pub fn new(shard: usize, shards: usize, count: u64, make: F) -> Self {
-        Generator { next: shard as u64, step: shards.max(1) as u64, count, make, _out: std::marker::PhantomData }
+        Generator {
+            next: shard as u64,
+            step: shards.max(1) as u64,
+            count,
+            make,
+            before: EmittedBefore::default(),
+            _out: std::marker::PhantomData,
+        }
     }
 }
 
@@ -158,12 +170,14 @@ impl<T: 'static, F: FnMut(u64) -> T + 'static> Source<T> for Generator<T, F> {
     }
 
     fn positions(&self) -> Option<Vec<(u64, i64)>> {
-        Some(self.split().positions(self.next))
+        let mut positions = self.split().positions(self.next);
+        self.before.positions(&mut positions);
+        Some(positions)
     }
 
     fn restore(&mut self, positions: &std::collections::HashMap<u64, i64>) -> Result<(), UserError> {
-        if let Some(next) = self.split().restore("a generator", positions)? {
-            self.next = next;
+        if let Some((next, before)) = self.split().resume("a generator", positions)? {
+            (self.next, self.before) = (next, before);
         }
         Ok(())
     }
@@ -174,6 +188,9 @@ impl<T, F> Generator<T, F> {
     /// many, counted up front so that the batch is filled from an iterator of known length
     /// (no capacity check per record). `None` once every number was taken.
     fn take(&mut self, max: usize) -> Option<(u64, u64, usize)> {
+        if self.next < self.before.below {
+            return self.take_unmade(max);
+        }
         if self.next >= self.count {
             return None;
         }
@@ -183,15 +200,64 @@ impl<T, F> Generator<T, F> {
         Some((start, step, n))
     }
 
+    /// [`Generator::take`] below [`EmittedBefore::below`]: skips what an earlier run made,
+    /// then takes the run of indexes none made that follows (at most `max`).
+    fn take_unmade(&mut self, max: usize) -> Option<(u64, u64, usize)> {
+        while self.next < self.count && self.before.contains(self.next) {
+            self.next += self.step;
+        }
+        if self.next >= self.count {
+            return None;
+        }
+        let start = self.next;
+        let mut n = 0;
+        while n < max.max(1) && self.next < self.count && !self.before.contains(self.next) {
+            self.next += self.step;
+            n += 1;
+        }
+        Some((start, self.step, n))
+    }
+
     fn split(&self) -> ResidueSplit {
         ResidueSplit { shard: self.next % self.step, shards: self.step }
     }
 }
 
+/// What the runs before a restore made, for a source split by residue ([`ResidueSplit`])
+/// that resumes at another shard count: per earlier shard count `n`, the next index of each
+/// of its `n` splits, every index `i < next[i % n]` having been made. A resumed source
+/// reports these with its own split's position in every checkpoint, so a later restore,
+/// at any count, knows them too.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EmittedBefore {
+    /// `(n, next index of split s for s in 0..n)`, one per earlier shard count.
+    generations: Vec<(u64, Vec<u64>)>,
+    /// No earlier run made an index at or above this.
+    below: u64,
+}
+
+impl EmittedBefore {
+    /// Whether an earlier run made index `i`.
+    #[must_use]
+    pub fn contains(&self, i: u64) -> bool {
+        i < self.below && self.generations.iter().any(|(n, next)| i < next[(i % n) as usize])
+    }
+
+    /// Appends the earlier runs' splits and positions, as [`Source::positions`] reports them.
+    pub fn positions(&self, out: &mut Vec<(u64, i64)>) {
+        for (n, next) in &self.generations {
+            for (s, &at) in next.iter().enumerate() {
+                out.push((ResidueSplit { shard: s as u64, shards: *n }.key(), at as i64));
+            }
+        }
+    }
+}
+
 /// The one split of a source divided between shards by residue, as [`Generator`] divides
 /// its records (shard `s` of `n` takes the indexes `i` with `i % n == s`, in order): its
-/// checkpoint position is the next index, and its split key names `n` and `s`, so a
-/// checkpoint resumes it only at the same shard count.
+/// checkpoint position is the next index, and its split key names `n` and `s`.
+/// [`ResidueSplit::restore`] resumes it only at the same shard count;
+/// [`ResidueSplit::resume`] at any (as [`Generator`] does).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ResidueSplit {
     shard: u64,
@@ -214,6 +280,58 @@ impl ResidueSplit {
     #[must_use]
     pub fn positions(self, next: u64) -> Vec<(u64, i64)> {
         vec![(self.key(), next as i64)]
+    }
+
+    /// Where to resume at any shard count, for [`Source::restore`]: the first index of
+    /// this split no earlier run made, and what the earlier runs at other counts made
+    /// ([`EmittedBefore`]); `None` when the checkpoint holds no source positions at all.
+    /// The positions of an earlier run at this split's own count give where this split
+    /// stopped (everything of its residue below was made); those of other counts are kept
+    /// in the result.
+    ///
+    /// # Errors
+    ///
+    /// A position that is negative or does not belong to such a source (an earlier count
+    /// whose splits are not all there); `what` names the source in the message.
+    pub fn resume(
+        self,
+        what: &'static str,
+        positions: &std::collections::HashMap<u64, i64>,
+    ) -> Result<Option<(u64, EmittedBefore)>, RestoreError> {
+        if positions.is_empty() {
+            return Ok(None);
+        }
+        let mut counts: std::collections::BTreeMap<u64, std::collections::BTreeMap<u64, u64>> =
+            std::collections::BTreeMap::new();
+        for (&split, &at) in positions {
+            let next = u64::try_from(at).map_err(|_| RestoreError::NegativePosition {
+                source_name: what,
+                split,
+                position: at,
+            })?;
+            counts.entry(split >> 32).or_default().insert(split & 0xffff_ffff, next);
+        }
+        let mut before = EmittedBefore::default();
+        let mut start = self.shard;
+        for (n, splits) in counts {
+            if n == 0 || splits.len() as u64 != n || splits.keys().last() != Some(&(n - 1)) {
+                return Err(RestoreError::Split {
+                    source_name: what,
+                    detail: format!("positions for {} of the {n} splits of a run at {n} shards", splits.len()),
+                });
+            }
+            if n == self.shards {
+                start = splits[&self.shard];
+                continue;
+            }
+            let next: Vec<u64> = splits.into_values().collect();
+            before.below = before.below.max(next.iter().copied().max().unwrap_or(0));
+            before.generations.push((n, next));
+        }
+        while start < before.below && before.contains(start) {
+            start += self.shards;
+        }
+        Ok(Some((start, before)))
     }
 
     /// The index to resume from, for [`Source::restore`]: `None` when the checkpoint holds
