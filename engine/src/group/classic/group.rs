@@ -677,12 +677,17 @@ impl Group {
         self.pending_sync.remove(id);
     }
 
-    /// A member leaves or is removed: the others rebalance.
+    /// A member leaves or is removed: the others rebalance. As in Kafka, the rebalance
+    /// completes at once if every member left has rejoined already: when the last member
+    /// leaves, the group is Empty as soon as the leave is answered.
     fn remove_member(&mut self, id: &MemberId, now: Instant, done: &mut Vec<Completion>) {
         self.remove_entry(id, done);
         match self.state {
             GroupState::Empty => {}
-            GroupState::Stable | GroupState::CompletingRebalance => self.prepare_rebalance(now, done),
+            GroupState::Stable | GroupState::CompletingRebalance => {
+                self.prepare_rebalance(now, done);
+                self.try_complete_join(now, done);
+            }
             GroupState::PreparingRebalance => self.try_complete_join(now, done),
         }
     }

@@ -437,3 +437,13 @@ fn a_lone_member_waits_the_initial_delay_once_and_later_rebalances_do_not() {
     assert!(matches!(answers.remove(&ta), Some(Outcome::Join(Ok(j))) if j.generation == 2));
     assert!(matches!(answers.remove(&tb), Some(Outcome::Join(Ok(j))) if j.generation == 2));
 }
+
+#[test]
+fn a_stable_group_whose_last_member_leaves_is_empty_when_the_leave_is_answered() {
+    let mut f = Fixture::new();
+    let a = f.stable_one(req(None, &[("range", "")]), "all");
+    assert_eq!(f.c.leave("g", &[Leaving { member: Some(a), instance: None }], f.now), vec![Ok(())]);
+    // No clock tick between: ListGroups right after the consumer closed sees it Empty.
+    let d = f.c.describe("g").unwrap();
+    assert_eq!((d.state, d.generation, d.members.len()), (GroupState::Empty, 2, 0));
+}
