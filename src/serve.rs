@@ -44,6 +44,11 @@ pub(crate) struct ServeArgs {
     /// INVALID_TRANSACTION_TIMEOUT.
     #[arg(allow_negative_numbers = true, long, value_name = "MS", default_value_t = 900_000, value_parser = clap::value_parser!(i32).range(1..))]
     transaction_max_timeout_ms: i32,
+    /// How long an empty consumer group's first rebalance waits for more members, in
+    /// milliseconds (Kafka's group.initial.rebalance.delay.ms, whose built-in default is
+    /// 3000); 0 answers a lone consumer at once.
+    #[arg(allow_negative_numbers = true, long, value_name = "MS", default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=i32::MAX as u64))]
+    group_initial_rebalance_delay_ms: u64,
 }
 
 /// `sluice serve`: the engine and its Kafka listener, until SIGINT or SIGTERM.
@@ -71,6 +76,7 @@ pub(crate) fn serve(a: &ServeArgs) -> Result<()> {
     kafka.num_partitions = a.num_partitions;
     kafka.auto_create_topics = a.auto_create_topics;
     kafka.transaction_max_timeout_ms = a.transaction_max_timeout_ms;
+    kafka.group_initial_rebalance_delay = Duration::from_millis(a.group_initial_rebalance_delay_ms);
     let server = match KafkaServer::start(engine.handle(), kafka) {
         Ok(s) => s,
         Err(e) => {

@@ -34,6 +34,20 @@ pub enum EngineError {
         /// The topic's `max_record_bytes`.
         limit: usize,
     },
+    /// Records without a key appended to a compacted topic, refused whole (Kafka's log
+    /// layer answers INVALID_RECORD): compaction keeps the latest record per key, so a
+    /// record without one could never be kept or replaced.
+    #[error(
+        "compacted topic {topic:?} cannot accept records without a key: {} of the append's records have none (the first at index {})",
+        records.len(),
+        records.first().copied().unwrap_or_default()
+    )]
+    KeyRequired {
+        /// The topic.
+        topic: String,
+        /// The positions, in the append, of the records without a key (at least one).
+        records: Vec<usize>,
+    },
     /// A name from outside broke Kafka's rules.
     #[error(transparent)]
     InvalidName(#[from] NameError),

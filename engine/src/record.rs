@@ -245,6 +245,11 @@ impl PackedRecords {
         })
     }
 
+    /// Whether each record has a key (not null), in order.
+    pub(crate) fn keyed(&self) -> impl Iterator<Item = bool> + '_ {
+        self.records.iter().map(|r| present(r.key))
+    }
+
     fn bytes(&self, r: (u32, u32)) -> Option<&[u8]> {
         present(r).then(|| &self.data[r.0 as usize..r.1 as usize])
     }
@@ -298,6 +303,15 @@ impl AppendRecords {
         let (owned, packed) = match self {
             AppendRecords::Owned(v) => (Some(v.iter().map(OwnedRecord::size)), None),
             AppendRecords::Packed(p) => (None, Some(p.sizes())),
+        };
+        owned.into_iter().flatten().chain(packed.into_iter().flatten())
+    }
+
+    /// Whether each record has a key (not null), in order.
+    pub(crate) fn keyed(&self) -> impl Iterator<Item = bool> + '_ {
+        let (owned, packed) = match self {
+            AppendRecords::Owned(v) => (Some(v.iter().map(|r| r.key.is_some())), None),
+            AppendRecords::Packed(p) => (None, Some(p.keyed())),
         };
         owned.into_iter().flatten().chain(packed.into_iter().flatten())
     }

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use futures_lite::future::block_on;
-use sluice_engine::{Engine, EngineConfig, EngineHandle, Isolation, OwnedRecord, TopicConfig};
+use sluice_engine::{Engine, EngineConfig, EngineError, EngineHandle, Isolation, OwnedRecord, TopicConfig};
 use sluice_io::{BatchMeta, CleanupPolicy, Offset, PartitionId, Timestamp};
 
 const P0: PartitionId = PartitionId(0);
@@ -165,6 +165,42 @@ fn compaction_keeps_the_latest_record_per_key_on_its_own() {
         assert_eq!(last.0, latest as u64, "key k{k}'s latest offset");
     }
     assert_eq!(block_on(h.offsets("t", P0)).unwrap().1, Offset(3000));
+    block_on(e.shutdown()).unwrap();
+}
+
+#[test]
+fn a_compacted_topic_refuses_records_without_a_key_whole_until_it_no_longer_compacts() {
+    let dir = common::data_dir("cleaning", "keyless");
+    let e = engine(&dir);
+    let h = e.handle();
+    block_on(h.create_topic("t", 1, Some(small_segments(CleanupPolicy::CompactDelete)))).unwrap();
+    let now = Timestamp::now();
+    let keyed = |k: &str| OwnedRecord::new(Some(k.into()), b"v".to_vec(), now);
+    let keyless = || OwnedRecord::new(None, b"v".to_vec(), now);
+    // An append holding keyless records is refused whole, naming each of them.
+    let mixed = vec![keyed("a"), keyless(), keyed("b"), keyless(), keyed("c")];
+    match block_on(h.append("t", P0, mixed.clone(), BatchMeta::default())) {
+        Err(EngineError::KeyRequired { topic, records }) => {
+            assert_eq!((topic.as_str(), records), ("t", vec![1, 3]));
+        }
+        other => panic!("expected KeyRequired, got {other:?}"),
+    }
+    // A single send too, to a chosen partition or not; a tombstone has its key.
+    assert!(matches!(block_on(h.send("t", None, b"v", now)), Err(EngineError::KeyRequired { .. })));
+    assert!(matches!(block_on(h.send_to("t", P0, keyless())), Err(EngineError::KeyRequired { .. })));
+    assert_eq!(block_on(h.offsets("t", P0)).unwrap().1, Offset(0), "nothing stored");
+    block_on(h.send("t", Some(b"a"), b"v", now)).unwrap();
+    block_on(h.send_record("t", OwnedRecord::tombstone(b"a".to_vec(), now))).unwrap();
+    block_on(h.append("t", P0, vec![keyed("b"), keyed("c")], BatchMeta::default())).unwrap();
+    assert_eq!(block_on(h.offsets("t", P0)).unwrap().1, Offset(4));
+    // Once the topic only deletes, the same append is taken, from the next one on.
+    block_on(h.alter_topic_config("t", |c| Ok(TopicConfig { cleanup: CleanupPolicy::Delete, ..c.clone() }), false))
+        .unwrap();
+    let info = block_on(h.append("t", P0, mixed, BatchMeta::default())).unwrap();
+    assert_eq!(info.base_offset, Offset(4));
+    let read = read_all(&h, "t");
+    assert_eq!(read.len(), 9);
+    assert_eq!(read.iter().filter(|r| r.1.is_empty()).count(), 2, "the two keyless records, after the change");
     block_on(e.shutdown()).unwrap();
 }
 

@@ -536,7 +536,28 @@ fn describe_cluster_names_this_node_as_broker_and_controller() {
         assert_eq!(resp.controller_id, BrokerId(0));
         assert_eq!(resp.brokers.len(), 1);
         assert_eq!((resp.brokers[0].broker_id, resp.brokers[0].port), (BrokerId(0), i32::from(s.addr().port())));
-        assert!(resp.cluster_authorized_operations & (1 << 11) != 0, "ALTER_CONFIGS allowed");
+        // Everything Kafka supports on the cluster, as a broker without an authorizer:
+        // CREATE, ALTER, DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS,
+        // IDEMPOTENT_WRITE.
+        let cluster = [5, 7, 8, 9, 10, 11, 12].iter().fold(0, |bits, op| bits | (1 << op));
+        assert_eq!(resp.cluster_authorized_operations, cluster);
+    }
+    // Metadata v8-v10 asked for them: a topic's operations too (READ, WRITE, CREATE,
+    // DELETE, ALTER, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS), not unless asked.
+    block_on(s.handle().create_topic("t", 1, None)).expect("topic");
+    for (asked, version) in [(true, 9), (false, 9), (true, 8)] {
+        let mut t = metadata_request::MetadataRequestTopic::default();
+        t.name = Some(TopicName(self::s("t")));
+        let mut r = MetadataRequest::default();
+        r.topics = Some(vec![t]);
+        r.include_topic_authorized_operations = asked;
+        r.include_cluster_authorized_operations = asked;
+        let resp: MetadataResponse = c.call(ApiKey::Metadata, version, &r);
+        let topic = [3, 4, 5, 6, 7, 8, 10, 11].iter().fold(0, |bits, op| bits | (1 << op));
+        let cluster = [5, 7, 8, 9, 10, 11, 12].iter().fold(0, |bits, op| bits | (1 << op));
+        let (want_topic, want_cluster) = if asked { (topic, cluster) } else { (i32::MIN, i32::MIN) };
+        assert_eq!(resp.topics[0].topic_authorized_operations, want_topic, "v{version} asked {asked}");
+        assert_eq!(resp.cluster_authorized_operations, want_cluster, "v{version} asked {asked}");
     }
 }
 

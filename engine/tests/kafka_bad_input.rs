@@ -9,7 +9,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use common::kafka::Served;
+use common::kafka::{RawClient, Served};
 use futures_lite::future::block_on;
 use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
 use sluice_engine::kafka::KafkaConfig;
@@ -567,4 +567,64 @@ fn pipelined_produce_requests_keep_their_order_while_the_shards_queue_is_full() 
     let first = got.iter().zip(&want).position(|(g, w)| g != w);
     assert!(first.is_none(), "stored out of order from record {first:?}: {:?}", first.map(|i| &got[i..i + 6]));
     assert_eq!(got.len(), want.len(), "every record stored once");
+}
+
+/// Produces `records` as one batch to partition 0 of `topic` with a kafka-protocol
+/// ProduceRequest at `version` (acks=1); the partition's answer.
+fn produce_batch(
+    c: &mut RawClient,
+    version: i16,
+    topic: &str,
+    records: &[Record],
+) -> kafka_protocol::messages::produce_response::PartitionProduceResponse {
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    let mut part = PartitionProduceData::default();
+    part.index = 0;
+    part.records = Some(bytes::Bytes::from(encode(records)));
+    let mut t = TopicProduceData::default();
+    t.name = TopicName(StrBytes::from_string(topic.to_string()));
+    t.partition_data.push(part);
+    let mut req = ProduceRequest::default();
+    req.acks = 1;
+    req.timeout_ms = 5000;
+    req.topic_data.push(t);
+    let resp: ProduceResponse = c.call(ApiKey::Produce, version, &req);
+    resp.responses.into_iter().next().expect("the topic").partition_responses.into_iter().next().expect("partition 0")
+}
+
+#[test]
+fn a_batch_with_keyless_records_for_a_compacted_topic_gets_invalid_record_with_each_named() {
+    let s = Served::start("keyless_compacted");
+    let h = s.handle();
+    let config = sluice_engine::TopicConfig { cleanup: sluice_io::CleanupPolicy::Compact, ..Default::default() };
+    block_on(h.create_topic("compacted", 1, Some(config))).expect("topic");
+    let mut c = RawClient::connect(s.addr(), "keyless");
+    let keyed =
+        |offset: i64| Record { key: Some(bytes::Bytes::from(format!("k{offset}"))), ..record(offset, "v".into()) };
+    // Records 1 and 3 of five have no key.
+    let mixed = [keyed(0), record(1, "v".into()), keyed(2), record(3, "v".into()), keyed(4)];
+    let r = produce_batch(&mut c, 9, "compacted", &mixed);
+    assert_eq!((r.error_code, r.base_offset), (87, -1), "INVALID_RECORD: {r:?}");
+    let named: Vec<(i32, String)> = r
+        .record_errors
+        .iter()
+        .map(|e| (e.batch_index, e.batch_index_error_message.as_ref().map(|m| m.to_string()).unwrap_or_default()))
+        .collect();
+    let why = "Compacted topic cannot accept message without key in topic partition compacted-0";
+    assert_eq!(named, vec![(1, why.to_string()), (3, why.to_string())]);
+    let message = r.error_message.as_ref().map(|m| m.to_string()).unwrap_or_default();
+    assert!(message.starts_with("One or more records have been rejected due to 2 record errors"), "{message}");
+    // Before v8 there are no record errors to send: the code alone.
+    let r = produce_batch(&mut c, 7, "compacted", &mixed);
+    assert_eq!((r.error_code, r.record_errors.len()), (87, 0));
+    assert_eq!(block_on(h.offsets("compacted", PartitionId(0))).expect("offsets").1.0, 0, "nothing of it stored");
+    // A batch whose records all have keys is taken, on the same connection.
+    let r = produce_batch(&mut c, 9, "compacted", &[keyed(0), keyed(1)]);
+    assert_eq!((r.error_code, r.base_offset), (0, 0));
+    // A topic that does not compact takes records without a key.
+    block_on(h.create_topic("plain", 1, None)).expect("topic");
+    let r = produce_batch(&mut c, 9, "plain", &mixed);
+    assert_eq!((r.error_code, r.base_offset, r.record_errors.len()), (0, 0, 0));
 }

@@ -309,6 +309,19 @@ fn confluent_kafka_member_joining_a_group_takes_partitions_over_without_rereadin
 }
 
 #[test]
+fn confluent_kafka_consumers_started_together_share_the_first_generation_after_the_initial_delay() {
+    need_python_module("confluent_kafka");
+    let mut kafka = KafkaConfig::new("127.0.0.1:0".parse().expect("address"));
+    kafka.group_initial_rebalance_delay = Duration::from_millis(1500);
+    let s = Served::launch("kafka_clients", "initial_delay", 2, kafka);
+    let script = script("confluent_initial_rebalance.py");
+    let (ok, out, err) =
+        run(client(python()).arg(script).arg(s.bootstrap()).arg("together").arg("1500"), b"", Duration::from_secs(120));
+    println!("{out}");
+    assert!(ok && out.trim_end().ends_with("OK"), "failed\nstdout:\n{out}\nstderr:\n{err}");
+}
+
+#[test]
 fn kafka_python_member_joining_a_group_takes_partitions_over_without_rereading() {
     run_script("kafka_python_rebalance.py", "kafka", "kphandoff");
 }

@@ -624,3 +624,24 @@ fn a_transactions_offsets_are_checked_against_the_member_and_keep_their_metadata
     assert_eq!(ended.error_code, NONE);
     assert_eq!(fetch(&mut c, &[group])[0].2, vec![("t".to_string(), 1, 6, 2, "in the transaction".to_string())]);
 }
+
+#[test]
+fn delete_groups_right_after_a_static_members_session_ran_out_finds_the_group_empty() {
+    let served = start("session_ran_out");
+    let mut c = RawClient::connect(served.addr(), "quiet");
+    let mut r = join_req("g", "", Some("instance-q"), &[(OWN, &["t"])]);
+    r.session_timeout_ms = 1000;
+    let j = join(&mut c, 5, &r);
+    assert_eq!(j.error_code, NONE);
+    let member = j.member_id.as_str().to_string();
+    assert_eq!(sync(&mut c, "g", &member, Some("instance-q"), j.generation_id, &[(&member, "t-0")]).error_code, NONE);
+    // Its last word: a commit, which keeps the session as a heartbeat does (and keeps
+    // the group once empty). A static member that stops sends no LeaveGroup.
+    assert_eq!(heartbeat(&mut c, "g", &member, Some("instance-q"), j.generation_id), NONE);
+    let committed = commit_as(&mut c, "g", &member, Some("instance-q"), j.generation_id, &[("t", 0, 5, -1, "")]);
+    assert_eq!(committed, vec![NONE]);
+    std::thread::sleep(Duration::from_millis(1002));
+    // The coordinator's clock runs every 25 ms; an admin request does not wait for it.
+    assert_eq!(delete_groups(&mut c, &["g"]), vec![NONE], "the session is over: the group is empty");
+    assert_eq!(describe(&mut c, "g").group_state.as_str(), "Dead");
+}

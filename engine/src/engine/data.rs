@@ -54,8 +54,8 @@ impl EngineHandle {
 
     /// Sends one record to a chosen partition.
     pub async fn send_to(&self, topic: &str, partition: PartitionId, record: OwnedRecord) -> Result<Offset> {
-        let (shard, limit) = self.owner(topic, partition)?;
-        Self::check_sizes(topic, limit, std::iter::once(record.size()))?;
+        let (shard, rules) = self.owner(topic, partition)?;
+        rules.check(topic, std::iter::once(record.size()), std::iter::once(record.key.is_some()))?;
         let topic = topic.to_string();
         self.call(shard, |reply| Request::Send { topic, partition, record, reply }).await
     }
@@ -115,8 +115,8 @@ impl EngineHandle {
         records: AppendRecords,
         meta: BatchMeta,
     ) -> Result<Answer<AppendInfo>> {
-        let (shard, limit) = self.owner(topic, partition)?;
-        Self::check_sizes(topic, limit, records.sizes())?;
+        let (shard, rules) = self.owner(topic, partition)?;
+        rules.check(topic, records.sizes(), records.keyed())?;
         if records.is_empty() {
             return Err(EngineError::InvalidConfig("an append needs at least one record".into()));
         }

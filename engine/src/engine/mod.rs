@@ -357,9 +357,9 @@ impl EngineHandle {
         meta.topics.get(name).cloned().ok_or_else(|| EngineError::UnknownTopic(name.to_string()))
     }
 
-    /// The shard that owns a partition, and the topic's record size limit (read under the
-    /// metadata lock, nothing cloned: this is on every send's path).
-    fn owner(&self, topic: &str, partition: PartitionId) -> Result<(u32, usize)> {
+    /// The shard that owns a partition, and what the topic's appends must keep to (read
+    /// under the metadata lock, nothing cloned: this is on every send's path).
+    fn owner(&self, topic: &str, partition: PartitionId) -> Result<(u32, AppendRules)> {
         let meta = self.inner.meta.read().unwrap_or_else(|e| e.into_inner());
         let t = meta.topics.get(topic).ok_or_else(|| EngineError::UnknownTopic(topic.to_string()))?;
         let shard = t.shards.get(partition.index()).copied().ok_or_else(|| EngineError::PartitionOutOfRange {
@@ -367,14 +367,42 @@ impl EngineHandle {
             partition,
             partitions: t.partitions(),
         })?;
-        Ok((shard, t.config.max_record_bytes))
+        let rules =
+            AppendRules { max_record_bytes: t.config.max_record_bytes, key_required: t.config.cleanup.compacts() };
+        Ok((shard, rules))
     }
+}
 
-    /// Refuses records larger than the topic's limit.
-    fn check_sizes(topic: &str, limit: usize, mut sizes: impl Iterator<Item = usize>) -> Result<()> {
-        match sizes.find(|&size| size > limit) {
-            Some(bytes) => Err(EngineError::RecordTooLarge { topic: topic.to_string(), bytes, limit }),
-            None => Ok(()),
+/// What every record appended to a topic must keep to, as its settings say when the
+/// append is checked (before it is queued).
+#[derive(Clone, Copy, Debug)]
+struct AppendRules {
+    /// The largest record (key, value and headers), `max_record_bytes`.
+    max_record_bytes: usize,
+    /// A compacted topic takes only records with a key, as Kafka's log layer
+    /// (`LogValidator`) refuses a batch holding one without.
+    key_required: bool,
+}
+
+impl AppendRules {
+    /// Refuses records larger than the topic's limit, and, on a compacted topic, a
+    /// batch holding records without a key (naming every such record, as Kafka's
+    /// per-record errors do). A refusal appends nothing.
+    fn check(
+        self,
+        topic: &str,
+        mut sizes: impl Iterator<Item = usize>,
+        keyed: impl Iterator<Item = bool>,
+    ) -> Result<()> {
+        if let Some(bytes) = sizes.find(|&size| size > self.max_record_bytes) {
+            return Err(EngineError::RecordTooLarge { topic: topic.to_string(), bytes, limit: self.max_record_bytes });
         }
+        if self.key_required {
+            let keyless: Vec<usize> = keyed.enumerate().filter_map(|(i, keyed)| (!keyed).then_some(i)).collect();
+            if !keyless.is_empty() {
+                return Err(EngineError::KeyRequired { topic: topic.to_string(), records: keyless });
+            }
+        }
+        Ok(())
     }
 }

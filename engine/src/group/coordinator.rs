@@ -547,6 +547,7 @@ mod tests {
             protocols: vec![Protocol { name: "range".into(), metadata: bytes::Bytes::new() }],
             require_known_member: false,
             supports_skip_assignment: false,
+            initial_rebalance_delay: Duration::ZERO,
         };
         let a = join(&mut c, None, t0);
         assert!(matches!(c.classic_join("g", kafka(None), 1, t0), Err(GroupError::InconsistentProtocol(_))));

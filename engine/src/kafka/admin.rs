@@ -101,6 +101,15 @@ pub(crate) async fn metadata(ctx: &Arc<Context>, req: MetadataRequest, version: 
         }
         resp.topics.push(topic_metadata(ctx, &name));
     }
+    // v8+: what this client may do, asked for; without an authorizer, everything.
+    if version >= 8 && req.include_topic_authorized_operations {
+        for t in &mut resp.topics {
+            t.topic_authorized_operations = TOPIC_OPERATIONS;
+        }
+    }
+    if (8..=10).contains(&version) && req.include_cluster_authorized_operations {
+        resp.cluster_authorized_operations = CLUSTER_OPERATIONS;
+    }
     resp
 }
 
@@ -430,9 +439,14 @@ pub(crate) fn describe_cluster(ctx: &Arc<Context>, req: DescribeClusterRequest) 
     resp
 }
 
-/// Every operation Kafka defines on the cluster resource, as DescribeCluster's bit field
-/// (bit n for Kafka's `AclOperation` code n): CREATE 5, ALTER 7, DESCRIBE 8,
-/// CLUSTER_ACTION 9, DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11, IDEMPOTENT_WRITE 12,
-/// CREATE_TOKENS 13, DESCRIBE_TOKENS 14.
-const CLUSTER_OPERATIONS: i32 =
-    (1 << 5) | (1 << 7) | (1 << 8) | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 12) | (1 << 13) | (1 << 14);
+/// The operations Kafka supports on the cluster resource, all of them allowed as a broker
+/// without an authorizer answers, as DescribeCluster's and Metadata's bit field (bit n
+/// for Kafka's `AclOperation` code n): CREATE 5, ALTER 7, DESCRIBE 8, CLUSTER_ACTION 9,
+/// DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11, IDEMPOTENT_WRITE 12 (Kafka's
+/// `AclEntry.supportedOperations(CLUSTER)`; the token operations are on user resources).
+const CLUSTER_OPERATIONS: i32 = (1 << 5) | (1 << 7) | (1 << 8) | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 12);
+
+/// The operations Kafka supports on a topic, all allowed (no authorizer): READ 3,
+/// WRITE 4, CREATE 5, DELETE 6, ALTER 7, DESCRIBE 8, DESCRIBE_CONFIGS 10,
+/// ALTER_CONFIGS 11.
+const TOPIC_OPERATIONS: i32 = (1 << 3) | (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 10) | (1 << 11);

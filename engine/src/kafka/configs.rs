@@ -176,6 +176,13 @@ fn broker_entries(ctx: &Context) -> Vec<Entry> {
             Int,
             "The longest transaction timeout InitProducerId accepts (`sluice serve --transaction-max-timeout-ms`).",
         ),
+        (
+            "group.initial.rebalance.delay.ms",
+            c.group_initial_rebalance_delay.as_millis().to_string(),
+            built_in.group_initial_rebalance_delay.as_millis().to_string(),
+            Int,
+            "How long an empty consumer group's first rebalance waits for more members (`sluice serve --group-initial-rebalance-delay-ms`).",
+        ),
         ("default.replication.factor", "1".into(), "1".into(), Int, "sluice keeps one copy of each partition."),
         ("min.insync.replicas", "1".into(), "1".into(), Int, "The one copy is the in-sync replica."),
         (

@@ -16,6 +16,12 @@
 //! the response past `max_bytes` is left for the next fetch. Each batch goes out in the
 //! codec the topic's `compression.type` names (with `producer`, the one it arrived in).
 //!
+//! A batch holding records without a key, sent to a compacted topic, is refused whole
+//! with INVALID_RECORD and, from v8, a record error for each such record (its index in
+//! the batch and Kafka's message), as Kafka's log validation answers; librdkafka fails
+//! those records with INVALID_RECORD and the batch's others with
+//! `_INVALID_DIFFERENT_RECORD`.
+//!
 //! Produce with a transactional id takes transactional batches of that id's current
 //! producer id and epoch, to partitions its open transaction added
 //! ([`transactions`](super::transactions)); they are stored with the transactional bit.
@@ -36,7 +42,9 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use kafka_protocol::messages::fetch_response::{AbortedTransaction, FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::produce_response::{
+    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+};
 use kafka_protocol::messages::{
     FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse, ProduceRequest, ProduceResponse,
     ProducerId as WireProducerId,
@@ -109,7 +117,8 @@ pub(crate) async fn produce(
             let answer = match ctx.engine.queue_packed(name, partition, batch.records, batch.meta).await {
                 Ok(answer) => answer,
                 Err(e) => {
-                    work.push(failed(r, errors::of(&e), e.to_string()));
+                    let message = record_errors(&mut r, &e, name, part.index, version).unwrap_or_else(|| e.to_string());
+                    work.push(failed(r, errors::of(&e), message));
                     continue;
                 }
             };
@@ -136,6 +145,40 @@ pub(crate) async fn produce(
     let mut resp = ProduceResponse::default();
     resp.responses = topics;
     Some(resp)
+}
+
+/// Kafka's per-record errors (Produce v8+ `record_errors`) for a refusal that names
+/// records of the batch: each keyless record of a batch sent to a compacted topic, with
+/// the message Kafka's `LogValidator` gives it. Returns the partition's `error_message`
+/// as Kafka words it (the count and the first three record errors), or `None` for an
+/// error about the batch as a whole.
+fn record_errors(
+    r: &mut PartitionProduceResponse,
+    e: &EngineError,
+    topic: &str,
+    partition: i32,
+    version: i16,
+) -> Option<String> {
+    let EngineError::KeyRequired { records, .. } = e else { return None };
+    let message = format!("Compacted topic cannot accept message without key in topic partition {topic}-{partition}");
+    let shown: Vec<String> =
+        records.iter().take(3).map(|i| format!("RecordError(batchIndex={i}, message='{message}')")).collect();
+    if version >= 8 {
+        r.record_errors = records
+            .iter()
+            .map(|&i| {
+                let mut b = BatchIndexAndErrorMessage::default();
+                b.batch_index = i32::try_from(i).unwrap_or(i32::MAX);
+                b.batch_index_error_message = Some(StrBytes::from_string(message.clone()));
+                b
+            })
+            .collect();
+    }
+    Some(format!(
+        "One or more records have been rejected due to {} record errors in total, and only showing the first three errors at most: [{}]",
+        records.len(),
+        shown.join(", ")
+    ))
 }
 
 /// Checks one partition's produced data before it is queued: the partition index, the

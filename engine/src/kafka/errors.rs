@@ -94,7 +94,7 @@ pub mod code {
     /// Not attempted because another part of the request failed.
     pub const OPERATION_NOT_ATTEMPTED: i16 = 55;
     /// Well-formed records the broker does not accept (more than one batch for a
-    /// partition in one Produce request).
+    /// partition in one Produce request, records without a key for a compacted topic).
     pub const INVALID_RECORD: i16 = 87;
     /// A newer producer with the same transactional id has fenced this one.
     pub const PRODUCER_FENCED: i16 = 90;
@@ -107,6 +107,7 @@ pub fn of(e: &EngineError) -> i16 {
         EngineError::UnknownTopic(_) | EngineError::PartitionOutOfRange { .. } => code::UNKNOWN_TOPIC_OR_PARTITION,
         EngineError::TopicExists(_) => code::TOPIC_ALREADY_EXISTS,
         EngineError::RecordTooLarge { .. } => code::MESSAGE_TOO_LARGE,
+        EngineError::KeyRequired { .. } => code::INVALID_RECORD,
         EngineError::InvalidName(
             NameError::Empty { kind } | NameError::TooLong { kind, .. } | NameError::Invalid { kind, .. },
         ) if *kind == "group" => code::INVALID_GROUP_ID,

@@ -102,6 +102,13 @@ pub struct KafkaConfig {
     /// INVALID_TRANSACTION_TIMEOUT (Kafka's `transaction.max.timeout.ms`, default 15
     /// minutes).
     pub transaction_max_timeout_ms: i32,
+    /// How long the first rebalance of an empty consumer group waits for more members
+    /// before it answers (again while more keep joining, within the rebalance timeout),
+    /// so that consumers started together share the first generation instead of each
+    /// joining a new one (Kafka's `group.initial.rebalance.delay.ms`). Zero here, as
+    /// Kafka's shipped `server.properties` sets it, so a lone consumer starts at once;
+    /// Kafka's built-in default is 3 s.
+    pub group_initial_rebalance_delay: Duration,
 }
 
 impl KafkaConfig {
@@ -123,6 +130,7 @@ impl KafkaConfig {
             num_partitions: 1,
             auto_create_topics: true,
             transaction_max_timeout_ms: TRANSACTION_TIMEOUT_MS_MAX,
+            group_initial_rebalance_delay: Duration::ZERO,
         }
     }
 }

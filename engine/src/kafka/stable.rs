@@ -139,7 +139,11 @@ impl StableIndex {
             for batch in batches.batches() {
                 let batch = batch.map_err(|err| EngineError::log(topic, partition, err))?;
                 let h = *batch.header();
-                if h.base_offset < at {
+                // A batch that ends at or below `at` was seen; one that starts below it
+                // and goes past (DeleteRecords or retention moved the start into its
+                // middle) is read, or the index would stop there and hold every
+                // read_committed reader at the start.
+                if h.next_offset() <= at {
                     continue;
                 }
                 let ended = e.open.observe(&batch).map_err(|err| EngineError::log(topic, partition, err))?;
@@ -198,6 +202,26 @@ mod tests {
         let index = StableIndex::default();
         block_on(index.update(&h, "t", p, bounds, &OwnedBatches::empty(bounds.0))).expect("no OFFSET_OUT_OF_RANGE");
         assert_eq!(index.view("t", p, bounds.1, bounds.1).offset, bounds.1, "no transaction holds it back");
+        drop(engine);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    #[test]
+    fn a_start_moved_into_the_middle_of_a_batch_does_not_stop_the_scan_there() {
+        let dir = std::env::temp_dir().join(format!("sluice-stable-mid-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let engine = block_on(Engine::open(EngineConfig { shards: Some(1), ..EngineConfig::new(&dir) })).unwrap();
+        let h = engine.handle();
+        block_on(h.create_topic("t", 1, None)).unwrap();
+        let p = PartitionId(0);
+        // One batch of ten records, then DeleteRecords before its sixth.
+        let records = (0..10).map(|i| OwnedRecord::new(None, format!("v{i}"), Timestamp(i))).collect();
+        block_on(h.append("t", p, records, sluice_io::BatchMeta::default())).unwrap();
+        block_on(h.delete_records("t", p, Offset(5))).unwrap();
+        let bounds = block_on(h.offsets("t", p)).unwrap();
+        assert_eq!(bounds, (Offset(5), Offset(10)));
+        let index = StableIndex::default();
+        block_on(index.update(&h, "t", p, bounds, &OwnedBatches::empty(bounds.0))).unwrap();
+        assert_eq!(index.view("t", p, bounds.0, bounds.1).offset, Offset(10), "read past the batch the start is in");
         drop(engine);
         let _ = std::fs::remove_dir_all(&dir);
     }

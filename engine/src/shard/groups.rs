@@ -78,6 +78,18 @@ pub(super) fn tick(state: &Rc<RefCell<ShardState>>) {
 
 /// Serves a group request; hands any other request back.
 pub(super) async fn serve(state: &Rc<RefCell<ShardState>>, request: Request) -> Option<Request> {
+    if matches!(
+        request,
+        Request::GroupView { .. }
+            | Request::GroupList { .. }
+            | Request::GroupDelete { .. }
+            | Request::GroupDeleteOffsets { .. }
+    ) {
+        // An admin request sees the groups as their clocks stand now, as Kafka's timers
+        // would: a session that ran out since the last check (every 25 ms) is over, so a
+        // DeleteGroups sent just after a member's session timeout finds the group empty.
+        tick(state);
+    }
     match request {
         Request::GroupJoin { group, req, partitions, reply } => {
             let result = state.borrow_mut().groups.join(&group, req, partitions, Instant::now());

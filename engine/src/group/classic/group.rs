@@ -77,6 +77,22 @@ pub(super) struct Group {
     /// When members that have not synced are removed.
     sync_deadline: Option<Instant>,
     subscribed: Option<BTreeSet<String>>,
+    /// The first rebalance of an empty group, while it waits for more members (Kafka's
+    /// `InitialDelayedJoin`).
+    initial: Option<InitialDelay>,
+    /// A new member joined during the current initial delay: it is extended.
+    new_member_added: bool,
+}
+
+/// The join phase of an empty group's first rebalance waits `delay` (Kafka's
+/// `group.initial.rebalance.delay.ms`), however many members have joined, so that
+/// members starting together share the first generation instead of each joining a
+/// new one; as long as members keep arriving it waits `delay` again, until the
+/// rebalance timeout is spent (`remaining`).
+#[derive(Clone, Copy, Debug)]
+struct InitialDelay {
+    delay: Duration,
+    remaining: Duration,
 }
 
 /// A fresh member id: `{prefix}-` and 128 random bits written as a UUID, as Kafka makes
@@ -117,6 +133,8 @@ impl Group {
             join_deadline: None,
             sync_deadline: None,
             subscribed: None,
+            initial: None,
+            new_member_added: false,
         }
     }
 
@@ -261,6 +279,11 @@ impl Group {
             self.statics.insert(instance.clone(), id.clone());
         }
         self.pending.remove(&id);
+        let initial_delay = req.initial_rebalance_delay;
+        if self.initial.is_some() {
+            self.new_member_added = true;
+        }
+        let was_empty = self.state == GroupState::Empty;
         self.members.insert(
             id,
             Member {
@@ -278,6 +301,15 @@ impl Group {
             },
         );
         self.maybe_prepare_rebalance(now, done);
+        if was_empty && !initial_delay.is_zero() {
+            // Kafka's InitialDelayedJoin: the whole delay first, then as much again while
+            // members keep joining, within what the rebalance timeout leaves.
+            let timeout = self.members.values().map(|m| m.rebalance_timeout).max().unwrap_or_default();
+            self.initial =
+                Some(InitialDelay { delay: initial_delay, remaining: timeout.saturating_sub(initial_delay) });
+            self.new_member_added = false;
+            self.join_deadline = Some(now + initial_delay);
+        }
     }
 
     /// A known member's join: its new protocols and timeouts, waiting for the rebalance.
@@ -392,13 +424,29 @@ impl Group {
     }
 
     /// Completes the join phase once every member (and pending member) has joined, or its
-    /// deadline passed.
+    /// deadline passed; an empty group's first rebalance only at the end of its initial
+    /// delay, extended while new members join.
     pub(super) fn try_complete_join(&mut self, now: Instant, done: &mut Vec<Completion>) {
         if self.state != GroupState::PreparingRebalance {
             return;
         }
         let all_joined = self.pending.is_empty() && self.members.values().all(|m| m.awaiting_join.is_some());
         let timed_out = self.join_deadline.is_some_and(|d| now >= d);
+        if let Some(initial) = self.initial {
+            if !timed_out {
+                return;
+            }
+            if self.new_member_added && !initial.remaining.is_zero() {
+                let delay = initial.delay.min(initial.remaining);
+                self.initial = Some(InitialDelay { delay: initial.delay, remaining: initial.remaining - delay });
+                self.new_member_added = false;
+                self.join_deadline = Some(now + delay);
+                return;
+            }
+            self.initial = None;
+            self.new_member_added = false;
+            return self.complete_join(now, done);
+        }
         if all_joined || timed_out {
             self.complete_join(now, done);
         }
@@ -629,12 +677,17 @@ impl Group {
         self.pending_sync.remove(id);
     }
 
-    /// A member leaves or is removed: the others rebalance.
+    /// A member leaves or is removed: the others rebalance. As in Kafka, the rebalance
+    /// completes at once if every member left has rejoined already: when the last member
+    /// leaves, the group is Empty as soon as the leave is answered.
     fn remove_member(&mut self, id: &MemberId, now: Instant, done: &mut Vec<Completion>) {
         self.remove_entry(id, done);
         match self.state {
             GroupState::Empty => {}
-            GroupState::Stable | GroupState::CompletingRebalance => self.prepare_rebalance(now, done),
+            GroupState::Stable | GroupState::CompletingRebalance => {
+                self.prepare_rebalance(now, done);
+                self.try_complete_join(now, done);
+            }
             GroupState::PreparingRebalance => self.try_complete_join(now, done),
         }
     }

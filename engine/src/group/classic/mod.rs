@@ -13,7 +13,9 @@
 //! A group moves through Kafka's states: `Empty`; `PreparingRebalance`, where JoinGroup
 //! answers wait until every member has joined again or the rebalance timeout (the largest
 //! of the members') passes, after which the members that did not rejoin are removed (static
-//! ones are kept); `CompletingRebalance`, a new generation whose members wait in SyncGroup
+//! ones are kept) — the first rebalance of an empty group waits instead for the initial
+//! delay (`group.initial.rebalance.delay.ms`), again while members keep joining, within
+//! the rebalance timeout, so consumers started together share a first generation; `CompletingRebalance`, a new generation whose members wait in SyncGroup
 //! for the leader's assignment (members that do not sync within the rebalance timeout are
 //! removed); `Stable`. So a member learns its partitions of a new generation only after
 //! every other member rejoined (and gave its partitions up) or was removed. Static members
@@ -85,6 +87,10 @@ pub struct ClassicJoin {
     pub require_known_member: bool,
     /// The client understands `skip_assignment` (JoinGroup v9+).
     pub supports_skip_assignment: bool,
+    /// How long the first rebalance of an empty group this join starts waits for more
+    /// members (the listener's `group.initial.rebalance.delay.ms`; zero answers a lone
+    /// member at once).
+    pub initial_rebalance_delay: Duration,
 }
 
 /// A JoinGroup's answer.

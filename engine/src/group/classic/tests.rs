@@ -25,6 +25,7 @@ fn req(member: Option<&MemberId>, list: &[(&str, &str)]) -> ClassicJoin {
         protocols: protocols(list),
         require_known_member: false,
         supports_skip_assignment: false,
+        initial_rebalance_delay: Duration::ZERO,
     }
 }
 
@@ -374,4 +375,75 @@ fn the_group_size_is_bounded() {
     f.advance(SESSION);
     let t = f.join(req(None, &[("p", "")]));
     assert_eq!(f.joined(t).generation, 1);
+}
+
+#[test]
+fn an_empty_groups_first_rebalance_waits_the_initial_delay_longer_while_members_keep_joining() {
+    let mut f = Fixture::new();
+    let delay = Duration::from_millis(3000);
+    let slow = |member| ClassicJoin {
+        initial_rebalance_delay: delay,
+        rebalance_timeout: Duration::from_millis(10_000),
+        ..req(member, &[("range", "")])
+    };
+    let ta = f.join(slow(None));
+    f.advance(Duration::from_millis(1000));
+    let tb = f.join(slow(None));
+    // Both have joined, yet the first generation waits for the delay.
+    f.advance(Duration::from_millis(1999));
+    assert!(f.answers().is_empty(), "nothing before the initial delay");
+    assert_eq!(f.c.describe("g").unwrap().state, GroupState::PreparingRebalance);
+    // b joined during the delay: it is extended by the delay (within the 7 s the
+    // rebalance timeout leaves), and a third member joins meanwhile.
+    f.advance(Duration::from_millis(1));
+    assert!(f.answers().is_empty(), "extended for the member that joined");
+    f.advance(Duration::from_millis(1000));
+    let tc = f.join(slow(None));
+    f.advance(Duration::from_millis(1999));
+    assert!(f.answers().is_empty());
+    f.advance(Duration::from_millis(1));
+    assert!(f.answers().is_empty(), "extended again for c");
+    // The last extension: the 4 s left, capped at the delay, then no one new: one
+    // generation for all three.
+    f.advance(Duration::from_millis(3000));
+    let mut answers = f.answers();
+    let mut generation = |t| match answers.remove(&t) {
+        Some(Outcome::Join(Ok(r))) => (r.generation, r.leader),
+        other => panic!("join {t}: {other:?}"),
+    };
+    let (a, b, c) = (generation(ta), generation(tb), generation(tc));
+    assert_eq!((a.0, b.0, c.0), (1, 1, 1));
+    assert!(a.1.is_some() && a.1 == b.1 && b.1 == c.1, "one leader");
+    assert_eq!(f.c.describe("g").unwrap().members.len(), 3);
+}
+
+#[test]
+fn a_lone_member_waits_the_initial_delay_once_and_later_rebalances_do_not() {
+    let mut f = Fixture::new();
+    let delay = Duration::from_millis(500);
+    let r = |member| ClassicJoin { initial_rebalance_delay: delay, ..req(member, &[("range", "")]) };
+    let t = f.join(r(None));
+    f.advance(Duration::from_millis(499));
+    assert!(f.answers().is_empty());
+    f.advance(Duration::from_millis(1));
+    let a = f.joined(t);
+    assert_eq!(a.generation, 1);
+    let s = f.sync(&a.member, 1, &[(&a.member, "all")]);
+    assert!(matches!(f.answers().remove(&s), Some(Outcome::Sync(Ok(_)))));
+    // A second member of a stable group: the usual rebalance, answered once a rejoins.
+    let tb = f.join(r(None));
+    let ta = f.join(r(Some(&a.member)));
+    let mut answers = f.answers();
+    assert!(matches!(answers.remove(&ta), Some(Outcome::Join(Ok(j))) if j.generation == 2));
+    assert!(matches!(answers.remove(&tb), Some(Outcome::Join(Ok(j))) if j.generation == 2));
+}
+
+#[test]
+fn a_stable_group_whose_last_member_leaves_is_empty_when_the_leave_is_answered() {
+    let mut f = Fixture::new();
+    let a = f.stable_one(req(None, &[("range", "")]), "all");
+    assert_eq!(f.c.leave("g", &[Leaving { member: Some(a), instance: None }], f.now), vec![Ok(())]);
+    // No clock tick between: ListGroups right after the consumer closed sees it Empty.
+    let d = f.c.describe("g").unwrap();
+    assert_eq!((d.state, d.generation, d.members.len()), (GroupState::Empty, 2, 0));
 }

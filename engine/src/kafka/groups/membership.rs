@@ -57,6 +57,7 @@ pub(crate) async fn join(
             .map(|p| Protocol { name: p.name.as_str().to_string(), metadata: p.metadata })
             .collect(),
         supports_skip_assignment: version >= 9,
+        initial_rebalance_delay: ctx.config.group_initial_rebalance_delay,
     };
     match ctx.engine.classic_join(group, join).await {
         Ok(r) => {
