@@ -396,6 +396,11 @@ fn confluent_kafka_static_members_come_back_without_a_rebalance_and_cooperative_
 }
 
 #[test]
+fn confluent_kafka_sees_topic_ids_and_fetches_by_id() {
+    run_script("confluent_topic_ids.py", "confluent_kafka", "topicids");
+}
+
+#[test]
 fn confluent_kafka_with_a_small_fetch_max_bytes_consumes_everything() {
     run_script("confluent_fetch_limits.py", "confluent_kafka", "fetchmax");
 }

@@ -66,7 +66,7 @@ pub mod code {
     pub const UNKNOWN_PRODUCER_ID: i16 = 59;
     /// The compression codec is not supported.
     pub const UNSUPPORTED_COMPRESSION_TYPE: i16 = 76;
-    /// A topic id that is not known (sluice has none).
+    /// No topic has this id (it was deleted, or never existed).
     pub const UNKNOWN_TOPIC_ID: i16 = 100;
     /// The group still has members.
     pub const NON_EMPTY_GROUP: i16 = 68;
