@@ -64,8 +64,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Fetch, 4, 16),
     (ApiKey::ListOffsets, 1, 6),
     (ApiKey::Metadata, 0, 12),
-    (ApiKey::OffsetCommit, 2, 8),
-    (ApiKey::OffsetFetch, 1, 8),
+    (ApiKey::OffsetCommit, 2, 9),
+    (ApiKey::OffsetFetch, 1, 9),
     (ApiKey::FindCoordinator, 0, 3),
     (ApiKey::JoinGroup, 0, 9),
     (ApiKey::Heartbeat, 0, 4),
@@ -89,6 +89,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeCluster, 0, 2),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetDelete, 0, 0),
+    (ApiKey::ConsumerGroupHeartbeat, 0, 1),
+    (ApiKey::ConsumerGroupDescribe, 0, 1),
 ];
 
 /// The lowest Produce version advertised (see the module docs); v0 up to the lowest one
@@ -332,6 +334,12 @@ fn start(
         })),
         RequestKind::OffsetDelete(req) => Handled::Working(Box::pin(async move {
             done(ResponseKind::OffsetDelete(groups::offsets::delete(&ctx, req).await))
+        })),
+        RequestKind::ConsumerGroupHeartbeat(req) => Handled::Working(Box::pin(async move {
+            done(ResponseKind::ConsumerGroupHeartbeat(groups::consumer::heartbeat(&ctx, req, version, &client).await))
+        })),
+        RequestKind::ConsumerGroupDescribe(req) => Handled::Working(Box::pin(async move {
+            done(ResponseKind::ConsumerGroupDescribe(groups::consumer::describe(&ctx, req, version).await))
         })),
         RequestKind::ListGroups(req) => Handled::Working(Box::pin(async move {
             done(ResponseKind::ListGroups(groups::admin::list(&ctx, req, version).await))

@@ -12,9 +12,9 @@
 //! - [`data`] (Produce, Fetch, ListOffsets), [`admin`] (Metadata, CreateTopics,
 //!   DeleteTopics, CreatePartitions, DeleteRecords, DescribeCluster, FindCoordinator,
 //!   InitProducerId), [`configs`] (DescribeConfigs, AlterConfigs, IncrementalAlterConfigs),
-//!   [`groups`] (Kafka's classic consumer group protocol, run by the engine's group
-//!   coordinator; membership, offsets and group admin requests in
-//!   `groups::{membership, offsets, admin}`).
+//!   [`groups`] (Kafka's classic consumer group protocol and KIP-848's, run by the
+//!   engine's group coordinator; membership, offsets and group admin requests in
+//!   `groups::{membership, consumer, offsets, admin}`).
 //! - `transactions`: the transaction coordinator (transactional ids, AddPartitionsToTxn,
 //!   AddOffsetsToTxn, TxnOffsetCommit, EndTxn writing the markers), its state persisted
 //!   in the internal topic `__transaction_state` and recovered when the listener starts;
@@ -102,6 +102,13 @@ pub struct KafkaConfig {
     /// INVALID_TRANSACTION_TIMEOUT (Kafka's `transaction.max.timeout.ms`, default 15
     /// minutes).
     pub transaction_max_timeout_ms: i32,
+    /// How often a KIP-848 consumer (`group.protocol=consumer`) heartbeats, as the
+    /// ConsumerGroupHeartbeat answer tells it; it learns of rebalances this often (Kafka's
+    /// `group.consumer.heartbeat.interval.ms`, default 5 s).
+    pub consumer_heartbeat_interval: Duration,
+    /// How long a KIP-848 consumer may go without a heartbeat before it is fenced and its
+    /// partitions reassigned (Kafka's `group.consumer.session.timeout.ms`, default 45 s).
+    pub consumer_session_timeout: Duration,
 }
 
 impl KafkaConfig {
@@ -123,6 +130,8 @@ impl KafkaConfig {
             num_partitions: 1,
             auto_create_topics: true,
             transaction_max_timeout_ms: TRANSACTION_TIMEOUT_MS_MAX,
+            consumer_heartbeat_interval: Duration::from_secs(5),
+            consumer_session_timeout: Duration::from_secs(45),
         }
     }
 }
