@@ -74,6 +74,18 @@ pub(super) fn tick(state: &Rc<RefCell<ShardState>>) {
             st.groups.classic.forget_if_empty(&g);
         }
     }
+    // An emptied KIP-848 group is kept while it holds offsets (it is described as Empty);
+    // one that never committed is forgotten.
+    let idle: Vec<String> = st
+        .groups
+        .consumer
+        .overview()
+        .filter(|(g, state)| *state == "Empty" && !st.committed.contains_key(*g))
+        .map(|(g, _)| g.to_string())
+        .collect();
+    for g in idle {
+        st.groups.consumer.forget_if_empty(&g);
+    }
 }
 
 /// Serves a group request; hands any other request back.
