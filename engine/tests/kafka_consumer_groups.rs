@@ -315,3 +315,22 @@ fn a_silent_member_is_fenced_and_the_other_takes_its_partitions() {
     let d = describe(&mut c, 1, &["g"]);
     assert_eq!(d.groups[0].members.len(), 1);
 }
+
+#[test]
+fn membership_ends_with_a_restart_and_members_rejoin_at_their_committed_offsets() {
+    let mut served = start("restart", Duration::from_secs(30));
+    let mut c = RawClient::connect(served.addr(), "kip848-test");
+    let a = heartbeat(&mut c, 1, &join("g", "a"));
+    assert_eq!(commit(&mut c, "g", "a", a.member_epoch, 42), NONE);
+    served.restart();
+    let mut c = RawClient::connect(served.addr(), "kip848-test");
+    // The member is not known any more: Kafka's answer that makes a client rejoin.
+    let stale = heartbeat(&mut c, 1, &beat("g", "a", a.member_epoch, &owned(&a).unwrap()));
+    assert_eq!(stale.error_code, UNKNOWN_MEMBER_ID);
+    // The group is gone but its offsets are not: an admin's fetch sees them.
+    assert_eq!(fetch_offset(&mut c, "g", None, -1), (NONE, 42));
+    let again = heartbeat(&mut c, 1, &join("g", "a"));
+    assert_eq!((again.error_code, again.member_epoch), (NONE, 1));
+    assert_eq!(owned(&again).map(|o| count(&o)), Some(4));
+    assert_eq!(fetch_offset(&mut c, "g", Some("a"), 1), (NONE, 42));
+}
