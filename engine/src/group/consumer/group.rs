@@ -40,6 +40,10 @@ struct Member {
     revoking: BTreeSet<TopicPartition>,
     topics: Vec<String>,
     regex: Option<(String, Regex)>,
+    /// Whether the regex is resolved yet: as in Kafka, which resolves regexes
+    /// asynchronously, a new regex's topics join the subscription from the member's next
+    /// heartbeat, not the one that brought it (its named topics are assigned first).
+    regex_resolved: bool,
     /// The topics the subscription resolves to, among those that exist.
     resolved: Vec<String>,
     assignor: Option<String>,
@@ -57,7 +61,7 @@ struct Member {
 impl Member {
     fn resolve(&self, topics: &BTreeMap<String, u32>) -> Vec<String> {
         let mut r: BTreeSet<String> = self.topics.iter().filter(|t| topics.contains_key(*t)).cloned().collect();
-        if let Some((_, re)) = &self.regex {
+        if let Some((_, re)) = self.regex.as_ref().filter(|_| self.regex_resolved) {
             r.extend(topics.keys().filter(|t| re.is_match(t)).cloned());
         }
         r.into_iter().collect()
@@ -133,6 +137,8 @@ impl Group {
             }
         }
         let m = self.members.get_mut(&id).expect("joined or found");
+        // A regex this member brought earlier is resolved by now.
+        m.regex_resolved = true;
         m.last_seen = now;
         m.session_timeout = req.session_timeout;
         m.client_id = req.client_id;
@@ -151,7 +157,10 @@ impl Group {
         }
         if let Some(re) = req.regex {
             let next = if re.is_empty() { None } else { Some((re.clone(), compile(&re)?)) };
-            changed |= next.as_ref().map(|(s, _)| s) != m.regex.as_ref().map(|(s, _)| s);
+            if next.as_ref().map(|(s, _)| s) != m.regex.as_ref().map(|(s, _)| s) {
+                changed = true;
+                m.regex_resolved = next.is_none();
+            }
             m.regex = next;
         }
         if let Some(a) = req.assignor {
@@ -216,6 +225,7 @@ impl Group {
                 revoking: BTreeSet::new(),
                 topics: Vec::new(),
                 regex: None,
+                regex_resolved: true,
                 resolved: Vec::new(),
                 assignor: None,
                 instance: req.instance.clone(),

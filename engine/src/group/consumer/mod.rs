@@ -22,6 +22,11 @@
 //! with epoch -2 keep their partitions until their session times out; a new member with
 //! that instance id takes their place, epoch and assignment, without a rebalance.
 //!
+//! A subscription's regex is resolved against the topics at every heartbeat of the group,
+//! except the heartbeat that brings a new one: as Kafka resolves regexes asynchronously,
+//! a member's named topics are assigned first and its regex's topics from its next
+//! heartbeat (librdkafka's test 0045 expects exactly that).
+//!
 //! A pure state machine like the rest of `group/`: time comes in as `now`, the topics as a
 //! map of partition counts, and names stay names (the listener turns them into topic ids).
 

@@ -198,10 +198,13 @@ fn a_regex_subscription_follows_the_topics_and_range_is_kafkas() {
         ..join("a")
     };
     let a = c.heartbeat("g", req, &t, now).unwrap();
-    assert_eq!(a.assignment.unwrap(), vec![tp("orders-1", 0), tp("orders-1", 1)]);
+    // As in Kafka, the regex is resolved after the heartbeat that brought it.
+    assert_eq!((a.epoch, a.assignment.unwrap()), (1, vec![]));
+    let a = c.heartbeat("g", beat("a", 1, &[]), &t, now).unwrap();
+    assert_eq!((a.epoch, a.assignment.unwrap()), (2, vec![tp("orders-1", 0), tp("orders-1", 1)]));
     let t2 = topics(&[("orders-1", 2), ("orders-2", 1), ("other", 2)]);
-    let a = c.heartbeat("g", beat("a", 1, &[tp("orders-1", 0), tp("orders-1", 1)]), &t2, now).unwrap();
-    assert_eq!(a.epoch, 2, "a new matching topic is a new epoch");
+    let a = c.heartbeat("g", beat("a", 2, &[tp("orders-1", 0), tp("orders-1", 1)]), &t2, now).unwrap();
+    assert_eq!(a.epoch, 3, "a new matching topic is a new epoch");
     assert_eq!(a.assignment.unwrap().len(), 3);
     assert_eq!(c.describe("g").unwrap().assignor, "range");
     assert_eq!(c.subscribed("g").unwrap(), vec!["orders-1".to_string(), "orders-2".to_string()]);
