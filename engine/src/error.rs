@@ -211,6 +211,39 @@ pub enum GroupError {
     /// The group's members are subscribed to the topic (its offsets cannot be deleted).
     #[error("the group is subscribed to topic {0:?}")]
     SubscribedToTopic(String),
+    /// The group is of another kind than the request's (a classic group asked for by a
+    /// KIP-848 request, say): Kafka's GROUP_ID_NOT_FOUND.
+    #[error("{0}")]
+    OtherKind(String),
+    /// A KIP-848 member's epoch is ahead of, or behind, what the coordinator holds: the
+    /// member must give up its partitions and join again.
+    #[error("member epoch {got} is fenced, the member is at {current}")]
+    FencedMemberEpoch {
+        /// The request's.
+        got: i32,
+        /// The member's.
+        current: i32,
+    },
+    /// A KIP-848 member's commit or offset fetch names an older epoch than its own.
+    #[error("member epoch {got} is stale, the member is at {current}")]
+    StaleMemberEpoch {
+        /// The request's.
+        got: i32,
+        /// The member's.
+        current: i32,
+    },
+    /// Another member still holds the static member's instance id.
+    #[error("instance id {0:?} is still held by another member")]
+    UnreleasedInstance(String),
+    /// A server-side assignor this coordinator does not have.
+    #[error("assignor {0:?} is not supported: use uniform or range")]
+    UnsupportedAssignor(String),
+    /// A subscription's regular expression does not compile.
+    #[error("invalid regular expression {0}")]
+    InvalidRegex(String),
+    /// A request whose fields contradict each other or the protocol.
+    #[error("{0}")]
+    InvalidRequest(String),
 }
 
 /// The engine's result type.

@@ -31,4 +31,5 @@ pub use engine::{Engine, EngineHandle, TopicDescription};
 pub use error::{EngineError, GroupError, Result};
 pub use record::{OwnedHeader, OwnedRecord, PackedRecords};
 pub use shard::CleanerStats;
+pub use topic::meta::TopicId;
 pub use topic::names::{NameError, validate_name};

@@ -409,6 +409,49 @@ fn confluent_kafka_static_members_come_back_without_a_rebalance_and_cooperative_
 }
 
 #[test]
+fn confluent_kafka_sees_topic_ids_and_fetches_by_id() {
+    run_script("confluent_topic_ids.py", "confluent_kafka", "topicids");
+}
+
+#[test]
+fn confluent_kafka_consumer_protocol_splits_a_topic_and_hands_partitions_over_at_committed_offsets() {
+    need_python_module("confluent_kafka");
+    let mut kafka = KafkaConfig::new("127.0.0.1:0".parse().expect("address"));
+    kafka.executors = 2;
+    // Members learn of a new assignment at their next heartbeat: every 500 ms here.
+    kafka.consumer_heartbeat_interval = Duration::from_millis(500);
+    let s = Served::launch("kafka_clients", "kip848", 2, kafka);
+    let (ok, out, err) = run(
+        client(python()).arg(script("confluent_consumer_protocol.py")).arg(s.bootstrap()).arg("kip848"),
+        b"",
+        Duration::from_secs(180),
+    );
+    println!("{out}");
+    assert!(
+        ok && out.trim_end().ends_with("OK"),
+        "confluent_consumer_protocol.py failed\nstdout:\n{out}\nstderr:\n{err}"
+    );
+}
+
+#[test]
+fn confluent_kafka_consumer_protocol_regex_subscription_range_assignor_and_static_member() {
+    need_python_module("confluent_kafka");
+    let mut kafka = KafkaConfig::new("127.0.0.1:0".parse().expect("address"));
+    kafka.consumer_heartbeat_interval = Duration::from_millis(500);
+    let s = Served::launch("kafka_clients", "kip848static", 2, kafka);
+    let (ok, out, err) = run(
+        client(python()).arg(script("confluent_consumer_static_regex.py")).arg(s.bootstrap()).arg("kip848static"),
+        b"",
+        Duration::from_secs(180),
+    );
+    println!("{out}");
+    assert!(
+        ok && out.trim_end().ends_with("OK"),
+        "confluent_consumer_static_regex.py failed\nstdout:\n{out}\nstderr:\n{err}"
+    );
+}
+
+#[test]
 fn confluent_kafka_with_a_small_fetch_max_bytes_consumes_everything() {
     run_script("confluent_fetch_limits.py", "confluent_kafka", "fetchmax");
 }

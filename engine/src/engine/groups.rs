@@ -9,6 +9,7 @@ use sluice_io::{Offset, PartitionId};
 use crate::error::{EngineError, GroupError, NameError, Result};
 use crate::group::assignor::MemberId;
 use crate::group::classic::{ClassicJoin, ClassicSync, JoinResult, Leaving, SyncResult};
+use crate::group::consumer::{ConsumerAnswer, ConsumerHeartbeat};
 use crate::group::coordinator::{CommitAuth, GroupDescription, GroupOverview, GroupView, JoinRequest, MemberState};
 use crate::group::offsets::{self, Committed, CommittedDetails, CommittedOffset, OffsetCommit};
 use crate::shard::Request;
@@ -126,6 +127,23 @@ impl EngineHandle {
         let shard = self.member_coordinator_of(group)?;
         let (group, member, instance) = (group.to_string(), member.clone(), instance.map(str::to_string));
         self.call(shard, |reply| Request::ClassicHeartbeat { group, member, instance, generation, reply }).await
+    }
+
+    /// A Kafka client's KIP-848 ConsumerGroupHeartbeat
+    /// ([`group::consumer`](crate::group::consumer)), with every topic but the internal
+    /// ones to resolve its subscription against.
+    pub async fn consumer_heartbeat(&self, group: &str, req: ConsumerHeartbeat) -> Result<ConsumerAnswer> {
+        let shard = self.member_coordinator_of(group)?;
+        let topics: BTreeMap<String, u32> = {
+            let meta = self.inner.meta.read().unwrap_or_else(|e| e.into_inner());
+            meta.topics
+                .iter()
+                .filter(|(t, _)| !super::is_internal(t))
+                .map(|(t, m)| (t.clone(), m.partitions()))
+                .collect()
+        };
+        let group = group.to_string();
+        self.call(shard, |reply| Request::ConsumerHeartbeat { group, req, topics, reply }).await
     }
 
     /// Kafka clients leave their group (LeaveGroup): each one's result.

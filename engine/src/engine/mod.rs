@@ -19,7 +19,7 @@ use crate::config::{EngineConfig, TopicConfig};
 use crate::error::{EngineError, Result};
 use crate::group::offsets::{self};
 use crate::shard::{self, Batching, Request};
-use crate::topic::meta::{Layout, Metadata, TopicMeta, assign_shards};
+use crate::topic::meta::{Layout, Metadata, TopicId, TopicMeta, assign_shards};
 use sluice_io::PartitionId;
 
 /// The most bytes a shard batches from single-record sends before appending.
@@ -97,6 +97,8 @@ mod async_lock_free {
 pub struct TopicDescription {
     /// The name.
     pub name: String,
+    /// The id (Kafka's topic id: a random UUID given at creation, never reused).
+    pub id: TopicId,
     /// The settings.
     pub config: TopicConfig,
     /// The owning shard of each partition.
@@ -104,6 +106,10 @@ pub struct TopicDescription {
 }
 
 impl TopicDescription {
+    pub(crate) fn of(name: &str, topic: TopicMeta) -> TopicDescription {
+        TopicDescription { name: name.to_string(), id: topic.id, config: topic.config, shards: topic.shards }
+    }
+
     /// The number of partitions.
     #[must_use]
     pub fn partitions(&self) -> u32 {
@@ -160,7 +166,9 @@ impl Engine {
                 }
             }
         }
-        if moved {
+        // Topics from a file written before topic ids get theirs now, stored at once, so
+        // the id a client learns stays the topic's across restarts.
+        if meta.assign_missing_ids() || moved {
             meta.store(&layout)?;
         }
         let cpus: Vec<usize> = core_affinity::get_core_ids().unwrap_or_default().into_iter().map(|c| c.id).collect();

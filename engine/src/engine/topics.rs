@@ -7,7 +7,7 @@ use sluice_io::{CleanReport, PartitionId};
 use crate::config::{CompressionType, TopicConfig};
 use crate::error::{EngineError, Result};
 use crate::shard::{CleanerStats, Request};
-use crate::topic::meta::{TopicMeta, assign_shards};
+use crate::topic::meta::{TopicId, TopicMeta, assign_shards};
 use crate::topic::names::validate_name;
 
 use super::{EngineHandle, TopicDescription, is_internal};
@@ -33,7 +33,7 @@ impl EngineHandle {
         let config = config.unwrap_or_else(|| self.inner.topic_defaults.clone());
         config.log_config()?;
         let _admin = self.inner.admin.acquire().await;
-        let topic = TopicMeta { config, shards: assign_shards(name, 0, partitions, self.inner.shards.len()) };
+        let topic = TopicMeta::new(config, assign_shards(name, 0, partitions, self.inner.shards.len()));
         {
             let mut meta = self.inner.meta.write().unwrap_or_else(|e| e.into_inner());
             if meta.topics.contains_key(name) {
@@ -45,7 +45,7 @@ impl EngineHandle {
             *meta = next;
         }
         self.open_partitions(name, &topic, 0).await?;
-        Ok(TopicDescription { name: name.to_string(), config: topic.config, shards: topic.shards })
+        Ok(TopicDescription::of(name, topic))
     }
 
     /// Applies retention and compaction to every partition of a topic now, whatever the
@@ -92,7 +92,23 @@ impl EngineHandle {
     /// A topic's settings and partitions.
     pub fn describe_topic(&self, name: &str) -> Result<TopicDescription> {
         let t = self.topic(name)?;
-        Ok(TopicDescription { name: name.to_string(), config: t.config, shards: t.shards })
+        Ok(TopicDescription::of(name, t))
+    }
+
+    /// The name of the topic with this id, if there is one (Kafka clients name topics by
+    /// id in newer requests). A scan of the topics: there are few, and a listener asks
+    /// once per topic of a request.
+    #[must_use]
+    pub fn topic_name(&self, id: TopicId) -> Option<String> {
+        let meta = self.inner.meta.read().unwrap_or_else(|e| e.into_inner());
+        meta.name_of(id).map(str::to_string)
+    }
+
+    /// A topic's id, if it exists.
+    #[must_use]
+    pub fn topic_id(&self, name: &str) -> Option<TopicId> {
+        let meta = self.inner.meta.read().unwrap_or_else(|e| e.into_inner());
+        meta.topics.get(name).map(|t| t.id)
     }
 
     /// A topic's `compression.type` and the most bytes of records one of its batches may
@@ -144,7 +160,7 @@ impl EngineHandle {
             *meta = next;
         }
         self.open_partitions(name, &topic, have).await?;
-        Ok(TopicDescription { name: name.to_string(), config: topic.config, shards: topic.shards })
+        Ok(TopicDescription::of(name, topic))
     }
 
     /// Whether [`add_partitions`](Self::add_partitions) would grow `name` to `partitions`
@@ -203,7 +219,7 @@ impl EngineHandle {
         topic.config = change(&topic.config)?;
         let log_config = topic.config.log_config()?;
         if validate_only {
-            return Ok(TopicDescription { name: name.to_string(), config: topic.config, shards: topic.shards });
+            return Ok(TopicDescription::of(name, topic));
         }
         {
             let mut meta = self.inner.meta.write().unwrap_or_else(|e| e.into_inner());
@@ -226,6 +242,6 @@ impl EngineHandle {
         if let Some(e) = first_error {
             return Err(e);
         }
-        Ok(TopicDescription { name: name.to_string(), config: topic.config, shards: topic.shards })
+        Ok(TopicDescription::of(name, topic))
     }
 }

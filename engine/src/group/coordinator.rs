@@ -14,13 +14,19 @@
 //! lives on the shard that owns the group's partition of the offsets topic.
 //!
 //! Kafka clients' groups run Kafka's classic protocol instead ([`classic`], where a
-//! client leader assigns). A group id is one or the other while it has members: an
-//! engine consumer cannot join a group with Kafka client members, nor a Kafka client one
-//! with engine consumers (INCONSISTENT_GROUP_PROTOCOL for the client), because neither
-//! kind can take part in the other's assignment. Committed offsets are shared: a group
-//! emptied of one kind may be joined by the other and resumes at its offsets.
+//! client leader assigns), or KIP-848's ([`consumer`], where this coordinator assigns).
+//! A group id is of one kind while it has members: an engine consumer cannot join a group
+//! with Kafka client members, nor a Kafka client one with engine consumers
+//! (INCONSISTENT_GROUP_PROTOCOL for the client), because neither kind can take part in
+//! the other's assignment; a classic JoinGroup to a KIP-848 group with members gets
+//! INCONSISTENT_GROUP_PROTOCOL, a ConsumerGroupHeartbeat to a group of another kind with
+//! members GROUP_ID_NOT_FOUND, as from Kafka (whose online migration between the two
+//! protocols is not carried). Committed offsets are shared: a group emptied of one kind
+//! may be joined by another (the empty group is converted: forgotten, offsets kept) and
+//! resumes at its offsets.
 //!
 //! [`classic`]: crate::group::classic
+//! [`consumer`]: crate::group::consumer
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -28,6 +34,7 @@ use std::time::{Duration, Instant};
 use crate::error::{EngineError, GroupError, Result};
 use crate::group::assignor::{Assignment, MemberId, Subscription, TopicPartition, by_name};
 use crate::group::classic::{ClassicGroups, ClassicJoin, Ticket};
+use crate::group::consumer::{ConsumerAnswer, ConsumerGroups, ConsumerHeartbeat};
 
 /// A member's view after a join or a heartbeat.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -60,6 +67,8 @@ pub struct GroupView {
     pub engine: Option<GroupDescription>,
     /// The Kafka clients' group, if the coordinator knows one.
     pub classic: Option<crate::group::classic::ClassicDescription>,
+    /// The KIP-848 group of Kafka clients, if the coordinator knows one.
+    pub consumer: Option<crate::group::consumer::ConsumerGroupDescription>,
     /// Whether the group has committed offsets.
     pub has_offsets: bool,
 }
@@ -68,7 +77,7 @@ impl GroupView {
     /// Whether the group exists: known to the coordinator, or holding offsets.
     #[must_use]
     pub fn exists(&self) -> bool {
-        self.engine.is_some() || self.classic.is_some() || self.has_offsets
+        self.engine.is_some() || self.classic.is_some() || self.consumer.is_some() || self.has_offsets
     }
 }
 
@@ -82,6 +91,8 @@ pub struct GroupOverview {
     /// Its members' protocol type (`consumer` for the engine's own; empty for a group with
     /// committed offsets only).
     pub protocol_type: String,
+    /// Kafka's group type: `consumer` for a KIP-848 group, `classic` for every other.
+    pub group_type: &'static str,
 }
 
 #[derive(Debug)]
@@ -109,6 +120,8 @@ pub struct GroupCoordinator {
     groups: HashMap<String, Group>,
     /// The groups of Kafka clients.
     pub classic: ClassicGroups,
+    /// The KIP-848 groups of Kafka clients.
+    pub consumer: ConsumerGroups,
 }
 
 /// Who commits offsets, which decides how the commit is checked.
@@ -176,12 +189,11 @@ impl GroupCoordinator {
         if req.topics.is_empty() {
             return Err(EngineError::InvalidConfig("a member must subscribe to at least one topic".into()));
         }
-        if self.classic.has_members(group) {
+        if self.classic.has_members(group) || self.consumer.has_members(group) {
             return Err(EngineError::Group {
                 group: group.to_string(),
                 source: GroupError::InconsistentProtocol(
-                    "the group's members are Kafka clients (the classic protocol); an engine consumer cannot join it"
-                        .into(),
+                    "the group's members are Kafka clients; an engine consumer cannot join it".into(),
                 ),
             });
         }
@@ -271,7 +283,7 @@ impl GroupCoordinator {
 
     /// Evicts members whose session timed out; returns them by group.
     pub fn expire(&mut self, now: Instant) -> Vec<(String, MemberId)> {
-        let mut evicted = Vec::new();
+        let mut evicted = self.consumer.expire(now);
         for (name, g) in &mut self.groups {
             let gone: Vec<MemberId> = g
                 .members
@@ -306,8 +318,31 @@ impl GroupCoordinator {
                 "the group's members are the engine's own consumers; a Kafka client cannot join it".into(),
             ));
         }
+        if self.consumer.has_members(group) {
+            return Err(GroupError::InconsistentProtocol(format!(
+                "Group {group} is a consumer group (KIP-848) with members; a classic member cannot join it"
+            )));
+        }
+        self.consumer.forget_if_empty(group);
         self.classic.join(group, req, ticket, now);
         Ok(())
+    }
+
+    /// A KIP-848 ConsumerGroupHeartbeat (see [`ConsumerGroups::heartbeat`]); refused with
+    /// GROUP_ID_NOT_FOUND if members of another kind hold the group. An empty classic
+    /// group is converted (forgotten; its offsets stay), as Kafka converts one.
+    pub fn consumer_heartbeat(
+        &mut self,
+        group: &str,
+        req: ConsumerHeartbeat,
+        topics: &BTreeMap<String, u32>,
+        now: Instant,
+    ) -> std::result::Result<ConsumerAnswer, GroupError> {
+        if self.groups.get(group).is_some_and(|g| !g.members.is_empty()) || self.classic.has_members(group) {
+            return Err(GroupError::OtherKind(format!("Group {group} is not a consumer group.")));
+        }
+        self.classic.forget_if_empty(group);
+        self.consumer.heartbeat(group, req, topics, now)
     }
 
     /// Checks a commit as Kafka does: from a current member at the current generation, or
@@ -319,6 +354,9 @@ impl GroupCoordinator {
             CommitAuth::Standalone => (None, None, -1),
             CommitAuth::Member { member, generation, instance } => (Some(member), instance.as_deref(), *generation),
         };
+        if let Some(r) = self.consumer.check_offsets(group, member, generation) {
+            return r.map_err(|source| EngineError::Group { group: group.to_string(), source });
+        }
         let engine_members = self.groups.get(group).is_some_and(|g| !g.members.is_empty());
         if !engine_members && let Some(r) = self.classic.check_commit(group, member, instance, generation, now) {
             return r.map_err(|source| EngineError::Group { group: group.to_string(), source });
@@ -352,7 +390,9 @@ impl GroupCoordinator {
     /// Whether the group has members, of either kind.
     #[must_use]
     pub fn has_members(&self, group: &str) -> bool {
-        self.groups.get(group).is_some_and(|g| !g.members.is_empty()) || self.classic.has_members(group)
+        self.groups.get(group).is_some_and(|g| !g.members.is_empty())
+            || self.classic.has_members(group)
+            || self.consumer.has_members(group)
     }
 
     /// Forgets a group with no members (DeleteGroups); false if it has members.
@@ -362,13 +402,14 @@ impl GroupCoordinator {
         }
         self.groups.remove(group);
         self.classic.forget_if_empty(group);
+        self.consumer.forget_if_empty(group);
         true
     }
 
     /// Whether the coordinator knows the group, of either kind, with members or not.
     #[must_use]
     pub fn knows(&self, group: &str) -> bool {
-        self.groups.contains_key(group) || self.classic.contains(group)
+        self.groups.contains_key(group) || self.classic.contains(group) || self.consumer.contains(group)
     }
 
     /// A group's members and assignment, if the coordinator knows it.

@@ -15,6 +15,7 @@ use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
 use kafka_protocol::messages::delete_records_response::{DeleteRecordsPartitionResult, DeleteRecordsTopicResult};
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
@@ -28,6 +29,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use crate::error::EngineError;
 use crate::topic::configs::{self, ConfigOp};
+use crate::topic::meta::TopicId;
 use crate::topic::names::validate_name;
 
 use super::context::Context;
@@ -43,6 +45,7 @@ fn topic_metadata(ctx: &Context, name: &str) -> MetadataResponseTopic {
     t.name = Some(TopicName(str_bytes(name)));
     match ctx.engine.describe_topic(name) {
         Ok(d) => {
+            t.topic_id = d.id.0;
             t.partitions = (0..d.shards.len())
                 .map(|p| {
                     let mut mp = MetadataResponsePartition::default();
@@ -59,8 +62,36 @@ fn topic_metadata(ctx: &Context, name: &str) -> MetadataResponseTopic {
     t
 }
 
+/// A topic a Metadata request names: by name, or (v12) by id.
+enum Asked {
+    Name(String),
+    Id(TopicId),
+    /// What it names cannot be answered (an id before v12, or neither name nor id).
+    Invalid(MetadataResponseTopic),
+}
+
+fn asked(topic: MetadataRequestTopic, version: i16) -> Asked {
+    let id = TopicId(topic.topic_id);
+    match (topic.name, id.is_none()) {
+        // Kafka reads a request's ids from v12 on; before, a topic is named by name.
+        // (A name beside the id is not read, as Kafka's broker does not.)
+        (_, false) if version >= 12 => Asked::Id(id),
+        (Some(n), true) => Asked::Name(n.0.as_str().to_string()),
+        (name, _) => {
+            let mut t = MetadataResponseTopic::default();
+            t.name = name;
+            t.topic_id = topic.topic_id;
+            t.error_code = code::INVALID_REQUEST;
+            Asked::Invalid(t)
+        }
+    }
+}
+
 /// Handles a Metadata request: the node, and the topics asked for (all when the list is
 /// null; a missing one is created when the client allows and the listener is set to).
+/// From v10 each topic carries its id; from v12 a topic may be asked for by id (an
+/// unknown id gets UNKNOWN_TOPIC_ID; ids are never auto-created), as Kafka's broker
+/// answers; before v12 a request naming an id gets INVALID_REQUEST for that topic.
 pub(crate) async fn metadata(ctx: &Arc<Context>, req: MetadataRequest, version: i16) -> MetadataResponse {
     let mut resp = MetadataResponse::default();
     let mut broker = MetadataResponseBroker::default();
@@ -73,14 +104,36 @@ pub(crate) async fn metadata(ctx: &Arc<Context>, req: MetadataRequest, version: 
     }
     resp.controller_id = BrokerId(NODE_ID);
     // Metadata v0 has no null list: an empty one means all topics there.
-    let names: Vec<String> = match req.topics {
-        None => ctx.engine.list_topics(),
-        Some(ref ts) if ts.is_empty() && version == 0 => ctx.engine.list_topics(),
-        Some(ts) => ts.into_iter().filter_map(|t| t.name.map(|n| n.0.as_str().to_string())).collect(),
+    let asked_for: Vec<Asked> = match req.topics {
+        None => ctx.engine.list_topics().into_iter().map(Asked::Name).collect(),
+        Some(ref ts) if ts.is_empty() && version == 0 => {
+            ctx.engine.list_topics().into_iter().map(Asked::Name).collect()
+        }
+        Some(ts) => ts.into_iter().map(|t| asked(t, version)).collect(),
     };
     // Before v4 a client could not say, and Kafka created topics asked for.
     let allow_create = version < 4 || req.allow_auto_topic_creation;
-    for name in names {
+    for asked in asked_for {
+        let name = match asked {
+            Asked::Name(name) => name,
+            Asked::Invalid(t) => {
+                resp.topics.push(t);
+                continue;
+            }
+            Asked::Id(id) => {
+                match ctx.engine.topic_name(id) {
+                    Some(name) => resp.topics.push(topic_metadata(ctx, &name)),
+                    None => {
+                        let mut t = MetadataResponseTopic::default();
+                        t.name = None;
+                        t.topic_id = id.0;
+                        t.error_code = code::UNKNOWN_TOPIC_ID;
+                        resp.topics.push(t);
+                    }
+                }
+                continue;
+            }
+        };
         if let Err(e) = validate_name("topic", &name) {
             let mut t = MetadataResponseTopic::default();
             t.name = Some(TopicName(str_bytes(name)));
@@ -158,7 +211,7 @@ pub(crate) async fn create_topics(ctx: &Arc<Context>, req: CreateTopicsRequest, 
         let name = t.name.0.as_str().to_string();
         let mut r = CreatableTopicResult::default();
         r.name = t.name.clone();
-        let outcome: Result<u32, (i16, String)> = async {
+        let outcome: Result<(u32, TopicId), (i16, String)> = async {
             validate_name("topic", &name).map_err(|e| (code::INVALID_TOPIC_EXCEPTION, e.to_string()))?;
             if !matches!(t.replication_factor, -1 | 1) {
                 return Err((
@@ -216,7 +269,7 @@ pub(crate) async fn create_topics(ctx: &Arc<Context>, req: CreateTopicsRequest, 
             if req.validate_only {
                 return match ctx.engine.describe_topic(&name) {
                     Ok(_) => Err((code::TOPIC_ALREADY_EXISTS, format!("topic {name:?} already exists"))),
-                    Err(_) => Ok(partitions),
+                    Err(_) => Ok((partitions, TopicId::NONE)),
                 };
             }
             let d = ctx
@@ -224,11 +277,12 @@ pub(crate) async fn create_topics(ctx: &Arc<Context>, req: CreateTopicsRequest, 
                 .create_topic(&name, partitions, Some(config))
                 .await
                 .map_err(|e| (errors::of(&e), e.to_string()))?;
-            Ok(d.partitions())
+            Ok((d.partitions(), d.id))
         }
         .await;
         match outcome {
-            Ok(partitions) => {
+            Ok((partitions, id)) => {
+                r.topic_id = id.0;
                 if version >= 5 {
                     r.num_partitions = partitions as i32;
                     r.replication_factor = 1;
@@ -248,34 +302,54 @@ pub(crate) async fn create_topics(ctx: &Arc<Context>, req: CreateTopicsRequest, 
     resp
 }
 
-/// Handles a DeleteTopics request (by name; topic ids are not supported).
+/// Handles a DeleteTopics request. From v6 a topic is named by name or by id, not both
+/// (INVALID_REQUEST, as Kafka answers); an unknown id gets UNKNOWN_TOPIC_ID. The answer
+/// carries the deleted topic's name and (v6) its id.
 pub(crate) async fn delete_topics(ctx: &Arc<Context>, req: DeleteTopicsRequest, version: i16) -> DeleteTopicsResponse {
-    let names: Vec<Option<TopicName>> = if version >= 6 {
-        req.topics.into_iter().map(|t| t.name).collect()
+    let asked: Vec<(Option<TopicName>, TopicId)> = if version >= 6 {
+        req.topics.into_iter().map(|t| (t.name, TopicId(t.topic_id))).collect()
     } else {
-        req.topic_names.into_iter().map(Some).collect()
+        req.topic_names.into_iter().map(|n| (Some(n), TopicId::NONE)).collect()
     };
     let mut resp = DeleteTopicsResponse::default();
-    for name in names {
+    for (name, id) in asked {
         let mut r = DeletableTopicResult::default();
-        match name {
-            None => {
-                r.error_code = code::UNKNOWN_TOPIC_ID;
-                if version >= 5 {
-                    r.error_message = Some(str_bytes("topic ids are not supported: delete by name"));
+        r.topic_id = id.0;
+        let outcome: Result<(), (i16, String)> = async {
+            let name = match (name, id.is_none()) {
+                (Some(name), true) => {
+                    r.name = Some(name.clone());
+                    name.0.as_str().to_string()
                 }
+                (Some(name), false) => {
+                    r.name = Some(name);
+                    return Err((code::INVALID_REQUEST, "You may not specify both topic name and topic id.".into()));
+                }
+                (None, _) => {
+                    let name = ctx
+                        .engine
+                        .topic_name(id)
+                        .ok_or_else(|| (code::UNKNOWN_TOPIC_ID, format!("no topic has the id {id}")))?;
+                    r.name = Some(TopicName(str_bytes(name.clone())));
+                    name
+                }
+            };
+            if let Some(known) = ctx.engine.topic_id(&name) {
+                r.topic_id = known.0;
             }
-            Some(name) => {
-                if let Err(e) = ctx.engine.delete_topic(name.0.as_str()).await {
-                    r.error_code = match &e {
-                        EngineError::InvalidConfig(_) => code::INVALID_TOPIC_EXCEPTION,
-                        e => errors::of(e),
-                    };
-                    if version >= 5 {
-                        r.error_message = Some(str_bytes(e.to_string()));
-                    }
-                }
-                r.name = Some(name);
+            ctx.engine.delete_topic(&name).await.map_err(|e| {
+                let c = match &e {
+                    EngineError::InvalidConfig(_) => code::INVALID_TOPIC_EXCEPTION,
+                    e => errors::of(e),
+                };
+                (c, e.to_string())
+            })
+        }
+        .await;
+        if let Err((c, message)) = outcome {
+            r.error_code = c;
+            if version >= 5 {
+                r.error_message = Some(str_bytes(message));
             }
         }
         resp.responses.push(r);

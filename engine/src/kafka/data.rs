@@ -32,6 +32,11 @@
 //! open transaction, it long-polls until the partition's log grows (its marker, say).
 //! Control batches go out as Kafka control batches, which clients skip.
 //!
+//! From v13 Fetch names topics by id (and answers with the ids): an id no topic has (one
+//! of a deleted topic, say) is answered UNKNOWN_TOPIC_ID for each of its partitions, as
+//! Kafka's broker does. There are no fetch sessions (every answer has session id 0, so a
+//! client sends full fetches), so forgotten topics need no reading.
+//!
 //! ListOffsets for the latest offset (-1) answers the high watermark at isolation level 0
 //! (read_uncommitted) and the last stable offset at level 1 (read_committed), from the
 //! same index; a time lookup at level 1 finds only offsets below the last stable one.
@@ -53,6 +58,7 @@ use kafka_protocol::protocol::StrBytes;
 use sluice_io::{Offset, OwnedBatches, PartitionId, Timestamp};
 
 use crate::error::EngineError;
+use crate::topic::meta::TopicId;
 
 use super::compression;
 use super::context::Context;
@@ -313,11 +319,22 @@ pub(crate) async fn fetch(ctx: &Arc<Context>, req: FetchRequest, version: i16) -
     let max_bytes = if version >= 3 { usize::try_from(req.max_bytes).unwrap_or(0) } else { usize::MAX };
     let read_committed = req.isolation_level == 1;
     let mut wanted: Vec<Wanted> = Vec::new();
+    // From v13 topics are named by id: each wanted partition's topic id, and its name
+    // when the id is known (an unknown one reads as the empty name, which no topic has,
+    // and is answered UNKNOWN_TOPIC_ID).
+    let mut ids: Vec<Option<TopicId>> = Vec::new();
     for t in &req.topics {
+        let (name, id) = if version >= 13 {
+            let id = TopicId(t.topic_id);
+            (ctx.engine.topic_name(id).unwrap_or_default(), Some(id))
+        } else {
+            (topic_str(&t.topic.0).to_string(), None)
+        };
         for p in &t.partitions {
             // No partition's share of the response can be larger than the response.
             let pmax = usize::try_from(p.partition_max_bytes).unwrap_or(0).min(max_bytes);
-            wanted.push((topic_str(&t.topic.0).to_string(), p.partition, p.fetch_offset, pmax));
+            wanted.push((name.clone(), p.partition, p.fetch_offset, pmax));
+            ids.push(id);
         }
     }
     let read_all = |wait: Duration| {
@@ -356,14 +373,19 @@ pub(crate) async fn fetch(ctx: &Arc<Context>, req: FetchRequest, version: i16) -
     let mut committed = committed.into_iter();
     let mut budget = Budget { left: max_bytes, first_data: true, scratch: BytesMut::new() };
     let mut topics: Vec<FetchableTopicResponse> = Vec::new();
-    for ((topic, partition, _, pmax), read) in wanted.iter().zip(reads) {
+    for (((topic, partition, _, pmax), read), id) in wanted.iter().zip(reads).zip(ids) {
         let stable = committed.next().flatten();
-        let pd = partition_data(ctx, topic, *partition, read, stable, *pmax, &mut budget);
+        let mut pd = partition_data(ctx, topic, *partition, read, stable, *pmax, &mut budget);
+        if id.is_some() && topic.is_empty() {
+            pd.error_code = code::UNKNOWN_TOPIC_ID;
+        }
+        let wire_id = id.unwrap_or(TopicId::NONE).0;
         match topics.last_mut() {
-            Some(t) if t.topic.0.as_str() == topic => t.partitions.push(pd),
+            Some(t) if t.topic.0.as_str() == topic && t.topic_id == wire_id => t.partitions.push(pd),
             _ => {
                 let mut t = FetchableTopicResponse::default();
                 t.topic = StrBytes::from_string(topic.clone()).into();
+                t.topic_id = wire_id;
                 t.partitions.push(pd);
                 topics.push(t);
             }

@@ -1,9 +1,10 @@
 //! Request frames in, response frames out: the header, the version table, decoding with
 //! the `kafka-protocol` crate, the handler, and the encoded response.
 //!
-//! Versions: the listener advertises, and accepts, only the ranges in [`SUPPORTED`]; they
-//! stop before the versions that name topics by id (Fetch 13, Metadata 13, ...), which
-//! sluice does not have. A request at another version, or with an unknown API key, closes
+//! Versions: the listener advertises, and accepts, only the ranges in [`SUPPORTED`].
+//! Topics have ids (Metadata v10-12, Fetch v13-16, CreateTopics v7, DeleteTopics v6 name
+//! or answer them); the versions after those the listener handles (OffsetCommit and
+//! OffsetFetch v10, Produce v13, which name topics only by id) are not offered. A request at another version, or with an unknown API key, closes
 //! the connection, as Kafka's broker does, except ApiVersions: a client asking at a
 //! version newer than ours gets an UNSUPPORTED_VERSION reply in the v0 format listing our
 //! ranges, from which it retries at a version we speak (KIP-511). Bytes after a request's
@@ -60,11 +61,11 @@ pub(crate) enum Handled {
 /// The API versions this listener handles, inclusive.
 pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Produce, 3, 9),
-    (ApiKey::Fetch, 4, 12),
+    (ApiKey::Fetch, 4, 16),
     (ApiKey::ListOffsets, 1, 6),
     (ApiKey::Metadata, 0, 12),
-    (ApiKey::OffsetCommit, 2, 8),
-    (ApiKey::OffsetFetch, 1, 8),
+    (ApiKey::OffsetCommit, 2, 9),
+    (ApiKey::OffsetFetch, 1, 9),
     (ApiKey::FindCoordinator, 0, 3),
     (ApiKey::JoinGroup, 0, 9),
     (ApiKey::Heartbeat, 0, 4),
@@ -88,6 +89,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeCluster, 0, 2),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetDelete, 0, 0),
+    (ApiKey::ConsumerGroupHeartbeat, 0, 1),
+    (ApiKey::ConsumerGroupDescribe, 0, 1),
 ];
 
 /// The lowest Produce version advertised (see the module docs); v0 up to the lowest one
@@ -331,6 +334,12 @@ fn start(
         })),
         RequestKind::OffsetDelete(req) => Handled::Working(Box::pin(async move {
             done(ResponseKind::OffsetDelete(groups::offsets::delete(&ctx, req).await))
+        })),
+        RequestKind::ConsumerGroupHeartbeat(req) => Handled::Working(Box::pin(async move {
+            done(ResponseKind::ConsumerGroupHeartbeat(groups::consumer::heartbeat(&ctx, req, version, &client).await))
+        })),
+        RequestKind::ConsumerGroupDescribe(req) => Handled::Working(Box::pin(async move {
+            done(ResponseKind::ConsumerGroupDescribe(groups::consumer::describe(&ctx, req, version).await))
         })),
         RequestKind::ListGroups(req) => Handled::Working(Box::pin(async move {
             done(ResponseKind::ListGroups(groups::admin::list(&ctx, req, version).await))

@@ -66,7 +66,7 @@ pub mod code {
     pub const UNKNOWN_PRODUCER_ID: i16 = 59;
     /// The compression codec is not supported.
     pub const UNSUPPORTED_COMPRESSION_TYPE: i16 = 76;
-    /// A topic id that is not known (sluice has none).
+    /// No topic has this id (it was deleted, or never existed).
     pub const UNKNOWN_TOPIC_ID: i16 = 100;
     /// The group still has members.
     pub const NON_EMPTY_GROUP: i16 = 68;
@@ -96,6 +96,16 @@ pub mod code {
     /// Well-formed records the broker does not accept (more than one batch for a
     /// partition in one Produce request, records without a key for a compacted topic).
     pub const INVALID_RECORD: i16 = 87;
+    /// A KIP-848 member's epoch is not the coordinator's: it must rejoin.
+    pub const FENCED_MEMBER_EPOCH: i16 = 110;
+    /// Another member still holds the static member's instance id.
+    pub const UNRELEASED_INSTANCE_ID: i16 = 111;
+    /// The server-side assignor asked for is not supported.
+    pub const UNSUPPORTED_ASSIGNOR: i16 = 112;
+    /// A commit or offset fetch from an older member epoch.
+    pub const STALE_MEMBER_EPOCH: i16 = 113;
+    /// A subscription's regular expression does not compile.
+    pub const INVALID_REGULAR_EXPRESSION: i16 = 128;
     /// A newer producer with the same transactional id has fenced this one.
     pub const PRODUCER_FENCED: i16 = 90;
 }
@@ -145,5 +155,12 @@ pub fn of_group(e: &GroupError) -> i16 {
         GroupError::NonEmpty => code::NON_EMPTY_GROUP,
         GroupError::NotFound => code::GROUP_ID_NOT_FOUND,
         GroupError::SubscribedToTopic(_) => code::GROUP_SUBSCRIBED_TO_TOPIC,
+        GroupError::OtherKind(_) => code::GROUP_ID_NOT_FOUND,
+        GroupError::FencedMemberEpoch { .. } => code::FENCED_MEMBER_EPOCH,
+        GroupError::StaleMemberEpoch { .. } => code::STALE_MEMBER_EPOCH,
+        GroupError::UnreleasedInstance(_) => code::UNRELEASED_INSTANCE_ID,
+        GroupError::UnsupportedAssignor(_) => code::UNSUPPORTED_ASSIGNOR,
+        GroupError::InvalidRegex(_) => code::INVALID_REGULAR_EXPRESSION,
+        GroupError::InvalidRequest(_) => code::INVALID_REQUEST,
     }
 }

@@ -142,6 +142,19 @@ const CREATE_PARTITIONS: &[F] = &[all(Arr(&[all(Str), all(I32), all(Arr(&[all(Ar
 const INCREMENTAL_ALTER_CONFIGS: &[F] =
     &[all(Arr(&[all(I8), all(Str), all(Arr(&[all(Str), all(I8), all(Str)]))])), all(I8)];
 const DESCRIBE_CLUSTER: &[F] = &[all(I8), since(1, I8), since(2, I8)];
+const CONSUMER_GROUP_HEARTBEAT: &[F] = &[
+    all(Str),
+    all(Str),
+    all(I32),
+    all(Str),
+    all(Str),
+    all(I32),
+    all(ArrStr),
+    since(1, Str),
+    all(Str),
+    all(Arr(&[all(Uuid), all(ArrI32)])),
+];
+const CONSUMER_GROUP_DESCRIBE: &[F] = &[all(ArrStr), all(I8)];
 
 /// The schema of an API's request body and the first version that is flexible.
 fn schema(api_key: i16) -> Option<(&'static [F], i16)> {
@@ -174,6 +187,8 @@ fn schema(api_key: i16) -> Option<(&'static [F], i16)> {
         44 => (INCREMENTAL_ALTER_CONFIGS, 1),
         60 => (DESCRIBE_CLUSTER, 0),
         42 => (DELETE_GROUPS, 2),
+        68 => (CONSUMER_GROUP_HEARTBEAT, 0),
+        69 => (CONSUMER_GROUP_DESCRIBE, 0),
         // Never flexible.
         47 => (OFFSET_DELETE, i16::MAX),
         _ => return None,
@@ -631,6 +646,29 @@ mod tests {
                 if version >= 2 {
                     r.include_fenced_brokers = true;
                 }
+                enc(&r, &mut buf, version)
+            }
+            ApiKey::ConsumerGroupHeartbeat => {
+                let mut r = ConsumerGroupHeartbeatRequest::default();
+                r.group_id = GroupId(s("g"));
+                r.member_id = s("m");
+                r.instance_id = Some(s("i"));
+                r.rack_id = Some(s("r"));
+                r.subscribed_topic_names = Some(vec![topic]);
+                if version >= 1 {
+                    r.subscribed_topic_regex = Some(s("t.*"));
+                }
+                r.server_assignor = Some(s("uniform"));
+                let mut tp = consumer_group_heartbeat_request::TopicPartitions::default();
+                tp.topic_id = uuid::Uuid::new_v4();
+                tp.partitions = vec![0, 1];
+                r.topic_partitions = Some(vec![tp]);
+                enc(&r, &mut buf, version)
+            }
+            ApiKey::ConsumerGroupDescribe => {
+                let mut r = ConsumerGroupDescribeRequest::default();
+                r.group_ids = vec![GroupId(s("g")), GroupId(s("h"))];
+                r.include_authorized_operations = true;
                 enc(&r, &mut buf, version)
             }
             other => panic!("no sample for {other:?}"),

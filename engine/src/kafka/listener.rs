@@ -75,6 +75,13 @@ impl KafkaServer {
                 config.transaction_max_timeout_ms
             )));
         }
+        let (beat, session) = (config.consumer_heartbeat_interval, config.consumer_session_timeout);
+        if beat.is_zero() || beat >= session || beat.as_millis() > i32::MAX as u128 {
+            return Err(KafkaError::Config(format!(
+                "consumer_heartbeat_interval ({beat:?}) must be positive and below consumer_session_timeout \
+                 ({session:?}), as Kafka requires"
+            )));
+        }
         // Bind once without SO_REUSEPORT first: this fails if anything already listens
         // there (a reuse-port socket would silently share the port with it) and resolves
         // port 0 to the port every executor then binds.

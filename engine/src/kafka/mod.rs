@@ -12,9 +12,9 @@
 //! - [`data`] (Produce, Fetch, ListOffsets), [`admin`] (Metadata, CreateTopics,
 //!   DeleteTopics, CreatePartitions, DeleteRecords, DescribeCluster, FindCoordinator,
 //!   InitProducerId), [`configs`] (DescribeConfigs, AlterConfigs, IncrementalAlterConfigs),
-//!   [`groups`] (Kafka's classic consumer group protocol, run by the engine's group
-//!   coordinator; membership, offsets and group admin requests in
-//!   `groups::{membership, offsets, admin}`).
+//!   [`groups`] (Kafka's classic consumer group protocol and KIP-848's, run by the
+//!   engine's group coordinator; membership, offsets and group admin requests in
+//!   `groups::{membership, consumer, offsets, admin}`).
 //! - `transactions`: the transaction coordinator (transactional ids, AddPartitionsToTxn,
 //!   AddOffsetsToTxn, TxnOffsetCommit, EndTxn writing the markers), its state persisted
 //!   in the internal topic `__transaction_state` and recovered when the listener starts;
@@ -109,6 +109,13 @@ pub struct KafkaConfig {
     /// Kafka's shipped `server.properties` sets it, so a lone consumer starts at once;
     /// Kafka's built-in default is 3 s.
     pub group_initial_rebalance_delay: Duration,
+    /// How often a KIP-848 consumer (`group.protocol=consumer`) heartbeats, as the
+    /// ConsumerGroupHeartbeat answer tells it; it learns of rebalances this often (Kafka's
+    /// `group.consumer.heartbeat.interval.ms`, default 5 s).
+    pub consumer_heartbeat_interval: Duration,
+    /// How long a KIP-848 consumer may go without a heartbeat before it is fenced and its
+    /// partitions reassigned (Kafka's `group.consumer.session.timeout.ms`, default 45 s).
+    pub consumer_session_timeout: Duration,
 }
 
 impl KafkaConfig {
@@ -131,6 +138,8 @@ impl KafkaConfig {
             auto_create_topics: true,
             transaction_max_timeout_ms: TRANSACTION_TIMEOUT_MS_MAX,
             group_initial_rebalance_delay: Duration::ZERO,
+            consumer_heartbeat_interval: Duration::from_secs(5),
+            consumer_session_timeout: Duration::from_secs(45),
         }
     }
 }

@@ -74,6 +74,18 @@ pub(super) fn tick(state: &Rc<RefCell<ShardState>>) {
             st.groups.classic.forget_if_empty(&g);
         }
     }
+    // An emptied KIP-848 group is kept while it holds offsets (it is described as Empty);
+    // one that never committed is forgotten.
+    let idle: Vec<String> = st
+        .groups
+        .consumer
+        .overview()
+        .filter(|(g, state)| *state == "Empty" && !st.committed.contains_key(*g))
+        .map(|(g, _)| g.to_string())
+        .collect();
+    for g in idle {
+        st.groups.consumer.forget_if_empty(&g);
+    }
 }
 
 /// Serves a group request; hands any other request back.
@@ -144,6 +156,10 @@ pub(super) async fn serve(state: &Rc<RefCell<ShardState>>, request: Request) -> 
             };
             let _ = reply.send(Ok(results)).await;
         }
+        Request::ConsumerHeartbeat { group, req, topics, reply } => {
+            let result = state.borrow_mut().groups.consumer_heartbeat(&group, req, &topics, Instant::now());
+            let _ = reply.send(result.map_err(group_error(&group))).await;
+        }
         Request::GroupCommit { group, auth, offsets_partition, offsets, reply } => {
             let result = commit(state, &group, &auth, offsets_partition, offsets).await;
             let _ = reply.send(result).await;
@@ -162,6 +178,7 @@ pub(super) async fn serve(state: &Rc<RefCell<ShardState>>, request: Request) -> 
                 GroupView {
                     engine: st.groups.describe(&group),
                     classic: st.groups.classic.describe(&group),
+                    consumer: st.groups.consumer.describe(&group),
                     has_offsets: st.committed.contains_key(&group),
                 }
             };
@@ -191,9 +208,20 @@ fn overview(st: &ShardState) -> Vec<GroupOverview> {
     let mut seen = BTreeSet::new();
     let mut add = |group: &str, state: &'static str, protocol_type: &str, out: &mut Vec<GroupOverview>| {
         if seen.insert(group.to_string()) {
-            out.push(GroupOverview { group: group.to_string(), state, protocol_type: protocol_type.to_string() });
+            let group_type = if st.groups.consumer.contains(group) { "consumer" } else { "classic" };
+            out.push(GroupOverview {
+                group: group.to_string(),
+                state,
+                protocol_type: protocol_type.to_string(),
+                group_type,
+            });
         }
     };
+    // KIP-848 groups with members first: an id is of one kind while it has members.
+    let consumer: Vec<(&str, &'static str)> = st.groups.consumer.overview().collect();
+    for (g, state) in consumer.iter().filter(|(_, s)| *s != "Empty") {
+        add(g, state, CONSUMER_PROTOCOL_TYPE, &mut out);
+    }
     // A group of one kind with members hides an empty one of the other.
     let mut classic: Vec<_> = st.groups.classic.overview().collect();
     classic.sort_by_key(|(_, state, _)| *state == crate::group::classic::GroupState::Empty);
@@ -209,6 +237,9 @@ fn overview(st: &ShardState) -> Vec<GroupOverview> {
         add(g, state.name(), protocol_type, &mut out);
     }
     for (g, _) in engine.iter().filter(|(_, members)| !*members) {
+        add(g, "Empty", CONSUMER_PROTOCOL_TYPE, &mut out);
+    }
+    for (g, _) in consumer.iter().filter(|(_, s)| *s == "Empty") {
         add(g, "Empty", CONSUMER_PROTOCOL_TYPE, &mut out);
     }
     for g in st.committed.keys() {
@@ -301,7 +332,9 @@ async fn delete_offsets(
             return Err(err(GroupError::NotFound));
         }
         // `None`: every topic counts as subscribed.
-        let subscribed: Option<BTreeSet<String>> = if st.groups.classic.has_members(group) {
+        let subscribed: Option<BTreeSet<String>> = if st.groups.consumer.has_members(group) {
+            st.groups.consumer.subscribed(group).map(|t| t.into_iter().collect())
+        } else if st.groups.classic.has_members(group) {
             let d = st.groups.classic.describe(group).expect("a group with members");
             if d.protocol_type != CONSUMER_PROTOCOL_TYPE {
                 return Err(err(GroupError::NonEmpty));

@@ -12,6 +12,7 @@ use crate::error::GroupError;
 use crate::error::Result;
 use crate::group::assignor::MemberId;
 use crate::group::classic::{ClassicJoin, ClassicSync, JoinResult, Leaving, SyncResult};
+use crate::group::consumer::{ConsumerAnswer, ConsumerHeartbeat};
 use crate::group::coordinator::{CommitAuth, GroupOverview, GroupView, JoinRequest, MemberState};
 use crate::group::offsets::{CommittedDetails, OffsetCommit};
 use crate::record::{AppendRecords, OwnedRecord};
@@ -80,6 +81,14 @@ pub(crate) enum Request {
     ClassicHeartbeat { group: String, member: MemberId, instance: Option<String>, generation: i32, reply: Reply<()> },
     /// Kafka clients leave (each member's result).
     ClassicLeave { group: String, leaving: Vec<Leaving>, reply: Reply<Vec<Result<(), GroupError>>> },
+    /// A Kafka client's KIP-848 ConsumerGroupHeartbeat, with the partition counts of
+    /// every topic it may subscribe to.
+    ConsumerHeartbeat {
+        group: String,
+        req: ConsumerHeartbeat,
+        topics: BTreeMap<String, u32>,
+        reply: Reply<ConsumerAnswer>,
+    },
     /// Commit offsets to the group's partition of the offsets topic.
     GroupCommit {
         group: String,

@@ -16,10 +16,6 @@ use crate::group::coordinator::GroupView;
 use crate::kafka::context::Context;
 use crate::kafka::errors::{self, code};
 
-/// Every group here is a classic one to Kafka's ListGroups v5 (none speaks KIP-848's
-/// consumer protocol).
-const CLASSIC: &str = "classic";
-
 /// The client id DescribeGroups shows for the engine's own consumers.
 const ENGINE_CLIENT_ID: &str = "sluice-engine";
 
@@ -40,11 +36,11 @@ pub(crate) async fn list(ctx: &Arc<Context>, req: ListGroupsRequest, version: i1
     };
     let states: Vec<String> = req.states_filter.iter().map(|s| s.as_str().to_lowercase()).collect();
     let types: Vec<String> = req.types_filter.iter().map(|s| s.as_str().to_lowercase()).collect();
-    if version >= 5 && !types.is_empty() && !types.iter().any(|t| t == CLASSIC) {
-        return resp;
-    }
     for g in groups {
         if version >= 4 && !states.is_empty() && !states.contains(&g.state.to_lowercase()) {
+            continue;
+        }
+        if version >= 5 && !types.is_empty() && !types.iter().any(|t| t == g.group_type) {
             continue;
         }
         let mut lg = ListedGroup::default();
@@ -54,7 +50,7 @@ pub(crate) async fn list(ctx: &Arc<Context>, req: ListGroupsRequest, version: i1
             lg.group_state = str_bytes(g.state);
         }
         if version >= 5 {
-            lg.group_type = str_bytes(CLASSIC);
+            lg.group_type = str_bytes(g.group_type);
         }
         resp.groups.push(lg);
     }
@@ -77,6 +73,27 @@ fn describe_one(dg: &mut DescribedGroup, view: GroupView, version: i16) {
             m.client_id = str_bytes(ENGINE_CLIENT_ID);
             m.member_metadata = encode_subscription(&topics);
             m.member_assignment = encode_assignment(&assignment);
+            dg.members.push(m);
+        }
+        return;
+    }
+    // A KIP-848 group, as Kafka's DescribeGroups shows one: its state, protocol type
+    // `consumer`, its assignor as the protocol, each member's subscription and what it
+    // owns in the consumer protocol's encoding.
+    if let Some(c) = view.consumer.filter(|c| !c.members.is_empty()) {
+        dg.group_state = str_bytes(c.state);
+        dg.protocol_type = str_bytes(CONSUMER);
+        dg.protocol_data = str_bytes(c.assignor);
+        for cm in c.members {
+            let mut m = DescribedGroupMember::default();
+            m.member_id = str_bytes(cm.member.as_str());
+            if version >= 4 {
+                m.group_instance_id = cm.instance.map(str_bytes);
+            }
+            m.client_id = str_bytes(cm.client_id);
+            m.client_host = str_bytes(cm.client_host);
+            m.member_metadata = encode_subscription(&cm.topics);
+            m.member_assignment = encode_assignment(&cm.assignment);
             dg.members.push(m);
         }
         return;

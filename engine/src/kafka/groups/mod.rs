@@ -11,7 +11,12 @@
 //! is refused to Kafka clients with INCONSISTENT_GROUP_PROTOCOL (and the other way
 //! round): the two kinds cannot share an assignment.
 //!
+//! Kafka clients with `group.protocol=consumer` run KIP-848's protocol instead (the
+//! coordinator's [`consumer`](crate::group::consumer) groups: the coordinator assigns,
+//! members reconcile by heartbeats).
+//!
 //! - [`membership`]: JoinGroup, SyncGroup, Heartbeat, LeaveGroup.
+//! - [`consumer`]: ConsumerGroupHeartbeat, ConsumerGroupDescribe (KIP-848).
 //! - [`offsets`]: OffsetCommit (with metadata and leader epoch), OffsetFetch (one group,
 //!   or several from v8), OffsetDelete.
 //! - [`admin`]: ListGroups (state and type filters), DescribeGroups (members' client id
@@ -21,6 +26,7 @@
 //! DescribeGroups, DeleteGroups); they are never part of a path.
 
 pub(crate) mod admin;
+pub(crate) mod consumer;
 pub(crate) mod membership;
 pub(crate) mod offsets;
 

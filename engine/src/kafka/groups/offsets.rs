@@ -137,7 +137,7 @@ fn asked(committed: &CommittedDetails, topics: Option<Vec<(String, Vec<i32>)>>) 
 }
 
 /// Handles an OffsetFetch request: one group before v8, several from v8 (each with its
-/// own error code).
+/// own error code; from v9 a group may name the asking member and its epoch).
 pub(crate) async fn fetch(ctx: &Arc<Context>, req: OffsetFetchRequest, version: i16) -> OffsetFetchResponse {
     let mut resp = OffsetFetchResponse::default();
     if version < 8 {
@@ -171,6 +171,23 @@ pub(crate) async fn fetch(ctx: &Arc<Context>, req: OffsetFetchRequest, version: 
         let mut gr = OffsetFetchResponseGroup::default();
         let topics =
             g.topics.map(|ts| ts.into_iter().map(|t| (t.name.0.as_str().to_string(), t.partition_indexes)).collect());
+        // From v9 a member names itself and its epoch (KIP-848): checked as a commit is
+        // (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH), as Kafka checks it.
+        if version >= 9
+            && let Some(member) = g.member_id.as_ref()
+        {
+            let auth = CommitAuth::Member {
+                member: crate::group::assignor::MemberId::new(member.as_str()),
+                generation: g.member_epoch,
+                instance: None,
+            };
+            if let Err(e) = ctx.engine.check_commit(g.group_id.0.as_str(), auth).await {
+                gr.error_code = errors::of(&e);
+                gr.group_id = g.group_id;
+                resp.groups.push(gr);
+                continue;
+            }
+        }
         match ctx.engine.committed_details(g.group_id.0.as_str()).await {
             Err(e) => gr.error_code = errors::of(&e),
             Ok(committed) => {
