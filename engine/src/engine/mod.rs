@@ -57,6 +57,8 @@ struct Shared {
     internal_segment_bytes: u64,
     /// How often each shard's cleaner passes over its partitions.
     retention_check: std::time::Duration,
+    /// What a scrape gathers from besides the shards (Kafka listeners, pipelines).
+    metrics: crate::metrics::MetricsHub,
 }
 
 mod async_lock_free {
@@ -196,6 +198,7 @@ impl Engine {
                 topic_defaults: config.topic_defaults.clone(),
                 internal_segment_bytes: config.internal_segment_bytes,
                 retention_check: config.retention_check,
+                metrics: crate::metrics::MetricsHub::default(),
             }),
         };
         let engine = Engine { handle, threads, _lock: lock };
@@ -312,6 +315,32 @@ impl EngineHandle {
         });
         tx.send(Request::Run { task }).await.map_err(|_| EngineError::ShutDown)?;
         rx.recv().await.map_err(|_| EngineError::ShutDown)
+    }
+
+    /// Every shard's metrics and every registered source's (Kafka listeners), merged:
+    /// one `Request::Metrics` per shard, answered on the shard's thread from what it owns.
+    /// Fails only if the engine has shut down.
+    pub async fn metrics(&self) -> Result<crate::metrics::Families> {
+        let mut samples = Vec::with_capacity(self.inner.shards.len());
+        for shard in 0..self.inner.shards.len() {
+            samples.push(self.call(shard as u32, |reply| Request::Metrics { reply }).await?);
+        }
+        let mut out = crate::metrics::Families::default();
+        crate::metrics::shard::add_samples(&mut out, &samples);
+        self.inner.metrics.collect(&mut out);
+        Ok(out)
+    }
+
+    /// The metrics as a scrape answers them: the Prometheus text format (0.0.4), or
+    /// OpenMetrics 1.0 with `openmetrics` (for host code that serves them itself; `sluice
+    /// serve --metrics-listen` serves these).
+    pub async fn render_metrics(&self, openmetrics: bool) -> Result<String> {
+        Ok(self.metrics().await?.render(openmetrics))
+    }
+
+    /// Registers a source a scrape also gathers from, for as long as it lives.
+    pub fn register_metrics(&self, source: &std::sync::Arc<dyn crate::metrics::MetricSource>) {
+        self.inner.metrics.register(source);
     }
 
     async fn call<T>(&self, shard: u32, make: impl FnOnce(shard::Reply<T>) -> Request) -> Result<T> {
