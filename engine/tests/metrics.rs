@@ -28,7 +28,8 @@ fn host_code_sees_offsets_appends_commits_and_lag() {
     block_on(h.create_topic("orders", 2, None)).unwrap();
     for i in 0..7u32 {
         let p = PartitionId(i % 2);
-        block_on(h.send_to("orders", p, OwnedRecord::new(None, format!("v{i}"), Timestamp(1_000 + i64::from(i))))).unwrap();
+        block_on(h.send_to("orders", p, OwnedRecord::new(None, format!("v{i}"), Timestamp(1_000 + i64::from(i)))))
+            .unwrap();
     }
     let group = "billing \"eu\"\nline";
     let commit = vec![("orders".to_string(), PartitionId(0), Offset(1))];

@@ -40,6 +40,24 @@ impl OwnedCounter {
     }
 }
 
+/// A value its owner sets (a watermark, a state).
+#[derive(Debug, Default)]
+pub struct OwnedGauge(std::sync::atomic::AtomicI64);
+
+impl OwnedGauge {
+    /// Sets the value (owner only).
+    #[inline]
+    pub fn set(&self, v: i64) {
+        self.0.store(v, Ordering::Relaxed);
+    }
+
+    /// The value now.
+    #[must_use]
+    pub fn get(&self) -> i64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
 /// A latency histogram its owner records into.
 #[derive(Debug, Default)]
 pub struct OwnedHistogram {
