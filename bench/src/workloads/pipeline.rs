@@ -42,10 +42,6 @@ seconds, after --warmup seconds whose events are counted but not measured. --fin
 #[derive(Debug, Clone, Args)]
 #[command(after_help = SHARED_HELP)]
 pub struct PipelineArgs {
-    /// Serve the running pipeline's metrics (records and watermark lag per stream and
-    /// shard, late records, checkpoints) at http://ADDR/metrics while the run goes on
-    #[arg(long, value_name = "ADDR")]
-    pub metrics_listen: Option<std::net::SocketAddr>,
     /// Events to generate (per round, and per --rate run unless --duration)
     #[arg(long, default_value_t = 20_000_000, value_name = "N", conflicts_with = "duration",
           value_parser = clap::value_parser!(u64).range(1..))]
@@ -188,7 +184,7 @@ pub struct PipelineReport {
 ///
 /// Bad options, a pipeline that failed, or results that do not match the job.
 pub fn run(args: &PipelineArgs) -> anyhow::Result<PipelineReport> {
-    let _metrics = crate::harness::metrics::serve(args.metrics_listen)?;
+    let _metrics = args.run.serve_metrics()?;
     let shards = args.shards();
     let opts = &args.run;
     let mut report = PipelineReport {

@@ -272,6 +272,18 @@ pub(crate) fn is_internal(name: &str) -> bool {
     name == offsets::TOPIC || name == crate::topic::names::TRANSACTION_STATE_TOPIC
 }
 
+/// [`EngineHandle::metric_source`].
+#[derive(Debug)]
+struct EngineSource(EngineHandle);
+
+impl crate::metrics::MetricSource for EngineSource {
+    fn collect(&self, out: &mut crate::metrics::Families) {
+        if let Ok(families) = futures_lite::future::block_on(self.0.metrics()) {
+            out.merge(families);
+        }
+    }
+}
+
 /// A queued request's answer, to come from its shard.
 #[derive(Debug)]
 pub(crate) struct Answer<T>(async_channel::Receiver<Result<T>>);
@@ -336,6 +348,15 @@ impl EngineHandle {
     /// serve --metrics-listen` serves these).
     pub async fn render_metrics(&self, openmetrics: bool) -> Result<String> {
         Ok(self.metrics().await?.render(openmetrics))
+    }
+
+    /// The engine as a source another scrape gathers from (a host's own registry): its
+    /// `collect` asks the shards, blocking the calling thread until they answer, and adds
+    /// nothing once the engine has shut down. Not for the engine's own hub (it would ask
+    /// itself).
+    #[must_use]
+    pub fn metric_source(&self) -> std::sync::Arc<dyn crate::metrics::MetricSource> {
+        std::sync::Arc::new(EngineSource(self.clone()))
     }
 
     /// Registers a source a scrape also gathers from, for as long as it lives.

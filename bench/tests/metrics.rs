@@ -1,5 +1,6 @@
-//! `sluice-bench pipeline --metrics-listen ADDR`: while the run goes on, a scrape of
-//! `/metrics` shows the pipeline's streams counting records.
+//! `sluice-bench --metrics-listen ADDR`: while a pipeline run goes on, a scrape of
+//! `/metrics` shows the pipeline's streams counting records; workloads with nothing to
+//! serve (the closed-loop log on bare logs, the ring) refuse the option with the reason.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -51,4 +52,28 @@ fn a_scrape_during_the_run_shows_the_pipelines_streams() {
     assert!(text.starts_with("HTTP/1.0 200") || text.starts_with("HTTP/1.1 200"), "{text}");
     assert!(text.contains("sluice_pipeline_late_records_total{pipeline=\"sluice\",policy=\"drop\"}"), "{text}");
     server.shutdown();
+}
+
+#[test]
+fn workloads_with_nothing_to_serve_refuse_the_option_with_the_reason() {
+    use sluice_bench::workloads::{log, ring};
+
+    #[derive(Debug, Parser)]
+    struct LogCli {
+        #[command(flatten)]
+        args: log::LogArgs,
+    }
+    #[derive(Debug, Parser)]
+    struct RingCli {
+        #[command(flatten)]
+        args: ring::RingArgs,
+    }
+    let line = ["log", "--records", "1000", "--metrics-listen", "127.0.0.1:0"];
+    let args = LogCli::try_parse_from(line).expect("valid arguments").args;
+    let err = log::run(&args).expect_err("refused").to_string();
+    assert!(err.contains("--metrics-listen is refused") && err.contains("--rate"), "{err}");
+    let line = ["ring", "--metrics-listen", "127.0.0.1:0"];
+    let args = RingCli::try_parse_from(line).expect("valid arguments").args;
+    let err = ring::run(&args).expect_err("refused").to_string();
+    assert!(err.contains("--metrics-listen is refused"), "{err}");
 }
