@@ -54,3 +54,74 @@ fn streams_count_their_records_on_every_shard() {
         "{text}"
     );
 }
+
+fn checkpointed_count(dir: &std::path::Path) -> sluice_engine::dataflow::RunningPipeline {
+    use sluice_engine::dataflow::{CheckpointConfig, Windows};
+    Pipeline::new(PipelineConfig::with_shards(2))
+        .checkpointing(CheckpointConfig::new(dir).interval(std::time::Duration::from_millis(10)))
+        .spawn(|scope| {
+            scope
+                .source(
+                    Generator::new(scope.shard(), scope.shards(), 100_000, |i| i),
+                    WatermarkStrategy::monotonous(|i: &u64| EventTime::from_millis((*i / 100) as i64)),
+                )
+                .key_by(|i| i % 7)
+                .window(Windows::tumbling(std::time::Duration::from_millis(100)))
+                .count()
+                .for_each(|_| {});
+        })
+        .unwrap()
+}
+
+fn int(v: Option<&Value>) -> Option<i64> {
+    match v? {
+        Value::Gauge(Num::Int(i)) | Value::Counter(Num::Int(i)) => Some(*i),
+        _ => None,
+    }
+}
+
+#[test]
+fn checkpoints_and_the_restore_are_reported() {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("pipeline-metrics-checkpoints-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let running = checkpointed_count(&dir);
+    let source = running.metric_source("counted");
+    let stats = loop {
+        let s = running.checkpoints();
+        if !s.is_empty() {
+            break s;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    };
+    assert!(!stats.is_empty());
+    running.join().unwrap();
+    let mut f = Families::default();
+    source.collect(&mut f);
+    let p = [("pipeline", "counted")];
+    let completed = int(f.get("sluice_pipeline_checkpoints_completed_total", &p)).expect("completed");
+    assert!(completed >= 1);
+    let Some(Value::Histogram(durations)) = f.get("sluice_pipeline_checkpoint_duration_seconds", &p) else {
+        panic!("a duration histogram")
+    };
+    assert_eq!(durations.count() as i64, completed);
+    let last = int(f.get("sluice_pipeline_last_checkpoint_id", &p)).expect("last id");
+    assert!(last >= completed, "ids start at 1: {last} for {completed}");
+    assert!(int(f.get("sluice_pipeline_last_checkpoint_bytes", &p)).is_some_and(|b| b > 0));
+    assert!(
+        matches!(f.get("sluice_pipeline_last_checkpoint_age_seconds", &p), Some(Value::Gauge(Num::Float(a))) if *a >= 0.0)
+    );
+    assert!(f.get("sluice_pipeline_restored_checkpoint_id", &p).is_none(), "nothing was restored");
+
+    // A second run on the directory restores the last checkpoint and says so.
+    let again = checkpointed_count(&dir);
+    let restored = again.restored_from().expect("restored");
+    let families = again.metric_families();
+    again.join().unwrap();
+    let p = [("pipeline", "pipeline")];
+    assert_eq!(int(families.get("sluice_pipeline_restored_checkpoint_id", &p)), Some(restored.0 as i64));
+    assert!(
+        matches!(families.get("sluice_pipeline_restore_read_seconds", &p), Some(Value::Gauge(Num::Float(s))) if *s >= 0.0)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

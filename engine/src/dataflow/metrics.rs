@@ -176,6 +176,24 @@ impl MetricSource for PipelineMetrics {
                 last.inflight_records,
             );
         }
+        let last_at = *coordinator.last_completed_at.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(at) = last_at {
+            out.gauge(
+                "sluice_pipeline_last_checkpoint_age_seconds",
+                "Time since the last checkpoint completed",
+                l(),
+                at.elapsed().as_secs_f64(),
+            );
+        }
+        let read = *coordinator.restore_read.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(read) = read {
+            out.gauge(
+                "sluice_pipeline_restore_read_seconds",
+                "How long reading the restored checkpoint took (parts read, checked and merged)",
+                l(),
+                read.as_secs_f64(),
+            );
+        }
         if let Some(restored) = coordinator.restored.as_ref() {
             out.gauge(
                 "sluice_pipeline_restored_checkpoint_id",

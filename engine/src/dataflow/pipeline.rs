@@ -129,6 +129,7 @@ impl Pipeline {
             .io_memory(IO_MEMORY)
             .ring_depth(32)
             .spawn(move || async move {
+                let reading = std::time::Instant::now();
                 let opened = checkpoint::open_store(&config).await.and_then(|(store, restored)| match &restored {
                     Some(r) if r.key_groups != key_groups => {
                         Err(checkpoint::CheckpointError::KeyGroups { id: r.id, had: r.key_groups, has: key_groups })
@@ -137,7 +138,9 @@ impl Pipeline {
                 });
                 match opened {
                     Ok((store, restored)) => {
+                        let read = restored.is_some().then(|| reading.elapsed());
                         let coordinator = Arc::new(CheckpointCoordinator::new(shards, restored.map(Arc::new)));
+                        *coordinator.restore_read.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = read;
                         let _ = tx.send(Ok(coordinator.clone()));
                         run_coordinator(coordinator, config, store).await;
                     }
