@@ -125,3 +125,50 @@ fn checkpoints_and_the_restore_are_reported() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_slow_receiver_shows_as_full_ring_waits_on_its_senders_rings() {
+    let mut config = PipelineConfig::with_shards(2);
+    config.batch_records = 8;
+    config.ring.ring_capacity_batches = 1;
+    let running = Pipeline::new(config)
+        .spawn(|scope| {
+            scope
+                .source(
+                    Generator::new(scope.shard(), scope.shards(), 4_000, |i| i),
+                    WatermarkStrategy::monotonous(|i: &u64| EventTime::from_millis(*i as i64)),
+                )
+                .key_by(|i| i % 2)
+                .into_stream()
+                .map(|i| {
+                    // The receiving side takes its time: the senders find the rings full.
+                    std::thread::sleep(std::time::Duration::from_micros(50));
+                    i
+                })
+                .for_each(|_| {});
+        })
+        .unwrap();
+    let source = running.metric_source("slow");
+    running.join().unwrap();
+    let mut f = Families::default();
+    source.collect(&mut f);
+    let mut full = 0;
+    let mut pairs = Vec::new();
+    for (labels, value) in f.series("sluice_pipeline_ring_full_total") {
+        let get = |k: &str| labels.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone()).unwrap();
+        pairs.push((get("exchange"), get("from"), get("to")));
+        let Value::Counter(Num::Int(n)) = value else { panic!("{value:?}") };
+        full += n;
+    }
+    pairs.sort();
+    let want: Vec<(String, String, String)> = [("0", "0", "1"), ("0", "1", "0")]
+        .iter()
+        .map(|(e, a, b)| (e.to_string(), a.to_string(), b.to_string()))
+        .collect();
+    assert_eq!(pairs, want, "one ring per ordered pair of shards");
+    assert!(full > 0, "a receiver that sleeps per record makes its senders wait");
+    for (_, value) in f.series("sluice_pipeline_ring_occupied_messages") {
+        let Value::Gauge(Num::Int(n)) = value else { panic!("{value:?}") };
+        assert!((0..=1).contains(n), "occupancy within the capacity of 1: {n}");
+    }
+}

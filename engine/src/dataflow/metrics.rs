@@ -71,6 +71,24 @@ pub(crate) struct StreamCells {
     pub(crate) ended: OwnedGauge,
 }
 
+/// One ring of an exchange, as its sending shard sees it.
+#[derive(Debug, Default)]
+pub(crate) struct RingCells {
+    /// Messages that found the ring full and waited (backpressure).
+    pub(crate) full: OwnedCounter,
+    /// Messages in the ring after the sender's last send.
+    pub(crate) occupied: OwnedGauge,
+}
+
+/// A measured ring: the exchange (its number in build order) and the pair of shards.
+#[derive(Debug)]
+pub(crate) struct RingEntry {
+    pub(crate) exchange: usize,
+    pub(crate) from: usize,
+    pub(crate) to: usize,
+    pub(crate) cells: Arc<RingCells>,
+}
+
 /// A measured stream: on which shard, its index in build order (the same on every shard),
 /// and what made it.
 #[derive(Debug)]
@@ -123,6 +141,28 @@ impl MetricSource for PipelineMetrics {
             }
         }
         drop(streams);
+        let rings = self.shared.rings.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for r in rings.iter() {
+            let labels: Labels = vec![
+                ("pipeline", p()),
+                ("exchange", r.exchange.to_string()),
+                ("from", r.from.to_string()),
+                ("to", r.to.to_string()),
+            ];
+            out.counter(
+                "sluice_pipeline_ring_full_total",
+                "Messages of a key_by that found the ring from one shard to another full and waited (backpressure)",
+                labels.clone(),
+                r.cells.full.get(),
+            );
+            out.gauge(
+                "sluice_pipeline_ring_occupied_messages",
+                "Messages in the ring from one shard to another after the sender's last send",
+                labels,
+                r.cells.occupied.get(),
+            );
+        }
+        drop(rings);
         let m = &self.shared.metrics;
         for (policy, n) in
             [("drop", m.late_dropped()), ("side_output", m.late_side_output()), ("update", m.late_updates())]

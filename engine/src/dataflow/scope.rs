@@ -71,6 +71,8 @@ pub(crate) struct Shared {
     /// Every shard's measured streams, registered while the graph is built (the lock is
     /// taken then and by a scrape, never while records flow).
     pub(crate) streams: Mutex<Vec<super::metrics::StreamEntry>>,
+    /// Every exchange's rings, listed by their sending shards while the graph is built.
+    pub(crate) rings: Mutex<Vec<super::metrics::RingEntry>>,
 }
 
 /// An earlier processing-time tick an operator asks for (a timer registered between
@@ -221,6 +223,20 @@ impl Scope {
     /// A stream fed by `port`, in this scope; `kind` names what feeds it in the metrics.
     pub(crate) fn stream<T: 'static>(&self, port: super::Port<T>, kind: &'static str) -> Stream<T> {
         Stream::from_port(self.clone(), port, kind)
+    }
+
+    /// Cells for the rings of the exchange whose rings this shard took last
+    /// ([`Scope::next_exchange_rings`]), one per destination with a ring.
+    pub(crate) fn measure_rings(&self, to: impl Iterator<Item = usize>) -> Vec<Option<Arc<super::metrics::RingCells>>> {
+        let exchange = self.state.borrow().next_exchange.saturating_sub(1);
+        let mut cells = vec![None; self.shards];
+        let mut rings = self.shared.rings.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for to in to {
+            let c = Arc::new(super::metrics::RingCells::default());
+            rings.push(super::metrics::RingEntry { exchange, from: self.shard, to, cells: c.clone() });
+            cells[to] = Some(c);
+        }
+        cells
     }
 
     /// Counts what passes `port` (records, watermark) in the pipeline's metrics, as stream
