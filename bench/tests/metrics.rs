@@ -77,3 +77,36 @@ fn workloads_with_nothing_to_serve_refuse_the_option_with_the_reason() {
     let err = ring::run(&args).expect_err("refused").to_string();
     assert!(err.contains("--metrics-listen is refused"), "{err}");
 }
+
+#[test]
+fn a_scrape_during_a_kafka_run_shows_the_listeners_requests() {
+    use sluice_bench::workloads::kafka::{self, KafkaArgs};
+
+    #[derive(Debug, Parser)]
+    struct KafkaCli {
+        #[command(flatten)]
+        args: KafkaArgs,
+    }
+    // The endpoint is started here, as `metrics::serve` is by the workload with
+    // --metrics-listen; the workload registers its engine, which the listener registered with.
+    let server = metrics::serve(Some("127.0.0.1:0".parse().unwrap())).expect("endpoint").expect("started");
+    let addr = server.local_addr();
+    let watcher = std::thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while Instant::now() < deadline {
+            let text = scrape(addr);
+            if text.lines().any(|l| l.starts_with(r#"sluice_kafka_requests_total{api="Produce"}"#)) {
+                return Some(text);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        None
+    });
+    let line = ["kafka", "--records", "20000", "--record-bytes", "64", "--latency-records", "300", "--rate", "1000"];
+    let args = KafkaCli::try_parse_from(line).expect("valid arguments").args;
+    let report = kafka::run(&args).expect("kafka workload");
+    assert_eq!(report.records, 20_000);
+    let text = watcher.join().expect("watcher").expect("a scrape during the run saw Produce requests");
+    assert!(text.contains(r#"sluice_log_end_offset{topic="#), "{text}");
+    server.shutdown();
+}
