@@ -49,11 +49,16 @@ pub(crate) struct ServeArgs {
     /// 3000); 0 answers a lone consumer at once.
     #[arg(allow_negative_numbers = true, long, value_name = "MS", default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=i32::MAX as u64))]
     group_initial_rebalance_delay_ms: u64,
+    /// Serve Prometheus metrics at http://ADDR/metrics (loopback unless told otherwise;
+    /// port 0 picks one); printed as `metrics on ADDR` before `listening on`.
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<std::net::SocketAddr>,
 }
 
 /// `sluice serve`: the engine and its Kafka listener, until SIGINT or SIGTERM.
 pub(crate) fn serve(a: &ServeArgs) -> Result<()> {
     use sluice_engine::kafka::{KafkaConfig, KafkaServer};
+    use sluice_engine::metrics::http::MetricsServer;
     let advertise = match &a.advertise {
         None => None,
         Some(s) => {
@@ -84,10 +89,24 @@ pub(crate) fn serve(a: &ServeArgs) -> Result<()> {
             return Err(e.into());
         }
     };
+    let metrics = match a.metrics_listen.map(|addr| MetricsServer::for_engine(addr, engine.handle())).transpose() {
+        Ok(m) => m,
+        Err(e) => {
+            server.shutdown();
+            let _ = block_on(engine.shutdown());
+            return Err(e).context("starting the metrics endpoint");
+        }
+    };
+    if let Some(m) = &metrics {
+        println!("metrics on {}", m.local_addr());
+    }
     println!("listening on {}", server.local_addr());
     std::io::stdout().flush()?;
     let signal = signals::wait(&signals)?;
     eprintln!("sluice serve: signal {signal}, shutting down");
     server.shutdown();
-    block_on(engine.shutdown()).context("shutting down")
+    // The metrics endpoint answers 503 while the engine shuts down, then stops.
+    let stopped = block_on(engine.shutdown()).context("shutting down");
+    drop(metrics);
+    stopped
 }

@@ -24,6 +24,7 @@ mod hlog;
 mod json;
 mod latency;
 mod memlock;
+pub mod metrics;
 mod plot;
 mod progress;
 mod rate_search;

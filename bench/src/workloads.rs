@@ -73,6 +73,10 @@ pub struct CommonArgs {
     /// Write a latency run's HdrHistogram interval log (1 s intervals) to this file
     #[arg(long, value_name = "PATH")]
     pub hlog: Option<PathBuf>,
+    /// Serve the run's metrics (the engine's and its Kafka listener's) at
+    /// http://ADDR/metrics while it goes on; printed as `metrics on ADDR` on stderr
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 impl CommonArgs {

@@ -16,6 +16,7 @@ pub mod engine;
 pub mod error;
 pub mod group;
 pub mod kafka;
+pub mod metrics;
 pub mod producer_state;
 pub mod record;
 pub mod ring;

@@ -13,6 +13,7 @@
 //! - [`reader`]: a sequential reader with read-ahead.
 //! - [`checkpoint`]: checkpoint part files, atomic manifests, keep-K pruning, and the
 //!   latest valid checkpoint on recovery.
+//! - [`stats`]: what a log counts about itself for the engine's metrics (plain cells).
 //! - [`config`], [`error`], [`types`]: knobs, typed errors, typed offsets and times.
 //!
 //! Everything here is `!Send` by design: a log lives on the executor that opened it.
@@ -27,6 +28,7 @@ pub mod reader;
 pub mod record;
 pub mod recovery;
 pub mod segment;
+pub mod stats;
 pub mod storage;
 pub mod txn;
 pub mod types;
@@ -42,5 +44,6 @@ pub use reader::LogReader;
 pub use record::{BatchMeta, BatchView, Header, Record, RecordView};
 pub use recovery::{RecoveryReport, Truncation};
 pub use segment::{OwnedBatches, ReadBatches};
+pub use stats::{LatencyCounts, LatencyHistogram, LogStatsSnapshot};
 pub use storage::{FaultPlan, FaultyStorage, Storage, UringStorage};
 pub use types::{CheckpointId, EventTime, FilePos, Offset, PartitionId, ProducerId, Timestamp};

@@ -61,6 +61,10 @@ pub struct RunArgs {
     /// The most doublings --find-max-rate tries before it stops ramping
     #[arg(long, default_value_t = 12, value_name = "N", value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
     pub ramp_steps: usize,
+    /// Serve the run's metrics (the engine's, the pipeline's) at http://ADDR/metrics while
+    /// it goes on; printed as `metrics on ADDR` on stderr
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 fn parse_seconds(s: &str) -> Result<f64, String> {
@@ -105,6 +109,25 @@ impl RunArgs {
     /// # Errors
     ///
     /// Either flag given.
+    /// Starts `--metrics-listen`'s endpoint, if asked (held for the run).
+    ///
+    /// # Errors
+    ///
+    /// The address cannot be bound.
+    pub fn serve_metrics(&self) -> anyhow::Result<Option<sluice_engine::metrics::http::MetricsServer>> {
+        super::metrics::serve(self.metrics_listen)
+    }
+
+    /// Refuses `--metrics-listen` for a workload with nothing to serve, saying `why`.
+    ///
+    /// # Errors
+    ///
+    /// `--metrics-listen` was given.
+    pub fn refuse_metrics(&self, why: &str) -> anyhow::Result<()> {
+        ensure!(self.metrics_listen.is_none(), "--metrics-listen is refused: {why}");
+        Ok(())
+    }
+
     pub fn refuse_latency_files(&self, why: &str) -> anyhow::Result<()> {
         ensure!(!self.wants_latency_files(), "--plot and --hlog need latencies, and {why}");
         Ok(())

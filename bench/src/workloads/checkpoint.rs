@@ -322,6 +322,7 @@ pub struct CheckpointReport {
 pub fn run(args: &CheckpointArgs) -> anyhow::Result<CheckpointReport> {
     let work = args.dirs.work_dir("checkpoint").context("creating the work directory")?;
     let opts = &args.run;
+    let _metrics = opts.serve_metrics()?;
     let mut report = CheckpointReport::empty(args);
     if let Some(keys) = args.state_keys {
         return state_mode(args, work.path(), keys, report);

@@ -234,6 +234,7 @@ pub fn run(args: &CleaningArgs) -> anyhow::Result<CleaningReport> {
     ensure!(!args.run.max, "cleaning is an open loop only: --max is refused");
     ensure!(!args.run.find_max_rate, "cleaning measures latency at one --rate: --find-max-rate is refused");
     let work_dir = args.dirs.work_dir("cleaning")?;
+    let _metrics = args.run.serve_metrics()?;
     if args.dirs.keep {
         eprintln!("keeping data in {}", work_dir.path().display());
     }
@@ -321,6 +322,8 @@ fn run_phase(args: &CleaningArgs, dir: &Path, round: usize, cleaner: bool) -> an
     let config = EngineConfig { shards: Some(args.shards()), retention_check, ..EngineConfig::new(dir) };
     let engine = block_on(Engine::open(config)).context("starting the engine")?;
     let handle = engine.handle();
+    let metrics = handle.metric_source();
+    crate::harness::metrics::register(&metrics);
     let topic = TopicConfig {
         fsync: args.fsync,
         segment_bytes: args.segment_bytes,

@@ -144,6 +144,8 @@ fn run_at(
     let engine = block_on(Engine::open(EngineConfig { shards: Some(args.shards()), ..EngineConfig::new(&data) }))
         .context("starting the engine")?;
     let handle = engine.handle();
+    let metrics = handle.metric_source();
+    crate::harness::metrics::register(&metrics);
     let topic =
         TopicConfig { fsync: args.fsync, segment_bytes: args.segment_bytes, linger_ms: 0, ..TopicConfig::default() };
     block_on(handle.create_topic("e2e", 1, Some(topic))).context("creating the topic")?;

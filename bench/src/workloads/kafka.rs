@@ -511,11 +511,15 @@ pub fn run(args: &KafkaArgs) -> anyhow::Result<KafkaReport> {
         "kafka: the latencies come from the Python client without their times, so there is no interval log (--hlog)"
     );
     let work_dir = args.common.work_dir("kafka")?;
+    let _metrics = crate::harness::metrics::serve(args.common.metrics_listen)?;
     let shards = args.shards as usize;
     let partitions = args.partitions.unwrap_or(args.shards as u32).max(1);
     let engine = block_on(Engine::open(EngineConfig { shards: Some(shards), ..EngineConfig::new(work_dir.path()) }))
         .context("starting the engine")?;
     let handle = engine.handle();
+    // The listener registers with the engine, so the engine's source serves both.
+    let metrics = handle.metric_source();
+    crate::harness::metrics::register(&metrics);
     let topic = TopicConfig { fsync: args.fsync, ..TopicConfig::default() };
     block_on(handle.create_topic("latency", partitions, Some(topic.clone())))?;
     let mut config = KafkaConfig::new("127.0.0.1:0".parse()?);

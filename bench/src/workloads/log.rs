@@ -179,6 +179,10 @@ pub struct LogReport {
 /// loop; see [`e2e::run`](super::e2e::run) for `--rate`.
 pub fn run(args: &LogArgs) -> anyhow::Result<LogReport> {
     anyhow::ensure!(!args.is_e2e(), "--rate and --find-max-rate run the end-to-end mode (e2e::run)");
+    args.run.refuse_metrics(
+        "the closed-loop log mode appends to bare logs on the harness's shards, not through an engine; \
+         give --rate R for the end-to-end mode, whose engine serves its metrics",
+    )?;
     let work_dir = args.dirs.work_dir("log")?;
     if args.dirs.keep {
         eprintln!("keeping data in {}", work_dir.path().display());

@@ -177,6 +177,7 @@ pub fn run(args: &NexmarkArgs) -> anyhow::Result<NexmarkReport> {
     args.query.check(&params).map_err(|problem| anyhow!("{}: {problem}", args.query))?;
     ensure!(args.latency_seconds.is_finite() && args.latency_seconds >= 0.0, "--latency-seconds must be 0 or more");
     let opts = &args.run;
+    let _metrics = opts.serve_metrics()?;
     let shards = args.shards();
     let mut report = NexmarkReport {
         workload: "nexmark",
@@ -341,8 +342,8 @@ pub fn run_query(
     let params = *params;
     let config = PipelineConfig { batch_records: batch, ..PipelineConfig::with_shards(shards) };
     let (sink_ends, shard_starts) = (ends.clone(), starts.clone());
-    Pipeline::new(config)
-        .run(move |scope| {
+    let running = Pipeline::new(config)
+        .spawn(move |scope| {
             let events = match limit {
                 Some(limit) => {
                     let source = NexmarkSource::new(generator, scope.shard(), scope.shards(), events);
@@ -357,7 +358,10 @@ pub fn run_query(
             ready.wait();
             shard_starts.lock().unwrap_or_else(PoisonError::into_inner).push(Instant::now());
         })
-        .with_context(|| format!("running nexmark {query}"))?;
+        .with_context(|| format!("starting nexmark {query}"))?;
+    let metrics = running.metric_source("nexmark");
+    crate::harness::metrics::register(&metrics);
+    running.join().with_context(|| format!("running nexmark {query}"))?;
     let ends = std::mem::take(&mut *ends.lock().unwrap_or_else(PoisonError::into_inner));
     ensure!(ends.len() == shards, "{} of {shards} shards' sinks ended", ends.len());
     let mut latency = paced.then(|| LatencyRecorder::with_intervals(epoch, HLOG_INTERVAL));

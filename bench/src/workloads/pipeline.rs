@@ -184,6 +184,7 @@ pub struct PipelineReport {
 ///
 /// Bad options, a pipeline that failed, or results that do not match the job.
 pub fn run(args: &PipelineArgs) -> anyhow::Result<PipelineReport> {
+    let _metrics = args.run.serve_metrics()?;
     let shards = args.shards();
     let opts = &args.run;
     let mut report = PipelineReport {

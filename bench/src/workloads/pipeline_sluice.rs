@@ -181,6 +181,9 @@ fn run_with(
             shard_starts.lock().unwrap_or_else(PoisonError::into_inner).push(Instant::now());
         })
         .context("starting the sluice pipeline")?;
+    // `--metrics-listen` serves it while this run holds it.
+    let metrics = running.metric_source("sluice");
+    crate::harness::metrics::register(&metrics);
     // `join` consumes the pipeline: read its checkpoints once every shard has ended.
     wait_for_shards(&running_token, &live, paced);
     let checkpoints = running.checkpoints();

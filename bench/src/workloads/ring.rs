@@ -200,6 +200,7 @@ struct Plan {
 /// Bad options, or a transfer that lost or corrupted records.
 pub fn run(args: &RingArgs) -> anyhow::Result<RingReport> {
     let opts = &args.run;
+    opts.refuse_metrics("ring measures a bare mesh between two threads: no engine or pipeline to serve metrics of")?;
     ensure!(
         opts.shards_or(SHARDS) == SHARDS,
         "ring measures one pair of shards (shard 0 -> shard 1): --shards must be {SHARDS}"

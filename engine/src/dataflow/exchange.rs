@@ -17,6 +17,7 @@ use std::{
     collections::VecDeque,
     hash::{BuildHasher, Hash},
     rc::Rc,
+    sync::Arc,
     task::{Context, Poll},
 };
 
@@ -26,6 +27,7 @@ use sluice_io::{CheckpointId, EventTime};
 use super::{
     Event, Operator, Output, Port, Progress,
     checkpoint::{Barrier, ChannelHandle, Data, GroupWriter, READ_AHEAD_BATCHES_PER_RING},
+    metrics::RingCells,
     operator::{Align, Shared},
     scatter::scatter,
     scope::{Input, Pending, Scope},
@@ -337,6 +339,8 @@ struct Sending<T, KF> {
     senders: Vec<Option<Sender<Event<T>>>>,
     pending: Vec<VecDeque<Message<Event<T>>>>,
     local: Rc<RefCell<Receiving<T>>>,
+    /// Each ring's metrics (full-ring waits, occupancy), written by this shard.
+    rings: Vec<Option<Arc<RingCells>>>,
 }
 
 impl<T: 'static, K: Hash, KF: Fn(&T) -> K> Sending<T, KF> {
@@ -346,9 +350,19 @@ impl<T: 'static, K: Hash, KF: Fn(&T) -> K> Sending<T, KF> {
             self.pending[to].push_back(message);
             return;
         }
+        let cells = self.rings[to].as_ref();
         match sender.try_send(message) {
-            Ok(()) => {}
-            Err(TrySendError::Full(m)) => self.pending[to].push_back(m),
+            Ok(()) => {
+                if let Some(c) = cells {
+                    c.occupied.set(sender.occupied() as i64);
+                }
+            }
+            Err(TrySendError::Full(m)) => {
+                if let Some(c) = cells {
+                    c.full.add(1);
+                }
+                self.pending[to].push_back(m);
+            }
             // The receiving shard is gone: it failed, and the pipeline with it.
             Err(TrySendError::Closed(_)) => {}
         }
@@ -450,7 +464,11 @@ impl<T: 'static, K: Hash, KF: Fn(&T) -> K> Pending for Sending<T, KF> {
             let Some(sender) = self.senders[to].as_mut() else { continue };
             while let Some(message) = queue.pop_front() {
                 match sender.try_send(message) {
-                    Ok(()) => {}
+                    Ok(()) => {
+                        if let Some(c) = self.rings[to].as_ref() {
+                            c.occupied.set(sender.occupied() as i64);
+                        }
+                    }
                     Err(TrySendError::Full(m)) => {
                         queue.push_front(m);
                         if sender.park_for_room(cx) {
@@ -589,6 +607,7 @@ where
     } else {
         (vec![None], None)
     };
+    let rings = scope.measure_rings(senders.iter().enumerate().filter(|(_, s)| s.is_some()).map(|(to, _)| to));
     let sending = Rc::new(RefCell::new(Sending {
         shard,
         shards,
@@ -603,6 +622,7 @@ where
         senders,
         pending: (0..shards).map(|_| VecDeque::new()).collect(),
         local: receiving.clone(),
+        rings,
     }));
     upstream.borrow_mut().attach(Box::new(Shared(sending.clone())));
     if let Some(inbox) = inbox {

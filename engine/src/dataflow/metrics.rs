@@ -1,7 +1,17 @@
 //! Counters a running pipeline keeps, shared by its shards (relaxed atomics, updated once
-//! per batch or per rare event, never per record on a hot path).
+//! per batch or per rare event, never per record on a hot path), and each stream's own
+//! counts ([`StreamCells`]: owned cells its shard alone writes, once per batch and per
+//! watermark), rendered for a scrape by [`PipelineMetrics`].
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use sluice_io::{EventTime, LatencyCounts};
+
+use super::checkpoint::CheckpointCoordinator;
+use super::scope::Shared;
+use crate::metrics::owned::{OwnedCounter, OwnedGauge};
+use crate::metrics::{Families, Labels, MetricSource};
 
 /// The pipeline's counters.
 #[derive(Debug, Default)]
@@ -45,6 +55,192 @@ impl Metrics {
     pub(crate) fn add_late_updates(&self, n: u64) {
         if n > 0 {
             self.late_updates.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+}
+
+/// One stream's counts on one shard: records pushed through its port (the records out of
+/// the operator that feeds it, the records into those it feeds) and its watermark. Only
+/// the shard that owns the port writes them.
+#[derive(Debug, Default)]
+pub(crate) struct StreamCells {
+    pub(crate) records: OwnedCounter,
+    /// The last watermark, in ms (`EventTime`).
+    pub(crate) watermark_ms: OwnedGauge,
+    /// 1 once the stream ended.
+    pub(crate) ended: OwnedGauge,
+}
+
+/// One ring of an exchange, as its sending shard sees it.
+#[derive(Debug, Default)]
+pub(crate) struct RingCells {
+    /// Messages that found the ring full and waited (backpressure).
+    pub(crate) full: OwnedCounter,
+    /// Messages in the ring after the sender's last send.
+    pub(crate) occupied: OwnedGauge,
+}
+
+/// A measured ring: the exchange (its number in build order) and the pair of shards.
+#[derive(Debug)]
+pub(crate) struct RingEntry {
+    pub(crate) exchange: usize,
+    pub(crate) from: usize,
+    pub(crate) to: usize,
+    pub(crate) cells: Arc<RingCells>,
+}
+
+/// A measured stream: on which shard, its index in build order (the same on every shard),
+/// and what made it.
+#[derive(Debug)]
+pub(crate) struct StreamEntry {
+    pub(crate) shard: usize,
+    pub(crate) index: usize,
+    pub(crate) kind: &'static str,
+    pub(crate) cells: Arc<StreamCells>,
+}
+
+/// A running pipeline's metrics as a scrape sees them ([`MetricSource`]): per stream and
+/// shard, records and watermark lag (processing time minus watermark); late records by
+/// policy; completed checkpoints (count, last id, durations, alignment, bytes, in-flight
+/// records). Every series carries the `pipeline` label it was made with.
+#[derive(Debug)]
+pub(crate) struct PipelineMetrics {
+    pub(crate) name: String,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) coordinator: Option<Arc<CheckpointCoordinator>>,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+impl MetricSource for PipelineMetrics {
+    fn collect(&self, out: &mut Families) {
+        let p = || self.name.clone();
+        let streams = self.shared.streams.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = now_ms();
+        for e in streams.iter() {
+            let labels: Labels =
+                vec![("pipeline", p()), ("stream", format!("{}-{}", e.index, e.kind)), ("shard", e.shard.to_string())];
+            out.counter(
+                "sluice_pipeline_stream_records_total",
+                "Records through a stream on a shard: out of the operator that feeds it, into those it feeds",
+                labels.clone(),
+                e.cells.records.get(),
+            );
+            let wm = e.cells.watermark_ms.get();
+            if e.cells.ended.get() == 0 && wm > EventTime::MIN.0 && wm < EventTime::MAX.0 {
+                out.gauge(
+                    "sluice_pipeline_stream_watermark_lag_seconds",
+                    "Processing time minus a stream's watermark on a shard (running streams with a watermark)",
+                    labels,
+                    (now.saturating_sub(wm)) as f64 / 1e3,
+                );
+            }
+        }
+        drop(streams);
+        let rings = self.shared.rings.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for r in rings.iter() {
+            let labels: Labels = vec![
+                ("pipeline", p()),
+                ("exchange", r.exchange.to_string()),
+                ("from", r.from.to_string()),
+                ("to", r.to.to_string()),
+            ];
+            out.counter(
+                "sluice_pipeline_ring_full_total",
+                "Messages of a key_by that found the ring from one shard to another full and waited (backpressure)",
+                labels.clone(),
+                r.cells.full.get(),
+            );
+            out.gauge(
+                "sluice_pipeline_ring_occupied_messages",
+                "Messages in the ring from one shard to another after the sender's last send",
+                labels,
+                r.cells.occupied.get(),
+            );
+        }
+        drop(rings);
+        let m = &self.shared.metrics;
+        for (policy, n) in
+            [("drop", m.late_dropped()), ("side_output", m.late_side_output()), ("update", m.late_updates())]
+        {
+            out.counter(
+                "sluice_pipeline_late_records_total",
+                "Late records by what the window's policy did with them",
+                vec![("pipeline", p()), ("policy", policy.to_string())],
+                n,
+            );
+        }
+        let Some(coordinator) = &self.coordinator else { return };
+        let stats = coordinator.stats();
+        let l = || vec![("pipeline", p())];
+        out.counter(
+            "sluice_pipeline_checkpoints_completed_total",
+            "Checkpoints completed in this run",
+            l(),
+            stats.len(),
+        );
+        let mut duration = LatencyCounts::default();
+        let mut alignment = LatencyCounts::default();
+        for s in &stats {
+            duration.record(s.duration);
+            alignment.record(s.alignment);
+        }
+        out.histogram(
+            "sluice_pipeline_checkpoint_duration_seconds",
+            "Checkpoints from the trigger to the manifest being durable",
+            l(),
+            &duration,
+        );
+        out.histogram(
+            "sluice_pipeline_checkpoint_alignment_seconds",
+            "The longest a shard spent between its first and last participant reporting, per checkpoint",
+            l(),
+            &alignment,
+        );
+        if let Some(last) = stats.last() {
+            out.gauge("sluice_pipeline_last_checkpoint_id", "The last completed checkpoint", l(), last.id.0);
+            out.gauge(
+                "sluice_pipeline_last_checkpoint_bytes",
+                "Bytes of state the last checkpoint wrote",
+                l(),
+                last.bytes,
+            );
+            out.gauge(
+                "sluice_pipeline_last_checkpoint_inflight_records",
+                "In-flight records the last checkpoint stored (unaligned mode)",
+                l(),
+                last.inflight_records,
+            );
+        }
+        let last_at = *coordinator.last_completed_at.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(at) = last_at {
+            out.gauge(
+                "sluice_pipeline_last_checkpoint_age_seconds",
+                "Time since the last checkpoint completed",
+                l(),
+                at.elapsed().as_secs_f64(),
+            );
+        }
+        let read = *coordinator.restore_read.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(read) = read {
+            out.gauge(
+                "sluice_pipeline_restore_read_seconds",
+                "How long reading the restored checkpoint took (parts read, checked and merged)",
+                l(),
+                read.as_secs_f64(),
+            );
+        }
+        if let Some(restored) = coordinator.restored.as_ref() {
+            out.gauge(
+                "sluice_pipeline_restored_checkpoint_id",
+                "The checkpoint this run restored from",
+                l(),
+                restored.id.0,
+            );
         }
     }
 }

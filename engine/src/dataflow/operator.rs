@@ -10,11 +10,11 @@
 //! Lifecycle of an input, as every operator sees it: any number of batches, watermarks
 //! (non-decreasing) and idle/active changes, then one `on_end`.
 
-use std::{cell::RefCell, rc::Rc};
+use std::{cell::RefCell, rc::Rc, sync::Arc};
 
 use sluice_io::EventTime;
 
-use super::{Event, checkpoint::Barrier};
+use super::{Event, checkpoint::Barrier, metrics::StreamCells};
 
 /// A consumer of one stream, owned by the [`Output`] of the stream it consumes.
 pub trait Operator<T> {
@@ -48,6 +48,8 @@ pub struct Output<T> {
     watermark: EventTime,
     idle: bool,
     ended: bool,
+    /// The stream's metrics (records, watermark), written by this shard only.
+    cells: Option<Arc<StreamCells>>,
 }
 
 /// Copies a batch for one more consumer.
@@ -66,6 +68,7 @@ impl<T> Default for Output<T> {
             watermark: EventTime::MIN,
             idle: false,
             ended: false,
+            cells: None,
         }
     }
 }
@@ -111,10 +114,18 @@ impl<T: 'static> Output<T> {
         self.watermark
     }
 
+    /// Counts what passes this port into `cells` from now on.
+    pub(crate) fn measure(&mut self, cells: Arc<StreamCells>) {
+        self.cells = Some(cells);
+    }
+
     /// Pushes records downstream; `batch` is left empty, its allocation kept.
     pub fn push(&mut self, batch: &mut Vec<Event<T>>) {
         if batch.is_empty() {
             return;
+        }
+        if let Some(cells) = &self.cells {
+            cells.records.add(batch.len() as u64);
         }
         if let Some((last, rest)) = self.consumers.split_last_mut() {
             for consumer in rest {
@@ -132,6 +143,9 @@ impl<T: 'static> Output<T> {
             return;
         }
         self.watermark = watermark;
+        if let Some(cells) = &self.cells {
+            cells.watermark_ms.set(watermark.0);
+        }
         for consumer in &mut self.consumers {
             consumer.on_watermark(watermark);
         }
@@ -162,6 +176,9 @@ impl<T: 'static> Output<T> {
     pub fn end(&mut self) {
         if std::mem::replace(&mut self.ended, true) {
             return;
+        }
+        if let Some(cells) = &self.cells {
+            cells.ended.set(1);
         }
         for consumer in &mut self.consumers {
             consumer.on_end();

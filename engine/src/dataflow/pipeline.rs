@@ -129,6 +129,7 @@ impl Pipeline {
             .io_memory(IO_MEMORY)
             .ring_depth(32)
             .spawn(move || async move {
+                let reading = std::time::Instant::now();
                 let opened = checkpoint::open_store(&config).await.and_then(|(store, restored)| match &restored {
                     Some(r) if r.key_groups != key_groups => {
                         Err(checkpoint::CheckpointError::KeyGroups { id: r.id, had: r.key_groups, has: key_groups })
@@ -137,7 +138,9 @@ impl Pipeline {
                 });
                 match opened {
                     Ok((store, restored)) => {
+                        let read = restored.is_some().then(|| reading.elapsed());
                         let coordinator = Arc::new(CheckpointCoordinator::new(shards, restored.map(Arc::new)));
+                        *coordinator.restore_read.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = read;
                         let _ = tx.send(Ok(coordinator.clone()));
                         run_coordinator(coordinator, config, store).await;
                     }
@@ -265,6 +268,36 @@ impl RunningPipeline {
         self.shared.metrics.clone()
     }
 
+    /// The pipeline's metrics as a source a scrape gathers from (records and watermark lag
+    /// per stream and shard, late records, checkpoints), every series labelled
+    /// `pipeline="{name}"`: register it with an engine
+    /// ([`EngineHandle::register_metrics`](crate::EngineHandle::register_metrics)) so the
+    /// engine's scrape includes it, or render it with [`RunningPipeline::render_metrics`].
+    /// It reads the pipeline's cells while it lives, also after the pipeline ended.
+    #[must_use]
+    pub fn metric_source(&self, name: &str) -> Arc<dyn crate::metrics::MetricSource> {
+        Arc::new(super::metrics::PipelineMetrics {
+            name: name.to_string(),
+            shared: self.shared.clone(),
+            coordinator: self.coordinator.as_ref().map(|(c, _)| c.clone()),
+        })
+    }
+
+    /// The pipeline's metrics (labelled `pipeline="pipeline"`) as data.
+    #[must_use]
+    pub fn metric_families(&self) -> crate::metrics::Families {
+        let mut out = crate::metrics::Families::default();
+        self.metric_source("pipeline").collect(&mut out);
+        out
+    }
+
+    /// The pipeline's metrics as a scrape answers them: the Prometheus text format, or
+    /// OpenMetrics with `openmetrics` (for host code with its own HTTP server).
+    #[must_use]
+    pub fn render_metrics(&self, openmetrics: bool) -> String {
+        self.metric_families().render(openmetrics)
+    }
+
     /// Every checkpoint completed so far in this run, in order.
     #[must_use]
     pub fn checkpoints(&self) -> Vec<CheckpointStats> {
@@ -344,6 +377,6 @@ impl Scope {
             Some(c) => self.add_input(Box::new(input.checkpointed(c))),
             None => self.add_input(Box::new(input)),
         }
-        self.stream(out)
+        self.stream(out, "source")
     }
 }

@@ -68,6 +68,11 @@ pub(crate) struct Shared {
     /// own ends out.
     exchanges: Mutex<HashMap<usize, Box<dyn Any + Send>>>,
     pub(crate) metrics: Arc<Metrics>,
+    /// Every shard's measured streams, registered while the graph is built (the lock is
+    /// taken then and by a scrape, never while records flow).
+    pub(crate) streams: Mutex<Vec<super::metrics::StreamEntry>>,
+    /// Every exchange's rings, listed by their sending shards while the graph is built.
+    pub(crate) rings: Mutex<Vec<super::metrics::RingEntry>>,
 }
 
 /// An earlier processing-time tick an operator asks for (a timer registered between
@@ -85,6 +90,7 @@ pub(crate) struct ScopeState {
     pub(crate) pending: Vec<Rc<RefCell<dyn Pending>>>,
     pub(crate) tickers: Vec<Rc<RefCell<dyn Ticker>>>,
     next_exchange: usize,
+    next_stream: usize,
     /// This shard's checkpointing, when the pipeline checkpoints.
     pub(crate) checkpoint: Option<Rc<RefCell<ShardCheckpoint>>>,
 }
@@ -124,6 +130,7 @@ impl Scope {
                 pending: Vec::new(),
                 tickers: Vec::new(),
                 next_exchange: 0,
+                next_stream: 0,
                 checkpoint: checkpoint.map(|c| Rc::new(RefCell::new(c))),
             })),
         }
@@ -213,8 +220,36 @@ impl Scope {
         rings[self.shard].take().expect("each shard takes its own rings once")
     }
 
-    /// A stream fed by `port`, in this scope.
-    pub(crate) fn stream<T: 'static>(&self, port: super::Port<T>) -> Stream<T> {
-        Stream::from_port(self.clone(), port)
+    /// A stream fed by `port`, in this scope; `kind` names what feeds it in the metrics.
+    pub(crate) fn stream<T: 'static>(&self, port: super::Port<T>, kind: &'static str) -> Stream<T> {
+        Stream::from_port(self.clone(), port, kind)
+    }
+
+    /// Cells for the rings of the exchange whose rings this shard took last
+    /// ([`Scope::next_exchange_rings`]), one per destination with a ring.
+    pub(crate) fn measure_rings(&self, to: impl Iterator<Item = usize>) -> Vec<Option<Arc<super::metrics::RingCells>>> {
+        let exchange = self.state.borrow().next_exchange.saturating_sub(1);
+        let mut cells = vec![None; self.shards];
+        let mut rings = self.shared.rings.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for to in to {
+            let c = Arc::new(super::metrics::RingCells::default());
+            rings.push(super::metrics::RingEntry { exchange, from: self.shard, to, cells: c.clone() });
+            cells[to] = Some(c);
+        }
+        cells
+    }
+
+    /// Counts what passes `port` (records, watermark) in the pipeline's metrics, as stream
+    /// number n of this shard in build order (the same n on every shard).
+    pub(crate) fn measure<T: 'static>(&self, port: &super::Port<T>, kind: &'static str) {
+        let index = {
+            let mut st = self.state.borrow_mut();
+            st.next_stream += 1;
+            st.next_stream - 1
+        };
+        let cells = Arc::new(super::metrics::StreamCells::default());
+        port.borrow_mut().measure(cells.clone());
+        let entry = super::metrics::StreamEntry { shard: self.shard, index, kind, cells };
+        self.shared.streams.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(entry);
     }
 }

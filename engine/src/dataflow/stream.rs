@@ -152,7 +152,8 @@ impl<T: 'static> Operator<T> for UnionInput<T> {
 }
 
 impl<T: 'static> Stream<T> {
-    pub(crate) fn from_port(scope: Scope, port: Port<T>) -> Self {
+    pub(crate) fn from_port(scope: Scope, port: Port<T>, kind: &'static str) -> Self {
+        scope.measure(&port, kind);
         Stream { scope, port }
     }
 
@@ -174,7 +175,7 @@ impl<T: 'static> Stream<T> {
             out: out.clone(),
             _in: std::marker::PhantomData,
         }));
-        Stream { scope: self.scope, port: out }
+        Stream::from_port(self.scope, out, "transform")
     }
 
     /// Attaches a consumer of this stream's records; the stream ends here.
@@ -235,7 +236,7 @@ impl<T: 'static> Stream<T> {
         for (index, stream) in streams.into_iter().enumerate() {
             stream.port.borrow_mut().attach(Box::new(UnionInput { index, state: state.clone() }));
         }
-        Stream { scope, port: out }
+        Stream::from_port(scope, out, "union")
     }
 
     /// Partitions the stream by key: every record goes to the shard that owns `key(record)`
@@ -252,7 +253,7 @@ impl<T: 'static> Stream<T> {
     {
         let key = Rc::new(key);
         let port = exchange(&self.scope, &self.port, key.clone());
-        KeyedStream { stream: Stream { scope: self.scope, port }, key, _key: std::marker::PhantomData }
+        KeyedStream { stream: Stream::from_port(self.scope, port, "key_by"), key, _key: std::marker::PhantomData }
     }
 
     /// Calls `f` for every record, on the shard that holds it: a callback sink.

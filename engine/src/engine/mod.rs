@@ -57,6 +57,8 @@ struct Shared {
     internal_segment_bytes: u64,
     /// How often each shard's cleaner passes over its partitions.
     retention_check: std::time::Duration,
+    /// What a scrape gathers from besides the shards (Kafka listeners, pipelines).
+    metrics: crate::metrics::MetricsHub,
 }
 
 mod async_lock_free {
@@ -204,6 +206,7 @@ impl Engine {
                 topic_defaults: config.topic_defaults.clone(),
                 internal_segment_bytes: config.internal_segment_bytes,
                 retention_check: config.retention_check,
+                metrics: crate::metrics::MetricsHub::default(),
             }),
         };
         let engine = Engine { handle, threads, _lock: lock };
@@ -277,6 +280,18 @@ pub(crate) fn is_internal(name: &str) -> bool {
     name == offsets::TOPIC || name == crate::topic::names::TRANSACTION_STATE_TOPIC
 }
 
+/// [`EngineHandle::metric_source`].
+#[derive(Debug)]
+struct EngineSource(EngineHandle);
+
+impl crate::metrics::MetricSource for EngineSource {
+    fn collect(&self, out: &mut crate::metrics::Families) {
+        if let Ok(families) = futures_lite::future::block_on(self.0.metrics()) {
+            out.merge(families);
+        }
+    }
+}
+
 /// A queued request's answer, to come from its shard.
 #[derive(Debug)]
 pub(crate) struct Answer<T>(async_channel::Receiver<Result<T>>);
@@ -320,6 +335,41 @@ impl EngineHandle {
         });
         tx.send(Request::Run { task }).await.map_err(|_| EngineError::ShutDown)?;
         rx.recv().await.map_err(|_| EngineError::ShutDown)
+    }
+
+    /// Every shard's metrics and every registered source's (Kafka listeners), merged:
+    /// one `Request::Metrics` per shard, answered on the shard's thread from what it owns.
+    /// Fails only if the engine has shut down.
+    pub async fn metrics(&self) -> Result<crate::metrics::Families> {
+        let mut samples = Vec::with_capacity(self.inner.shards.len());
+        for shard in 0..self.inner.shards.len() {
+            samples.push(self.call(shard as u32, |reply| Request::Metrics { reply }).await?);
+        }
+        let mut out = crate::metrics::Families::default();
+        crate::metrics::shard::add_samples(&mut out, &samples);
+        self.inner.metrics.collect(&mut out);
+        Ok(out)
+    }
+
+    /// The metrics as a scrape answers them: the Prometheus text format (0.0.4), or
+    /// OpenMetrics 1.0 with `openmetrics` (for host code that serves them itself; `sluice
+    /// serve --metrics-listen` serves these).
+    pub async fn render_metrics(&self, openmetrics: bool) -> Result<String> {
+        Ok(self.metrics().await?.render(openmetrics))
+    }
+
+    /// The engine as a source another scrape gathers from (a host's own registry): its
+    /// `collect` asks the shards, blocking the calling thread until they answer, and adds
+    /// nothing once the engine has shut down. Not for the engine's own hub (it would ask
+    /// itself).
+    #[must_use]
+    pub fn metric_source(&self) -> std::sync::Arc<dyn crate::metrics::MetricSource> {
+        std::sync::Arc::new(EngineSource(self.clone()))
+    }
+
+    /// Registers a source a scrape also gathers from, for as long as it lives.
+    pub fn register_metrics(&self, source: &std::sync::Arc<dyn crate::metrics::MetricSource>) {
+        self.inner.metrics.register(source);
     }
 
     async fn call<T>(&self, shard: u32, make: impl FnOnce(shard::Reply<T>) -> Request) -> Result<T> {

@@ -433,6 +433,12 @@ impl GroupCoordinator {
         self.groups.keys().map(String::as_str)
     }
 
+    /// Every engine consumers' group's id, member count and generation (for metrics:
+    /// nothing cloned).
+    pub fn sizes(&self) -> impl Iterator<Item = (&str, usize, u32)> {
+        self.groups.iter().map(|(n, g)| (n.as_str(), g.members.len(), g.generation))
+    }
+
     fn group_mut(&mut self, group: &str) -> Result<&mut Group> {
         self.groups.get_mut(group).ok_or_else(|| EngineError::UnknownGroup(group.to_string()))
     }

@@ -27,6 +27,8 @@ pub(crate) struct Context {
     pub(crate) stable: StableIndex,
     /// Connection and request failures, written to stderr with a rate limit.
     pub(crate) errors: ErrorLog,
+    /// Each listener executor's counts (`observe.rs`), for the engine's scrape.
+    pub(crate) metrics: super::observe::ListenerMetrics,
 }
 
 /// Lines about failed connections and requests: at most [`ErrorLog::BURST`] per

@@ -119,6 +119,7 @@ fn api_versions_body(error_code: i16) -> ApiVersionsResponse {
 
 /// Encodes a response frame: size, header, body.
 pub(crate) fn encode(api: ApiKey, version: i16, correlation_id: i32, body: &ResponseKind) -> Reply {
+    super::observe::response(api, body);
     let mut buf = BytesMut::with_capacity(256);
     buf.put_i32(0);
     let mut header = ResponseHeader::default();
@@ -144,8 +145,10 @@ pub(crate) fn encode(api: ApiKey, version: i16, correlation_id: i32, body: &Resp
 /// its handler.
 pub(crate) fn handle(ctx: &Arc<Context>, frame: Bytes, host: &Arc<str>) -> Handled {
     match parse(frame) {
-        Ok((api, version, header, request)) => start(ctx, api, version, header, request, host),
-        Err(handled) => handled,
+        Ok((api, version, header, request)) => {
+            super::observe::request(api, start(ctx, api, version, header, request, host))
+        }
+        Err(handled) => super::observe::unparsed(handled),
     }
 }
 

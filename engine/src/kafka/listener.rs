@@ -108,7 +108,10 @@ impl KafkaServer {
             txns,
             stable: super::stable::StableIndex::default(),
             errors: super::context::ErrorLog::default(),
+            metrics: super::observe::ListenerMetrics::default(),
         });
+        // A scrape of the engine gathers the listener's counts while the listener runs.
+        engine.register_metrics(&(ctx.clone() as Arc<dyn crate::metrics::MetricSource>));
         let (stop_tx, stop_rx) = async_channel::bounded::<()>(1);
         let cpus: Vec<usize> = core_affinity::get_core_ids().unwrap_or_default().into_iter().map(|c| c.id).collect();
         let mut server = KafkaServer { addr, stop: Some(stop_tx), threads: Vec::with_capacity(executors) };
@@ -211,6 +214,7 @@ async fn accept_loop(
     stop: async_channel::Receiver<()>,
     ready: std::sync::mpsc::SyncSender<std::io::Result<()>>,
 ) {
+    ctx.metrics.executor_started(executor);
     let listener = match bind(addr) {
         Ok(l) => {
             let _ = ready.send(Ok(()));
@@ -260,14 +264,17 @@ async fn accept_loop(
         };
         if open.get() >= ctx.config.max_connections_per_executor {
             drop(stream); // over the limit: closed at once
+            super::observe::refused(super::observe::Refusal::ConnectionLimit);
             continue;
         }
         let _ = stream.set_nodelay(true);
         open.set(open.get() + 1);
+        super::observe::connection_opened();
         let (ctx, stop, open) = (ctx.clone(), stop.clone(), open.clone());
         glommio::spawn_local(async move {
             serve_connection(ctx, stream, stop).await;
             open.set(open.get() - 1);
+            super::observe::connection_closed();
         })
         .detach();
     }
@@ -336,12 +343,14 @@ async fn serve_connection(ctx: Arc<Context>, stream: TcpStream, stop: async_chan
         let frame = until_closed(read_frame(&mut reader, &ctx.config, &mut pool), &stop, &writer_gone).await;
         let frame = match frame {
             Some(Ok(Some(frame))) => {
+                super::observe::bytes_in(frame.len() + 4);
                 let frame = frame.freeze();
                 pool.keep(&frame);
                 frame
             }
             Some(Err(FrameError::Io(_))) | Some(Ok(None)) | None => break, // gone, or shutting down
             Some(Err(e)) => {
+                super::observe::refused(e.refusal());
                 ctx.errors.report(format_args!("closing a connection: {e}"));
                 break;
             }
@@ -389,7 +398,11 @@ async fn write_loop(
             }
         };
         let write = async { writer.write_all(&bytes).await.and(writer.flush().await) };
-        if let Err(e) = with_timeout(ctx.config.write_timeout, write).await {
+        let written = with_timeout(ctx.config.write_timeout, write).await;
+        if written.is_ok() {
+            super::observe::bytes_out(bytes.len());
+        }
+        if let Err(e) = written {
             if matches!(e, FrameError::TimedOut) {
                 ctx.errors.report(format_args!(
                     "closing a connection: the client read no response for {:?} (write_timeout)",
@@ -517,6 +530,18 @@ where
     let fut: Pin<Box<dyn Future<Output = Result<T, FrameError>> + '_>> =
         Box::pin(async { fut.await.map_err(FrameError::from) });
     fut.or(timed).await
+}
+
+impl FrameError {
+    /// The reason a refused frame is counted under.
+    fn refusal(&self) -> super::observe::Refusal {
+        use super::observe::Refusal;
+        match self {
+            FrameError::TooLarge(_) | FrameError::TooSmall(_) => Refusal::FrameSize,
+            FrameError::TimedOut => Refusal::Timeout,
+            FrameError::Io(_) | FrameError::Truncated => Refusal::Malformed,
+        }
+    }
 }
 
 impl From<std::io::Error> for FrameError {

@@ -41,6 +41,7 @@ pub mod groups;
 pub mod guard;
 mod join;
 pub mod listener;
+mod observe;
 pub mod records;
 mod stable;
 mod transactions;

@@ -138,6 +138,12 @@ impl<T> Sender<T> {
         self.producer.buffer().capacity()
     }
 
+    /// Messages in the ring now, as the sender sees it (the receiver may have taken some
+    /// since).
+    pub fn occupied(&self) -> usize {
+        self.capacity() - self.producer.slots()
+    }
+
     /// Whether the receiver is gone.
     pub fn is_closed(&self) -> bool {
         self.shared.receiver_gone.load(Ordering::Acquire)

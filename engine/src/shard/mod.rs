@@ -8,6 +8,7 @@
 
 mod cleaner;
 mod groups;
+mod metrics;
 mod partition;
 mod request;
 
@@ -71,7 +72,12 @@ pub(crate) async fn run(requests: async_channel::Receiver<Request>, settings: Sh
     })
     .detach();
     while let Ok(request) = requests.recv().await {
+        if let Request::Metrics { reply } = request {
+            let _ = reply.try_send(Ok(metrics::sample(&state, requests.len())));
+            continue;
+        }
         if let Request::Shutdown { reply } = request {
+            refuse_queued(&requests);
             let result = shutdown(&state).await;
             release_files(state).await;
             let _ = reply.send(result).await;
@@ -82,6 +88,16 @@ pub(crate) async fn run(requests: async_channel::Receiver<Request>, settings: Sh
     }
     let _ = shutdown(&state).await;
     release_files(state).await;
+}
+
+/// Closes the queue and drops what is still in it, so that a request sent after the
+/// shutdown began fails at once and one queued behind it sees its reply channel close
+/// (`EngineError::ShutDown`): the channel outlives the shard while handles hold senders,
+/// and a request left in it would wait for its answer forever (a metrics scrape during
+/// shutdown did).
+fn refuse_queued(requests: &async_channel::Receiver<Request>) {
+    requests.close();
+    while requests.try_recv().is_ok() {}
 }
 
 /// Drops the shard's state and gives the executor's reactor a turn, so that the files it
@@ -198,7 +214,7 @@ async fn handle(state: &Rc<RefCell<ShardState>>, request: Request) {
             let _ = reply.send(Ok(stats)).await;
         }
         Request::Run { task } => task().await,
-        Request::Shutdown { .. } => unreachable!("handled by the loop"),
+        Request::Shutdown { .. } | Request::Metrics { .. } => unreachable!("handled by the loop"),
         _ => unreachable!("group requests are served by `groups::serve`"),
     }
 }

@@ -122,7 +122,24 @@ pub(super) fn reconfigure(
     Ok(())
 }
 
+/// Appends a batch and waits until it is as durable as the topic's policy says; the time
+/// this takes is the shard's append latency (`sluice_log_append_duration_seconds`).
 pub(super) async fn append(
+    part: &Rc<RefCell<Partition>>,
+    topic: &str,
+    p: PartitionId,
+    recs: &[Record<'_>],
+    meta: &BatchMeta,
+) -> Result<AppendInfo> {
+    let started = std::time::Instant::now();
+    let result = append_checked(part, topic, p, recs, meta).await;
+    if result.is_ok() {
+        crate::metrics::ShardCells::with(|c| c.append.record(started.elapsed()));
+    }
+    result
+}
+
+async fn append_checked(
     part: &Rc<RefCell<Partition>>,
     topic: &str,
     p: PartitionId,

@@ -127,6 +127,8 @@ pub(crate) enum Request {
     ///
     /// [`EngineHandle::run_on`]: crate::EngineHandle::run_on
     Run { task: LocalTask },
+    /// The shard's metrics ([`crate::metrics::ShardSample`]), built on its thread.
+    Metrics { reply: Reply<crate::metrics::ShardSample> },
     /// Flush and close every log, then stop.
     Shutdown { reply: Reply<()> },
 }

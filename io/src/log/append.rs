@@ -64,6 +64,7 @@ impl<S: Storage> Log<S> {
                 }
                 if !st.rolling && !self.should_roll(&st.active, stored) {
                     stage.commit();
+                    self.inner.stats.appended(records.len(), stored);
                     st.active.index.add_batch(pos, &header);
                     st.next_offset = header.next_offset();
                     if let Some(flusher) = st.flusher.take() {

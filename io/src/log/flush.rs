@@ -104,7 +104,9 @@ impl<S: Storage> Log<S> {
             )
         };
         handle.wait(ticket).await.map_err(|e| LogError::io("write", &path, e))?;
+        let started = std::time::Instant::now();
         file.sync().await.map_err(|e| LogError::SyncFailed { path, source: e })?;
+        self.inner.stats.fsync.record(started.elapsed());
         Ok(upto)
     }
 }

@@ -108,6 +108,7 @@ impl<S: Storage> Log<S> {
             config: RefCell::new(config),
             state: RefCell::new(state),
             roll_lock: glommio::sync::Semaphore::new(1),
+            stats: crate::stats::LogStats::default(),
         });
         if let FsyncPolicy::Interval(_) = inner.config.borrow().fsync {
             spawn_interval_flusher(Rc::downgrade(&inner), 0);

@@ -80,6 +80,8 @@ pub(crate) struct Inner<S: Storage> {
     pub(crate) state: RefCell<State<S::File>>,
     /// Held while the active segment is rolled or a compaction swaps segments.
     pub(crate) roll_lock: glommio::sync::Semaphore,
+    /// What the log counts for the engine's metrics (plain cells: the log is `!Send`).
+    pub(crate) stats: crate::stats::LogStats,
 }
 
 impl<S: Storage> Drop for Inner<S> {
@@ -160,6 +162,13 @@ impl<S: Storage> Log<S> {
     /// The fsync policy now.
     fn fsync(&self) -> crate::config::FsyncPolicy {
         self.inner.config.borrow().fsync
+    }
+
+    /// What the log has counted since it was opened (records and bytes appended, rolls,
+    /// fsync latencies).
+    #[must_use]
+    pub fn stats(&self) -> crate::stats::LogStatsSnapshot {
+        self.inner.stats.snapshot()
     }
 
     /// The first offset still held.

@@ -115,6 +115,7 @@ impl<S: Storage> Log<S> {
         st.allocation_step = (step * 2).min(config.preallocate_step_bytes);
         st.durable_offset = st.durable_offset.max(facts.next_offset);
         st.written_offset = st.written_offset.max(facts.next_offset);
+        inner.stats.rolled();
         Ok(())
     }
 }

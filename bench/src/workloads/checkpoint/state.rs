@@ -180,6 +180,8 @@ pub(super) fn run(job: &StateJob) -> anyhow::Result<StateRun> {
         )
         .spawn(build(job.clone(), progress.clone(), ends.clone(), None))
         .context("starting the pipeline that fills the state")?;
+    let metrics = running.metric_source("checkpoint-fill");
+    crate::harness::metrics::register(&metrics);
     let measured = fill_and_checkpoint(job, &running, &progress, started);
     running.stop(false);
     let checkpoints = running.checkpoints();
@@ -197,6 +199,8 @@ pub(super) fn run(job: &StateJob) -> anyhow::Result<StateRun> {
         .checkpointing(CheckpointConfig::new(&job.dir).interval(WINDOW).mode(job.mode))
         .spawn(build(job.clone(), progress.clone(), ends.clone(), Some(built.clone())))
         .context("starting the restored pipeline")?;
+    let metrics = running.metric_source("checkpoint-restore");
+    crate::harness::metrics::register(&metrics);
     let read = started.elapsed();
     let restored = restore_and_drain(job, &running, &progress, &built, &ends, started);
     let restored_from = running.restored_from();

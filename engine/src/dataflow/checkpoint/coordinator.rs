@@ -57,6 +57,11 @@ pub(crate) struct CheckpointCoordinator {
     shards: usize,
     acks: (async_channel::Sender<Ack>, async_channel::Receiver<Ack>),
     stats: Mutex<Vec<CheckpointStats>>,
+    /// When the last checkpoint completed (for its age in the metrics).
+    pub(crate) last_completed_at: Mutex<Option<std::time::Instant>>,
+    /// How long reading the restored checkpoint took (its parts read, checked and
+    /// merged), when the pipeline restored.
+    pub(crate) restore_read: Mutex<Option<std::time::Duration>>,
     /// Signalled when a checkpoint completes and when the coordinator's loop ends.
     changed: Condvar,
     /// The coordinator's loop has returned: no checkpoint will complete any more.
@@ -80,6 +85,8 @@ impl CheckpointCoordinator {
             shards,
             acks: async_channel::unbounded(),
             stats: Mutex::new(Vec::new()),
+            last_completed_at: Mutex::new(None),
+            restore_read: Mutex::new(None),
             changed: Condvar::new(),
             done: AtomicBool::new(false),
             stop: AtomicBool::new(false),
@@ -382,6 +389,8 @@ async fn take_checkpoints(
                 let stats =
                     CheckpointStats { id, duration: started.elapsed(), alignment, bytes, keys, inflight_records };
                 coordinator.stats.lock().unwrap_or_else(PoisonError::into_inner).push(stats);
+                *coordinator.last_completed_at.lock().unwrap_or_else(PoisonError::into_inner) =
+                    Some(std::time::Instant::now());
                 coordinator.changed.notify_all();
                 if last {
                     coordinator.final_done.store(true, Ordering::Release);

@@ -355,5 +355,5 @@ fn attach<K, KL, KR, C: JoinCore>(
     }));
     left.stream.port.borrow_mut().attach(Box::new(LeftInput(joint.clone())));
     right.stream.port.borrow_mut().attach(Box::new(RightInput(joint)));
-    scope.stream(out)
+    scope.stream(out, "join")
 }

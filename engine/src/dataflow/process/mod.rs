@@ -130,6 +130,6 @@ impl<K: Hash + Eq + Clone + Data, T: 'static, KS: Fn(&T) -> K + 'static> KeyedSt
         )));
         self.stream.port.borrow_mut().attach(Box::new(Shared(operator.clone())));
         scope.add_ticker(operator);
-        scope.stream(out)
+        scope.stream(out, "process")
     }
 }

@@ -556,7 +556,7 @@ mod tests {
         let results = Rc::new(RefCell::new(Vec::new()));
         let sink = results.clone();
         scope
-            .stream(input.clone())
+            .stream(input.clone(), "test")
             .key_by(|k: &u64| *k)
             .window(Windows::tumbling(Duration::from_millis(100)))
             .count()

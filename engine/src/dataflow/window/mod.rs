@@ -272,7 +272,7 @@ where
     pub fn late_stream(&mut self) -> Stream<T> {
         self.policy = LatePolicy::SideOutput;
         let port = self.late.get_or_insert_with(Output::port).clone();
-        self.keyed.stream.scope.stream(port)
+        self.keyed.stream.scope.stream(port, "late")
     }
 
     /// Emits the current results of open windows every `interval` of processing time.
@@ -349,6 +349,6 @@ where
                 global::attach(&scope, &keyed.stream.port, trigger, function, emit);
             }
         }
-        scope.stream(out)
+        scope.stream(out, "window")
     }
 }

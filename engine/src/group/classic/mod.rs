@@ -391,6 +391,11 @@ impl ClassicGroups {
         self.groups.get(group).map(Group::describe)
     }
 
+    /// Every group's id, member count and generation (for metrics: nothing cloned).
+    pub fn sizes(&self) -> impl Iterator<Item = (&str, usize, i32)> {
+        self.groups.iter().map(|(n, g)| (n.as_str(), g.members.len(), g.generation))
+    }
+
     /// Every group with its state and protocol type.
     pub fn overview(&self) -> impl Iterator<Item = (&str, GroupState, &str)> {
         self.groups.iter().map(|(n, g)| (n.as_str(), g.state, g.protocol_type.as_deref().unwrap_or("")))

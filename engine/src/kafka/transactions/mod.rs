@@ -284,6 +284,11 @@ fn fenced(version_has_fenced: bool) -> i16 {
 }
 
 impl TransactionCoordinator {
+    /// Transactions open now (ongoing or ending), for the metrics.
+    pub(crate) fn open_count(&self) -> usize {
+        self.lock().values().filter(|s| s.phase != Phase::Empty).count()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, TxnState>> {
         self.txns.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }

@@ -57,6 +57,7 @@ pub(crate) async fn expire(ctx: &Arc<Context>) {
                 );
                 *s = TxnState::new(id, epoch, timeout_ms);
                 s.last_ended = Some(false);
+                crate::kafka::observe::transaction_ended(false, true);
             }
             Err(e) => {
                 // Tried again at the next check.
@@ -433,6 +434,7 @@ async fn end(ctx: &Arc<Context>, req: &EndTxnRequest) -> Result<(), i16> {
                 s.started = None;
                 s.last_ended = Some(commit);
             }
+            crate::kafka::observe::transaction_ended(commit, false);
             Ok(())
         }
         Err(e) => {

@@ -1,0 +1,134 @@
+//! The metrics endpoint: a small HTTP server (`tiny_http`) on a thread of its own, off the
+//! data path, serving `GET /metrics`.
+//!
+//! A scrape renders on this thread: it asks every shard for its sample over the request
+//! path (`EngineHandle::metrics`) and reads the listener's owned cells. `GET /metrics`
+//! answers the Prometheus text format (0.0.4), or OpenMetrics 1.0 when the client's
+//! `Accept` names `application/openmetrics-text` (as a Prometheus server's does). Any
+//! other method on a known path gets 405 with `Allow: GET`; any other path 404. While the
+//! engine shuts down a scrape gets 503 with the reason; once the server stops, requests
+//! still queued get 503 too and the port refuses connections (a request whose
+//! connection was accepted in the instant between the last of those and the socket's
+//! close gets tiny_http's 500). Requests are answered one at a time, in the order they arrive.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+
+use tiny_http::{Header, Method, Response, Server};
+
+use super::{OPENMETRICS_TEXT, PROMETHEUS_TEXT};
+use crate::engine::EngineHandle;
+
+/// Renders a scrape: `openmetrics` asks for OpenMetrics rather than the Prometheus text
+/// format; an error is the reason no metrics can be given now (503).
+pub type Render = dyn Fn(bool) -> Result<String, String> + Send + Sync;
+
+/// A running metrics endpoint. Dropping it stops it.
+pub struct MetricsServer {
+    addr: SocketAddr,
+    server: Arc<Server>,
+    stopping: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for MetricsServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MetricsServer").field("addr", &self.addr).finish_non_exhaustive()
+    }
+}
+
+impl MetricsServer {
+    /// Serves `engine`'s metrics (and those of the sources registered with it) on `addr`.
+    pub fn for_engine(addr: SocketAddr, engine: EngineHandle) -> std::io::Result<MetricsServer> {
+        let render = move |openmetrics| {
+            futures_lite::future::block_on(engine.render_metrics(openmetrics)).map_err(|e| e.to_string())
+        };
+        MetricsServer::start(addr, Arc::new(render))
+    }
+
+    /// Binds `addr` (port 0 picks one) and serves what `render` gives.
+    pub fn start(addr: SocketAddr, render: Arc<Render>) -> std::io::Result<MetricsServer> {
+        let server = Server::http(addr).map_err(|e| std::io::Error::other(format!("binding {addr}: {e}")))?;
+        let bound = server
+            .server_addr()
+            .to_ip()
+            .ok_or_else(|| std::io::Error::other(format!("{addr} is not an IP address")))?;
+        let server = Arc::new(server);
+        let stopping = Arc::new(AtomicBool::new(false));
+        let (serving, stop) = (server.clone(), stopping.clone());
+        let thread = std::thread::Builder::new().name("sluice-metrics".into()).spawn(move || {
+            for request in serving.incoming_requests() {
+                // Requests still queued when the server stops get 503 and the loop
+                // ends (a client that keeps scraping would otherwise hold it open).
+                if stop.load(Ordering::Acquire) {
+                    let _ = request.respond(text(503, "no metrics now: the server is stopping\n"));
+                    break;
+                }
+                let response = respond(&request, &*render);
+                let _ = request.respond(response);
+            }
+            while let Ok(Some(request)) = serving.try_recv() {
+                let _ = request.respond(text(503, "no metrics now: the server is stopping\n"));
+            }
+        })?;
+        Ok(MetricsServer { addr: bound, server, stopping, thread: Some(thread) })
+    }
+
+    /// The bound address (with the port chosen when the address said 0).
+    #[must_use]
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops serving: the request being answered is finished, the port closes.
+    pub fn shutdown(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        self.stopping.store(true, Ordering::Release);
+        self.server.unblock();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for MetricsServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn header(name: &str, value: &str) -> Header {
+    Header::from_bytes(name.as_bytes(), value.as_bytes()).expect("a valid header")
+}
+
+fn text(status: u16, body: &str) -> Response<std::io::Cursor<Vec<u8>>> {
+    Response::from_string(body)
+        .with_status_code(status)
+        .with_header(header("Content-Type", "text/plain; charset=utf-8"))
+}
+
+/// The answer to one request.
+fn respond(request: &tiny_http::Request, render: &Render) -> Response<std::io::Cursor<Vec<u8>>> {
+    let path = request.url().split(['?', '#']).next().unwrap_or("");
+    if path != "/metrics" {
+        return text(404, "not found: this server serves GET /metrics\n");
+    }
+    if *request.method() != Method::Get {
+        return text(405, "method not allowed: GET only\n").with_header(header("Allow", "GET"));
+    }
+    let openmetrics = request.headers().iter().any(|h| {
+        h.field.equiv("Accept") && h.value.as_str().to_ascii_lowercase().contains("application/openmetrics-text")
+    });
+    match render(openmetrics) {
+        Ok(body) => {
+            let content_type = if openmetrics { OPENMETRICS_TEXT } else { PROMETHEUS_TEXT };
+            Response::from_string(body).with_header(header("Content-Type", content_type))
+        }
+        Err(reason) => text(503, &format!("no metrics now: {reason}\n")),
+    }
+}
