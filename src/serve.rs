@@ -58,7 +58,6 @@ pub(crate) struct ServeArgs {
 /// `sluice serve`: the engine and its Kafka listener, until SIGINT or SIGTERM.
 pub(crate) fn serve(a: &ServeArgs) -> Result<()> {
     use sluice_engine::kafka::{KafkaConfig, KafkaServer};
-    use sluice_engine::metrics::http::MetricsServer;
     let advertise = match &a.advertise {
         None => None,
         Some(s) => {
@@ -89,7 +88,7 @@ pub(crate) fn serve(a: &ServeArgs) -> Result<()> {
             return Err(e.into());
         }
     };
-    let metrics = match a.metrics_listen.map(|addr| MetricsServer::for_engine(addr, engine.handle())).transpose() {
+    let metrics = match a.metrics_listen.map(|addr| engine.handle().serve_metrics(addr)).transpose() {
         Ok(m) => m,
         Err(e) => {
             server.shutdown();

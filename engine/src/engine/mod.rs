@@ -351,6 +351,20 @@ impl EngineHandle {
         Ok(out)
     }
 
+    /// Serves these metrics (and those of the sources registered with the engine) on
+    /// `addr` at `/metrics`, from a thread of its own, until the server is dropped.
+    ///
+    /// # Errors
+    ///
+    /// `addr` cannot be bound.
+    pub fn serve_metrics(&self, addr: std::net::SocketAddr) -> std::io::Result<crate::metrics::http::MetricsServer> {
+        let engine = self.clone();
+        let render = move |openmetrics| {
+            futures_lite::future::block_on(engine.render_metrics(openmetrics)).map_err(|e| e.to_string())
+        };
+        crate::metrics::http::MetricsServer::start(addr, std::sync::Arc::new(render))
+    }
+
     /// The metrics as a scrape answers them: the Prometheus text format (0.0.4), or
     /// OpenMetrics 1.0 with `openmetrics` (for host code that serves them itself; `sluice
     /// serve --metrics-listen` serves these).

@@ -19,7 +19,6 @@ use std::thread::JoinHandle;
 use tiny_http::{Header, Method, Response, Server};
 
 use super::{OPENMETRICS_TEXT, PROMETHEUS_TEXT};
-use crate::engine::EngineHandle;
 
 /// Renders a scrape: `openmetrics` asks for OpenMetrics rather than the Prometheus text
 /// format; an error is the reason no metrics can be given now (503).
@@ -40,14 +39,6 @@ impl std::fmt::Debug for MetricsServer {
 }
 
 impl MetricsServer {
-    /// Serves `engine`'s metrics (and those of the sources registered with it) on `addr`.
-    pub fn for_engine(addr: SocketAddr, engine: EngineHandle) -> std::io::Result<MetricsServer> {
-        let render = move |openmetrics| {
-            futures_lite::future::block_on(engine.render_metrics(openmetrics)).map_err(|e| e.to_string())
-        };
-        MetricsServer::start(addr, Arc::new(render))
-    }
-
     /// Binds `addr` (port 0 picks one) and serves what `render` gives.
     pub fn start(addr: SocketAddr, render: Arc<Render>) -> std::io::Result<MetricsServer> {
         let server = Server::http(addr).map_err(|e| std::io::Error::other(format!("binding {addr}: {e}")))?;

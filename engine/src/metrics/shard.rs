@@ -10,7 +10,23 @@ use std::time::Duration;
 use sluice_io::{LatencyCounts, LatencyHistogram, LogStatsSnapshot};
 
 use super::{Families, Labels, PARTITION_SERIES_MAX, Value};
-use crate::shard::CleanerStats;
+
+/// The cleaner's counts on one shard (from the shard's `CleanerStats`).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct CleanerSample {
+    /// Passes over a partition.
+    pub passes: u64,
+    /// Passes that failed.
+    pub failures: u64,
+    /// Closed segments retention deleted.
+    pub segments_deleted: u64,
+    /// Compactions run.
+    pub compactions: u64,
+    /// Records compaction removed.
+    pub records_removed: u64,
+    /// Bytes given back by retention and compaction.
+    pub bytes_reclaimed: u64,
+}
 
 /// What a shard's thread counts outside its logs. Thread-local: the shard's code writes
 /// it with plain cell updates and the shard reads it when a scrape asks.
@@ -109,7 +125,7 @@ pub struct ShardSample {
     /// fsync latency over all the shard's partitions.
     pub fsync: LatencyCounts,
     /// The cleaner's counts.
-    pub cleaner: CleanerStats,
+    pub cleaner: CleanerSample,
     /// Groups this shard coordinates (at most [`super::SERIES_MAX`]).
     pub groups: Vec<GroupSample>,
     /// Groups left out by the cap.

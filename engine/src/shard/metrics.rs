@@ -8,7 +8,7 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use crate::metrics::shard::{CommittedSample, GroupSample, PartitionSample};
+use crate::metrics::shard::{CleanerSample, CommittedSample, GroupSample, PartitionSample};
 use crate::metrics::{PARTITION_SERIES_MAX, SERIES_MAX, ShardCells, ShardSample};
 
 use super::ShardState;
@@ -25,7 +25,14 @@ pub(super) fn sample(state: &Rc<RefCell<ShardState>>, queued_requests: usize) ->
         tasks_run,
         queued_requests,
         append,
-        cleaner: st.cleaning.clone(),
+        cleaner: CleanerSample {
+            passes: st.cleaning.passes,
+            failures: st.cleaning.failures,
+            segments_deleted: st.cleaning.segments_deleted,
+            compactions: st.cleaning.compactions,
+            records_removed: st.cleaning.records_removed,
+            bytes_reclaimed: st.cleaning.bytes_reclaimed,
+        },
         ..ShardSample::default()
     };
     for ((topic, p), part) in &st.partitions {
