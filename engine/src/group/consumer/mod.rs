@@ -23,9 +23,12 @@
 //! that instance id takes their place, epoch and assignment, without a rebalance.
 //!
 //! A subscription's regex is resolved against the topics at every heartbeat of the group,
-//! except the heartbeat that brings a new one: as Kafka resolves regexes asynchronously,
-//! a member's named topics are assigned first and its regex's topics from its next
-//! heartbeat (librdkafka's test 0045 expects exactly that).
+//! for every member, except in the heartbeat that brings a regex the group does not
+//! resolve yet: as Kafka resolves regexes asynchronously, for the whole group, a member's
+//! named topics are assigned first and its new regex's topics from the group's next
+//! heartbeat (librdkafka's test 0045 expects exactly that), and once resolved a regex
+//! counts for every member that uses it at once (so that a topic created later is spread
+//! over them in one assignment, without a revocation: librdkafka's 0113 n_wildcard).
 //!
 //! A pure state machine like the rest of `group/`: time comes in as `now`, the topics as a
 //! map of partition counts, and names stay names (the listener turns them into topic ids).
