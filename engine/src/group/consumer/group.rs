@@ -324,7 +324,14 @@ impl Group {
                 Subscription::new(id.clone(), m.resolved.clone()).with_owned(owned)
             })
             .collect();
-        let assignment = engine.assign(&self.partitions, &subscriptions);
+        let inputs: Vec<super::uniform::Input<'_>> = self
+            .members
+            .iter()
+            .map(|(id, m)| (id, m.resolved.as_slice(), self.target.get(id).into_iter().flatten().cloned().collect()))
+            .collect();
+        let uniform =
+            (self.assignor == DEFAULT_ASSIGNOR).then(|| super::uniform::assign(&self.partitions, &inputs)).flatten();
+        let assignment = uniform.unwrap_or_else(|| engine.assign(&self.partitions, &subscriptions));
         self.target = assignment.into_iter().map(|(m, tps)| (m, tps.into_iter().collect())).collect();
         self.assignment_epoch = self.epoch;
     }

@@ -3,8 +3,9 @@
 //!
 //! The coordinator assigns: each member says what it subscribes to (topic names, or a
 //! regular expression) and, optionally, which server-side assignor it prefers (`uniform`,
-//! the default, or `range`, Kafka's names; `uniform` runs the sticky assignor of
-//! [`assignor`](crate::group::assignor), `range` its range assignor). Any change of
+//! the default, or `range`, Kafka's names; `uniform` is Kafka's homogeneous uniform
+//! assignor when every member subscribes to the same topics and the sticky assignor of
+//! [`assignor`](crate::group::assignor) otherwise, `range` is its range assignor). Any change of
 //! membership, subscriptions or the subscribed topics' partitions bumps the group epoch,
 //! and the target assignment for that epoch is computed at once. Each member then
 //! reconciles towards its target in steps, by heartbeats (Kafka's `CurrentAssignmentBuilder`):
@@ -36,6 +37,7 @@
 mod group;
 #[cfg(test)]
 mod tests;
+mod uniform;
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
