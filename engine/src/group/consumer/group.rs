@@ -40,10 +40,6 @@ struct Member {
     revoking: BTreeSet<TopicPartition>,
     topics: Vec<String>,
     regex: Option<(String, Regex)>,
-    /// Whether the regex is resolved yet: as in Kafka, which resolves regexes
-    /// asynchronously, a new regex's topics join the subscription from the member's next
-    /// heartbeat, not the one that brought it (its named topics are assigned first).
-    regex_resolved: bool,
     /// The topics the subscription resolves to, among those that exist.
     resolved: Vec<String>,
     assignor: Option<String>,
@@ -59,9 +55,9 @@ struct Member {
 }
 
 impl Member {
-    fn resolve(&self, topics: &BTreeMap<String, u32>) -> Vec<String> {
+    fn resolve(&self, topics: &BTreeMap<String, u32>, resolved: &BTreeSet<String>) -> Vec<String> {
         let mut r: BTreeSet<String> = self.topics.iter().filter(|t| topics.contains_key(*t)).cloned().collect();
-        if let Some((_, re)) = self.regex.as_ref().filter(|_| self.regex_resolved) {
+        if let Some((_, re)) = self.regex.as_ref().filter(|(text, _)| resolved.contains(text)) {
             r.extend(topics.keys().filter(|t| re.is_match(t)).cloned());
         }
         r.into_iter().collect()
@@ -77,6 +73,13 @@ pub(super) struct Group {
     target: BTreeMap<MemberId, BTreeSet<TopicPartition>>,
     /// The partition counts of the topics the members subscribe to, as last seen.
     partitions: BTreeMap<String, u32>,
+    /// The regexes the group resolves against the topics. As Kafka resolves regexes
+    /// asynchronously, for the whole group, a new one is resolved from the group's next
+    /// heartbeat (of any member), not in the one that brought it: a member's named
+    /// topics are assigned first.
+    regexes: BTreeSet<String>,
+    /// Regexes brought by the heartbeat being handled, resolved from the next one.
+    regexes_new: BTreeSet<String>,
 }
 
 impl Group {
@@ -136,9 +139,10 @@ impl Group {
                 }
             }
         }
+        // Regexes brought by earlier heartbeats are resolved by now.
+        let earlier = std::mem::take(&mut self.regexes_new);
+        self.regexes.extend(earlier);
         let m = self.members.get_mut(&id).expect("joined or found");
-        // A regex this member brought earlier is resolved by now.
-        m.regex_resolved = true;
         m.last_seen = now;
         m.session_timeout = req.session_timeout;
         m.client_id = req.client_id;
@@ -159,7 +163,11 @@ impl Group {
             let next = if re.is_empty() { None } else { Some((re.clone(), compile(&re)?)) };
             if next.as_ref().map(|(s, _)| s) != m.regex.as_ref().map(|(s, _)| s) {
                 changed = true;
-                m.regex_resolved = next.is_none();
+                if let Some((text, _)) = &next
+                    && !self.regexes.contains(text)
+                {
+                    self.regexes_new.insert(text.clone());
+                }
             }
             m.regex = next;
         }
@@ -225,7 +233,6 @@ impl Group {
                 revoking: BTreeSet::new(),
                 topics: Vec::new(),
                 regex: None,
-                regex_resolved: true,
                 resolved: Vec::new(),
                 assignor: None,
                 instance: req.instance.clone(),
@@ -285,8 +292,11 @@ impl Group {
     /// group subscribes to, or its partition counts, changed.
     fn refresh(&mut self, topics: &BTreeMap<String, u32>) -> bool {
         let mut changed = false;
+        // Regexes no member uses any more are dropped.
+        let used: BTreeSet<&String> = self.members.values().filter_map(|m| m.regex.as_ref().map(|(t, _)| t)).collect();
+        self.regexes.retain(|r| used.contains(r));
         for m in self.members.values_mut() {
-            let r = m.resolve(topics);
+            let r = m.resolve(topics, &self.regexes);
             if r != m.resolved {
                 m.resolved = r;
                 changed = true;
@@ -314,7 +324,14 @@ impl Group {
                 Subscription::new(id.clone(), m.resolved.clone()).with_owned(owned)
             })
             .collect();
-        let assignment = engine.assign(&self.partitions, &subscriptions);
+        let inputs: Vec<super::uniform::Input<'_>> = self
+            .members
+            .iter()
+            .map(|(id, m)| (id, m.resolved.as_slice(), self.target.get(id).into_iter().flatten().cloned().collect()))
+            .collect();
+        let uniform =
+            (self.assignor == DEFAULT_ASSIGNOR).then(|| super::uniform::assign(&self.partitions, &inputs)).flatten();
+        let assignment = uniform.unwrap_or_else(|| engine.assign(&self.partitions, &subscriptions));
         self.target = assignment.into_iter().map(|(m, tps)| (m, tps.into_iter().collect())).collect();
         self.assignment_epoch = self.epoch;
     }

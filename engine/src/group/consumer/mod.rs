@@ -3,8 +3,9 @@
 //!
 //! The coordinator assigns: each member says what it subscribes to (topic names, or a
 //! regular expression) and, optionally, which server-side assignor it prefers (`uniform`,
-//! the default, or `range`, Kafka's names; `uniform` runs the sticky assignor of
-//! [`assignor`](crate::group::assignor), `range` its range assignor). Any change of
+//! the default, or `range`, Kafka's names; `uniform` is Kafka's homogeneous uniform
+//! assignor when every member subscribes to the same topics and the sticky assignor of
+//! [`assignor`](crate::group::assignor) otherwise, `range` is its range assignor). Any change of
 //! membership, subscriptions or the subscribed topics' partitions bumps the group epoch,
 //! and the target assignment for that epoch is computed at once. Each member then
 //! reconciles towards its target in steps, by heartbeats (Kafka's `CurrentAssignmentBuilder`):
@@ -23,9 +24,12 @@
 //! that instance id takes their place, epoch and assignment, without a rebalance.
 //!
 //! A subscription's regex is resolved against the topics at every heartbeat of the group,
-//! except the heartbeat that brings a new one: as Kafka resolves regexes asynchronously,
-//! a member's named topics are assigned first and its regex's topics from its next
-//! heartbeat (librdkafka's test 0045 expects exactly that).
+//! for every member, except in the heartbeat that brings a regex the group does not
+//! resolve yet: as Kafka resolves regexes asynchronously, for the whole group, a member's
+//! named topics are assigned first and its new regex's topics from the group's next
+//! heartbeat (librdkafka's test 0045 expects exactly that), and once resolved a regex
+//! counts for every member that uses it at once (so that a topic created later is spread
+//! over them in one assignment, without a revocation: librdkafka's 0113 n_wildcard).
 //!
 //! A pure state machine like the rest of `group/`: time comes in as `now`, the topics as a
 //! map of partition counts, and names stay names (the listener turns them into topic ids).
@@ -33,6 +37,7 @@
 mod group;
 #[cfg(test)]
 mod tests;
+mod uniform;
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};

@@ -235,3 +235,31 @@ fn malformed_heartbeats_are_refused_and_change_nothing() {
     assert!(matches!(c.heartbeat("", join("a"), &t, now), Err(GroupError::InvalidRequest(_))));
     assert!(!c.contains("g"), "nothing was created");
 }
+
+#[test]
+fn members_sharing_a_regex_split_topics_created_later_without_revoking() {
+    let mut c = ConsumerGroups::default();
+    let now = Instant::now();
+    let rx = |m: &str| ConsumerHeartbeat { topics: Some(vec![]), regex: Some("^w_.".into()), ..join(m) };
+    let none = topics(&[("x", 1)]);
+    let mut a = Client { id: "a", epoch: 0, owned: vec![] };
+    let mut b = Client { id: "b", epoch: 0, owned: vec![] };
+    for (cl, req) in [(&mut a, rx("a")), (&mut b, rx("b"))] {
+        let answer = c.heartbeat("g", req, &none, now).unwrap();
+        assert_eq!(answer.assignment, Some(vec![]), "nothing matches yet");
+        cl.epoch = answer.epoch;
+    }
+    // The topics appear one after the other; each member hears of them at its own
+    // heartbeat. The regex counts for both members at once, so nothing moves twice.
+    for t in [topics(&[("x", 1), ("w_1", 2)]), topics(&[("x", 1), ("w_1", 2), ("w_2", 2)])] {
+        for _ in 0..3 {
+            let before = (a.owned.clone(), b.owned.clone());
+            a.beat(&mut c, &t, now);
+            b.beat(&mut c, &t, now);
+            assert!(before.0.iter().all(|p| a.owned.contains(p)), "a revoked: {before:?} -> {:?}", a.owned);
+            assert!(before.1.iter().all(|p| b.owned.contains(p)), "b revoked: {before:?} -> {:?}", b.owned);
+            exclusive(&[&a, &b]);
+        }
+    }
+    assert_eq!((a.owned.len(), b.owned.len()), (2, 2));
+}
