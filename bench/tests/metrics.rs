@@ -116,13 +116,13 @@ fn watch(addr: std::net::SocketAddr, prefix: &'static str) -> std::thread::JoinH
     std::thread::spawn(move || {
         let deadline = Instant::now() + Duration::from_secs(120);
         while Instant::now() < deadline {
-            if let Ok(mut s) = TcpStream::connect(addr) {
-                let mut raw = String::new();
-                if write!(s, "GET /metrics HTTP/1.0\r\n\r\n").is_ok() && s.read_to_string(&mut raw).is_ok() {
-                    if raw.lines().any(|l| l.starts_with(prefix)) {
-                        return Some(raw);
-                    }
-                }
+            let mut raw = String::new();
+            let read = TcpStream::connect(addr).and_then(|mut s| {
+                write!(s, "GET /metrics HTTP/1.0\r\n\r\n")?;
+                s.read_to_string(&mut raw)
+            });
+            if read.is_ok() && raw.lines().any(|l| l.starts_with(prefix)) {
+                return Some(raw);
             }
             std::thread::sleep(Duration::from_millis(5));
         }
