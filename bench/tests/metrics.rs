@@ -110,3 +110,43 @@ fn a_scrape_during_a_kafka_run_shows_the_listeners_requests() {
     assert!(text.contains(r#"sluice_log_end_offset{topic="#), "{text}");
     server.shutdown();
 }
+
+/// Scrapes `addr` until a line starts with `prefix` (or two minutes pass).
+fn watch(addr: std::net::SocketAddr, prefix: &'static str) -> std::thread::JoinHandle<Option<String>> {
+    std::thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while Instant::now() < deadline {
+            let mut raw = String::new();
+            let read = TcpStream::connect(addr).and_then(|mut s| {
+                write!(s, "GET /metrics HTTP/1.0\r\n\r\n")?;
+                s.read_to_string(&mut raw)
+            });
+            if read.is_ok() && raw.lines().any(|l| l.starts_with(prefix)) {
+                return Some(raw);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        None
+    })
+}
+
+#[test]
+fn log_at_a_rate_serves_its_engines_metrics_on_the_address_given() {
+    use sluice_bench::workloads::{e2e, log};
+
+    #[derive(Debug, Parser)]
+    struct LogCli {
+        #[command(flatten)]
+        args: log::LogArgs,
+    }
+    // A fixed port of this helper's range: the workload prints the one it bound only on
+    // stderr.
+    let addr: std::net::SocketAddr = "127.0.0.1:23951".parse().unwrap();
+    let watcher = watch(addr, r#"sluice_log_end_offset{topic="e2e",partition="0"}"#);
+    let line = ["log", "--rate", "20000", "--duration", "2", "--metrics-listen", "127.0.0.1:23951"];
+    let args = LogCli::try_parse_from(line).expect("valid arguments").args;
+    let report = e2e::run(&args).expect("log --rate");
+    assert!(report.achieved_rate > 0.0);
+    let text = watcher.join().expect("watcher").expect("a scrape during the run saw the engine's partition");
+    assert!(text.contains("sluice_log_append_duration_seconds_bucket"), "{text}");
+}

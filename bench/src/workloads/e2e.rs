@@ -86,6 +86,7 @@ pub struct E2eReport {
 ///
 /// Bad options, an engine that failed, or records that did not all arrive.
 pub fn run(args: &LogArgs) -> anyhow::Result<E2eReport> {
+    let _metrics = args.run.serve_metrics()?;
     let run = &args.run;
     if run.find_max_rate {
         let seconds = run.duration.unwrap_or(DEFAULT_STEP_SECONDS);
