@@ -501,8 +501,8 @@ fn produce_via_listener(
     })
 }
 
-/// Runs the workload.
-pub fn run(args: &KafkaArgs) -> anyhow::Result<KafkaReport> {
+/// Refuses options the workload cannot honour, before anything starts.
+fn check_args(args: &KafkaArgs) -> anyhow::Result<()> {
     ensure!(args.records > 0, "--records must be positive");
     check_clients(args.latency_records > 0)?;
     // The latencies come from the Python client, without the times they were taken at.
@@ -510,6 +510,12 @@ pub fn run(args: &KafkaArgs) -> anyhow::Result<KafkaReport> {
         args.common.hlog.is_none(),
         "kafka: the latencies come from the Python client without their times, so there is no interval log (--hlog)"
     );
+    Ok(())
+}
+
+/// Runs the workload.
+pub fn run(args: &KafkaArgs) -> anyhow::Result<KafkaReport> {
+    check_args(args)?;
     let work_dir = args.common.work_dir("kafka")?;
     let _metrics = crate::harness::metrics::serve(args.common.metrics_listen)?;
     let shards = args.shards as usize;

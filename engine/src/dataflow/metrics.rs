@@ -174,7 +174,16 @@ impl MetricSource for PipelineMetrics {
                 n,
             );
         }
-        let Some(coordinator) = &self.coordinator else { return };
+        if let Some(coordinator) = &self.coordinator {
+            self.collect_checkpoints(coordinator, out);
+        }
+    }
+}
+
+impl PipelineMetrics {
+    /// The checkpoint families: counts, durations, the last one's figures, the restore.
+    fn collect_checkpoints(&self, coordinator: &CheckpointCoordinator, out: &mut Families) {
+        let p = || self.name.clone();
         let stats = coordinator.stats();
         let l = || vec![("pipeline", p())];
         out.counter(

@@ -129,15 +129,48 @@ fn broker_source(value: &str, def: &configs::TopicConfigDef) -> i8 {
     if value == (def.get)(&TopicConfig::default()) { source::DEFAULT_CONFIG } else { source::STATIC_BROKER_CONFIG }
 }
 
+/// A broker setting: name, value, built-in default, type, doc.
+type BrokerRow = (&'static str, String, String, ConfigType, &'static str);
+
 /// The broker's settings (all read-only): `sluice serve`'s options and the topic defaults.
 fn broker_entries(ctx: &Context) -> Vec<Entry> {
+    let mut entries: Vec<Entry> = broker_rows(ctx)
+        .into_iter()
+        .map(|(name, value, default, kind, doc)| Entry {
+            source: if value == default { source::DEFAULT_CONFIG } else { source::STATIC_BROKER_CONFIG },
+            name: name.to_string(),
+            value,
+            read_only: true,
+            kind,
+            doc,
+            synonyms: Vec::new(),
+        })
+        .collect();
+    let defaults = ctx.engine.topic_defaults();
+    entries.extend(TOPIC_CONFIGS.iter().map(|def| {
+        let value = (def.get)(&defaults);
+        Entry {
+            name: def.broker_name.to_string(),
+            source: broker_source(&value, def),
+            value,
+            read_only: true,
+            kind: def.kind,
+            doc: def.doc,
+            synonyms: Vec::new(),
+        }
+    }));
+    entries
+}
+
+/// `sluice serve`'s options as Kafka's broker settings, with their built-in defaults.
+fn broker_rows(ctx: &Context) -> Vec<BrokerRow> {
     use ConfigType::{Boolean, Int, Long, String as Text};
     let c = &ctx.config;
     let built_in = super::KafkaConfig::new(c.listen);
     let listener = format!("PLAINTEXT://{}", c.listen);
     let advertised = format!("PLAINTEXT://{}:{}", ctx.advertised.0, ctx.advertised.1);
     let retention_check = ctx.engine.retention_check().as_millis().to_string();
-    let rows: Vec<(&str, String, String, ConfigType, &'static str)> = vec![
+    vec![
         ("broker.id", NODE_ID.to_string(), NODE_ID.to_string(), Int, "This node's id: the one broker of its cluster."),
         ("node.id", NODE_ID.to_string(), NODE_ID.to_string(), Int, "This node's id (KRaft's name)."),
         (
@@ -206,33 +239,7 @@ fn broker_entries(ctx: &Context) -> Vec<Entry> {
             Long,
             "A connection with no request for this long is closed.",
         ),
-    ];
-    let mut entries: Vec<Entry> = rows
-        .into_iter()
-        .map(|(name, value, default, kind, doc)| Entry {
-            source: if value == default { source::DEFAULT_CONFIG } else { source::STATIC_BROKER_CONFIG },
-            name: name.to_string(),
-            value,
-            read_only: true,
-            kind,
-            doc,
-            synonyms: Vec::new(),
-        })
-        .collect();
-    let defaults = ctx.engine.topic_defaults();
-    entries.extend(TOPIC_CONFIGS.iter().map(|def| {
-        let value = (def.get)(&defaults);
-        Entry {
-            name: def.broker_name.to_string(),
-            source: broker_source(&value, def),
-            value,
-            read_only: true,
-            kind: def.kind,
-            doc: def.doc,
-            synonyms: Vec::new(),
-        }
-    }));
-    entries
+    ]
 }
 
 /// The broker resource's name must be this node's id, or empty (the cluster default).

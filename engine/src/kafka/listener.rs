@@ -50,38 +50,7 @@ impl KafkaServer {
     /// Binds the address and starts `config.executors` listener executors serving
     /// `engine`. Returns once every executor is accepting.
     pub fn start(engine: EngineHandle, config: KafkaConfig) -> Result<KafkaServer, KafkaError> {
-        if config.executors == 0 || config.executors > 1024 {
-            return Err(KafkaError::Config(format!("executors must be within 1..=1024, not {}", config.executors)));
-        }
-        if config.max_request_bytes < 64 || config.max_request_bytes > (1 << 30) {
-            return Err(KafkaError::Config(format!(
-                "max_request_bytes must be within 64..=1 GiB, not {}",
-                config.max_request_bytes
-            )));
-        }
-        if config.max_in_flight_per_connection == 0 || config.max_connections_per_executor == 0 {
-            return Err(KafkaError::Config("in-flight and connection limits must be positive".into()));
-        }
-        let max = crate::engine::PARTITIONS_MAX;
-        if config.num_partitions == 0 || config.num_partitions > max {
-            return Err(KafkaError::Config(format!(
-                "num_partitions must be within 1..={max}, not {}",
-                config.num_partitions
-            )));
-        }
-        if config.transaction_max_timeout_ms < 1 {
-            return Err(KafkaError::Config(format!(
-                "transaction_max_timeout_ms must be positive, not {}",
-                config.transaction_max_timeout_ms
-            )));
-        }
-        let (beat, session) = (config.consumer_heartbeat_interval, config.consumer_session_timeout);
-        if beat.is_zero() || beat >= session || beat.as_millis() > i32::MAX as u128 {
-            return Err(KafkaError::Config(format!(
-                "consumer_heartbeat_interval ({beat:?}) must be positive and below consumer_session_timeout \
-                 ({session:?}), as Kafka requires"
-            )));
-        }
+        validate(&config)?;
         // Bind once without SO_REUSEPORT first: this fails if anything already listens
         // there (a reuse-port socket would silently share the port with it) and resolves
         // port 0 to the port every executor then binds.
@@ -548,4 +517,41 @@ impl From<std::io::Error> for FrameError {
     fn from(e: std::io::Error) -> Self {
         FrameError::Io(e)
     }
+}
+
+/// Refuses settings out of their ranges, before anything starts.
+fn validate(config: &KafkaConfig) -> Result<(), KafkaError> {
+    if config.executors == 0 || config.executors > 1024 {
+        return Err(KafkaError::Config(format!("executors must be within 1..=1024, not {}", config.executors)));
+    }
+    if config.max_request_bytes < 64 || config.max_request_bytes > (1 << 30) {
+        return Err(KafkaError::Config(format!(
+            "max_request_bytes must be within 64..=1 GiB, not {}",
+            config.max_request_bytes
+        )));
+    }
+    if config.max_in_flight_per_connection == 0 || config.max_connections_per_executor == 0 {
+        return Err(KafkaError::Config("in-flight and connection limits must be positive".into()));
+    }
+    let max = crate::engine::PARTITIONS_MAX;
+    if config.num_partitions == 0 || config.num_partitions > max {
+        return Err(KafkaError::Config(format!(
+            "num_partitions must be within 1..={max}, not {}",
+            config.num_partitions
+        )));
+    }
+    if config.transaction_max_timeout_ms < 1 {
+        return Err(KafkaError::Config(format!(
+            "transaction_max_timeout_ms must be positive, not {}",
+            config.transaction_max_timeout_ms
+        )));
+    }
+    let (beat, session) = (config.consumer_heartbeat_interval, config.consumer_session_timeout);
+    if beat.is_zero() || beat >= session || beat.as_millis() > i32::MAX as u128 {
+        return Err(KafkaError::Config(format!(
+            "consumer_heartbeat_interval ({beat:?}) must be positive and below consumer_session_timeout \
+             ({session:?}), as Kafka requires"
+        )));
+    }
+    Ok(())
 }

@@ -223,6 +223,23 @@ fn add_shard(out: &mut Families, shard: usize, s: &ShardSample) {
         l(),
         c.bytes_reclaimed,
     );
+    add_partitions(out, s);
+    for g in &s.groups {
+        let gl = || vec![("group", g.group.clone()), ("protocol", g.protocol.to_string())];
+        out.gauge("sluice_group_members", "Members of a consumer group", gl(), g.members);
+        out.gauge(
+            "sluice_group_generation",
+            "A consumer group's generation (each rebalance adds one)",
+            gl(),
+            g.generation,
+        );
+    }
+    out.dropped("sluice_group_members", s.groups_dropped);
+    out.dropped("sluice_group_generation", s.groups_dropped);
+}
+
+/// The per-partition families of a shard's sample (capped, with the dropped counted).
+fn add_partitions(out: &mut Families, s: &ShardSample) {
     for p in &s.partitions {
         let pl = || partition_labels(&p.topic, p.partition);
         let mut gauge = |name, help, v: u64| {
@@ -270,16 +287,4 @@ fn add_shard(out: &mut Families, shard: usize, s: &ShardSample) {
     ] {
         out.dropped(name, s.partitions_dropped);
     }
-    for g in &s.groups {
-        let gl = || vec![("group", g.group.clone()), ("protocol", g.protocol.to_string())];
-        out.gauge("sluice_group_members", "Members of a consumer group", gl(), g.members);
-        out.gauge(
-            "sluice_group_generation",
-            "A consumer group's generation (each rebalance adds one)",
-            gl(),
-            g.generation,
-        );
-    }
-    out.dropped("sluice_group_members", s.groups_dropped);
-    out.dropped("sluice_group_generation", s.groups_dropped);
 }

@@ -88,37 +88,9 @@ pub(super) fn tick(state: &Rc<RefCell<ShardState>>) {
     }
 }
 
-/// Serves a group request; hands any other request back.
-pub(super) async fn serve(state: &Rc<RefCell<ShardState>>, request: Request) -> Option<Request> {
-    if matches!(
-        request,
-        Request::GroupView { .. }
-            | Request::GroupList { .. }
-            | Request::GroupDelete { .. }
-            | Request::GroupDeleteOffsets { .. }
-    ) {
-        // An admin request sees the groups as their clocks stand now, as Kafka's timers
-        // would: a session that ran out since the last check (every 25 ms) is over, so a
-        // DeleteGroups sent just after a member's session timeout finds the group empty.
-        tick(state);
-    }
+/// Serves a request of Kafka's classic group protocol; hands any other request back.
+async fn serve_classic(state: &Rc<RefCell<ShardState>>, request: Request) -> Option<Request> {
     match request {
-        Request::GroupJoin { group, req, partitions, reply } => {
-            let result = state.borrow_mut().groups.join(&group, req, partitions, Instant::now());
-            let _ = reply.send(result).await;
-        }
-        Request::GroupSync { group, member, generation, reply } => {
-            let result = state.borrow_mut().groups.sync(&group, &member, generation, Instant::now());
-            let _ = reply.send(result).await;
-        }
-        Request::GroupHeartbeat { group, member, partitions, reply } => {
-            let result = state.borrow_mut().groups.heartbeat(&group, &member, partitions, Instant::now());
-            let _ = reply.send(result).await;
-        }
-        Request::GroupLeave { group, member, reply } => {
-            let result = state.borrow_mut().groups.leave(&group, &member);
-            let _ = reply.send(result).await;
-        }
         Request::ClassicJoin { group, req, reply } => {
             let mut st = state.borrow_mut();
             let ticket = st.waiters.ticket();
@@ -155,6 +127,43 @@ pub(super) async fn serve(state: &Rc<RefCell<ShardState>>, request: Request) -> 
                 results
             };
             let _ = reply.send(Ok(results)).await;
+        }
+        other => return Some(other),
+    }
+    None
+}
+
+/// Serves a group request; hands any other request back.
+pub(super) async fn serve(state: &Rc<RefCell<ShardState>>, request: Request) -> Option<Request> {
+    let request = serve_classic(state, request).await?;
+    if matches!(
+        request,
+        Request::GroupView { .. }
+            | Request::GroupList { .. }
+            | Request::GroupDelete { .. }
+            | Request::GroupDeleteOffsets { .. }
+    ) {
+        // An admin request sees the groups as their clocks stand now, as Kafka's timers
+        // would: a session that ran out since the last check (every 25 ms) is over, so a
+        // DeleteGroups sent just after a member's session timeout finds the group empty.
+        tick(state);
+    }
+    match request {
+        Request::GroupJoin { group, req, partitions, reply } => {
+            let result = state.borrow_mut().groups.join(&group, req, partitions, Instant::now());
+            let _ = reply.send(result).await;
+        }
+        Request::GroupSync { group, member, generation, reply } => {
+            let result = state.borrow_mut().groups.sync(&group, &member, generation, Instant::now());
+            let _ = reply.send(result).await;
+        }
+        Request::GroupHeartbeat { group, member, partitions, reply } => {
+            let result = state.borrow_mut().groups.heartbeat(&group, &member, partitions, Instant::now());
+            let _ = reply.send(result).await;
+        }
+        Request::GroupLeave { group, member, reply } => {
+            let result = state.borrow_mut().groups.leave(&group, &member);
+            let _ = reply.send(result).await;
         }
         Request::ConsumerHeartbeat { group, req, topics, reply } => {
             let result = state.borrow_mut().groups.consumer_heartbeat(&group, req, &topics, Instant::now());

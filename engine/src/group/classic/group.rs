@@ -14,48 +14,7 @@ use crate::error::GroupError;
 use crate::group::assignor::MemberId;
 use crate::group::consumer_protocol::parse_subscription;
 
-#[derive(Debug)]
-pub(super) struct Member {
-    instance: Option<String>,
-    client_id: String,
-    client_host: String,
-    session_timeout: Duration,
-    rebalance_timeout: Duration,
-    protocols: Vec<Protocol>,
-    assignment: Bytes,
-    /// A JoinGroup waiting for the rebalance to complete.
-    awaiting_join: Option<Ticket>,
-    /// A SyncGroup waiting for the leader's assignment.
-    awaiting_sync: Option<Ticket>,
-    /// Joined and not yet answered once: it expires after [`NEW_MEMBER_JOIN_TIMEOUT`]
-    /// even while it waits.
-    is_new: bool,
-    /// When it is removed unless it is heard from (or waits in a join or sync).
-    expires: Instant,
-}
-
-impl Member {
-    fn metadata(&self, protocol: Option<&str>) -> Bytes {
-        protocol
-            .and_then(|name| self.protocols.iter().find(|p| p.name == name))
-            .map(|p| p.metadata.clone())
-            .unwrap_or_default()
-    }
-
-    fn matches(&self, protocols: &[Protocol]) -> bool {
-        self.protocols == protocols
-    }
-
-    /// Whether its session is kept alive without heartbeats: a known member waiting in a
-    /// join or a sync cannot heartbeat (its client waits for the answer).
-    fn kept_alive(&self) -> bool {
-        !self.is_new && (self.awaiting_join.is_some() || self.awaiting_sync.is_some())
-    }
-
-    pub(super) fn heard(&mut self, now: Instant) {
-        self.expires = now + self.session_timeout;
-    }
-}
+pub(super) use super::member::Member;
 
 #[derive(Debug)]
 pub(super) struct Group {

@@ -29,6 +29,7 @@
 //! shard that coordinates the group.
 
 mod group;
+mod member;
 #[cfg(test)]
 mod tests;
 
