@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use sluice_engine::kafka::child::client_command as client;
+
 fn data_dir(name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("kafka-serve-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -219,18 +221,4 @@ fn serve_refuses_broker_settings_out_of_range() {
         assert!(err.contains(needle) && err.lines().count() == 1, "{options:?}: {err}");
     }
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// A Kafka client (kcat, a Python client) to run as a child process. Cargo puts the
-/// librdkafka that rdkafka-sys builds (without zlib or zstd) on `LD_LIBRARY_PATH` for
-/// tests and `cargo run` when the `kafka-client` feature is on, and kcat or
-/// confluent-kafka would load it in place of their own: those entries are left out.
-fn client(program: impl AsRef<std::ffi::OsStr>) -> std::process::Command {
-    let mut cmd = std::process::Command::new(program);
-    if let Some(path) = std::env::var_os("LD_LIBRARY_PATH") {
-        let kept: Vec<std::path::PathBuf> =
-            std::env::split_paths(&path).filter(|p| !p.to_string_lossy().contains("rdkafka-sys")).collect();
-        cmd.env("LD_LIBRARY_PATH", std::env::join_paths(kept).unwrap_or_default());
-    }
-    cmd
 }

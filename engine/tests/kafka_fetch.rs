@@ -6,15 +6,11 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::time::Duration;
-
 use bytes::{Bytes, BytesMut};
-use common::kafka::Served;
+use common::kafka::{RawClient, Served};
 use futures_lite::future::block_on;
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::RecordBatchDecoder;
 use sluice_engine::kafka::KafkaConfig;
 use sluice_engine::kafka::records::decode_produced;
@@ -31,9 +27,7 @@ impl Served {
     }
 
     fn connect(&self) -> Client {
-        let s = TcpStream::connect(self.addr()).expect("connects");
-        s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
-        Client { s, correlation: 0 }
+        RawClient::connect(self.addr(), "test")
     }
 
     /// A topic of `partitions` partitions, each holding `BATCHES` batches of one record of
@@ -51,36 +45,10 @@ impl Served {
     }
 }
 
-struct Client {
-    s: TcpStream,
-    correlation: i32,
-}
+/// The raw client of `common::kafka`, with this file's requests.
+type Client = RawClient;
 
 impl Client {
-    fn call<Req: Encodable, Resp: Decodable>(&mut self, api: ApiKey, version: i16, req: &Req) -> (usize, Resp) {
-        self.correlation += 1;
-        let mut buf = BytesMut::new();
-        let mut header = RequestHeader::default();
-        header.request_api_key = api as i16;
-        header.request_api_version = version;
-        header.correlation_id = self.correlation;
-        header.client_id = Some(StrBytes::from_static_str("test"));
-        header.encode(&mut buf, api.request_header_version(version)).expect("header encodes");
-        req.encode(&mut buf, version).expect("request encodes");
-        let mut frame = (buf.len() as i32).to_be_bytes().to_vec();
-        frame.extend_from_slice(&buf);
-        self.s.write_all(&frame).expect("send");
-        let mut size = [0u8; 4];
-        self.s.read_exact(&mut size).expect("a response");
-        let mut body = vec![0u8; i32::from_be_bytes(size) as usize];
-        self.s.read_exact(&mut body).expect("a response body");
-        let len = body.len();
-        let mut bytes = Bytes::from(body);
-        let h = ResponseHeader::decode(&mut bytes, api.response_header_version(version)).expect("header decodes");
-        assert_eq!(h.correlation_id, self.correlation);
-        (len, Resp::decode(&mut bytes, version).expect("response decodes"))
-    }
-
     /// Fetch v11 of `topic` with `max_bytes`, for each (partition, offset,
     /// partition_max_bytes): the response frame's size, and each partition's records.
     fn fetch(&mut self, topic: &str, max_bytes: i32, parts: &[(i32, i64, i32)]) -> (usize, Vec<Bytes>) {
@@ -100,7 +68,7 @@ impl Client {
         r.min_bytes = 1;
         r.max_bytes = max_bytes;
         r.topics = vec![t];
-        let (len, resp): (usize, FetchResponse) = self.call(ApiKey::Fetch, 11, &r);
+        let (len, resp): (usize, FetchResponse) = self.call_sized(ApiKey::Fetch, 11, &r);
         let parts = resp.responses[0]
             .partitions
             .iter()
@@ -126,7 +94,7 @@ impl Client {
         r.acks = -1;
         r.timeout_ms = 5000;
         r.topic_data = vec![t];
-        let (_, resp): (usize, ProduceResponse) = self.call(ApiKey::Produce, 7, &r);
+        let (_, resp): (usize, ProduceResponse) = self.call_sized(ApiKey::Produce, 7, &r);
         resp.responses[0].partition_responses[0].error_code
     }
 }

@@ -7,15 +7,13 @@
 mod common;
 
 use sluice_io::PartitionId;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use common::kafka::Served;
+use common::kafka::{RawClient, Served};
 use futures_lite::future::block_on;
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{
     Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
@@ -40,41 +38,14 @@ impl Served {
     }
 
     fn connect(&self) -> Client {
-        let s = TcpStream::connect(self.addr()).expect("connects");
-        s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
-        Client { s, correlation: 0 }
+        RawClient::connect(self.addr(), "test")
     }
 }
 
-struct Client {
-    s: TcpStream,
-    correlation: i32,
-}
+/// The raw client of `common::kafka`, with this file's requests.
+type Client = RawClient;
 
 impl Client {
-    fn call<Req: Encodable, Resp: Decodable>(&mut self, api: ApiKey, version: i16, req: &Req) -> Resp {
-        self.correlation += 1;
-        let mut buf = BytesMut::new();
-        let mut header = RequestHeader::default();
-        header.request_api_key = api as i16;
-        header.request_api_version = version;
-        header.correlation_id = self.correlation;
-        header.client_id = Some(StrBytes::from_static_str("test"));
-        header.encode(&mut buf, api.request_header_version(version)).expect("header encodes");
-        req.encode(&mut buf, version).expect("request encodes");
-        let mut frame = (buf.len() as i32).to_be_bytes().to_vec();
-        frame.extend_from_slice(&buf);
-        self.s.write_all(&frame).expect("send");
-        let mut size = [0u8; 4];
-        self.s.read_exact(&mut size).expect("a response");
-        let mut body = vec![0u8; i32::from_be_bytes(size) as usize];
-        self.s.read_exact(&mut body).expect("a response body");
-        let mut bytes = Bytes::from(body);
-        let h = ResponseHeader::decode(&mut bytes, api.response_header_version(version)).expect("header decodes");
-        assert_eq!(h.correlation_id, self.correlation);
-        Resp::decode(&mut bytes, version).expect("response decodes")
-    }
-
     fn init(&mut self, tid: &str, timeout_ms: i32) -> InitProducerIdResponse {
         let mut r = InitProducerIdRequest::default();
         r.transactional_id = Some(TransactionalId(s(tid)));

@@ -36,6 +36,7 @@ use anyhow::{Context, bail, ensure};
 use clap::Args;
 use futures_lite::future::block_on;
 use serde::{Deserialize, Serialize};
+use sluice_engine::kafka::child::client_command as client;
 use sluice_engine::kafka::{KafkaConfig, KafkaServer};
 use sluice_engine::{Engine, EngineConfig, EngineHandle, OwnedRecord, TopicConfig};
 use sluice_io::{BatchMeta, FsyncPolicy, PartitionId, Timestamp};
@@ -667,18 +668,4 @@ impl KafkaReport {
         }
         table
     }
-}
-
-/// A Kafka client (kcat, a Python client) to run as a child process. Cargo puts the
-/// librdkafka that rdkafka-sys builds (without zlib or zstd) on `LD_LIBRARY_PATH` for
-/// tests and `cargo run` when the `kafka-client` feature is on, and kcat or
-/// confluent-kafka would load it in place of their own: those entries are left out.
-fn client(program: impl AsRef<std::ffi::OsStr>) -> std::process::Command {
-    let mut cmd = std::process::Command::new(program);
-    if let Some(path) = std::env::var_os("LD_LIBRARY_PATH") {
-        let kept: Vec<std::path::PathBuf> =
-            std::env::split_paths(&path).filter(|p| !p.to_string_lossy().contains("rdkafka-sys")).collect();
-        cmd.env("LD_LIBRARY_PATH", std::env::join_paths(kept).unwrap_or_default());
-    }
-    cmd
 }

@@ -31,6 +31,7 @@
 //! (or gets the protocol's error code) and nothing else.
 
 pub mod admin;
+pub mod child;
 pub mod compression;
 pub mod configs;
 mod context;

@@ -115,6 +115,21 @@ impl RawClient {
         Req: kafka_protocol::protocol::Encodable,
         Resp: kafka_protocol::protocol::Decodable,
     {
+        self.call_sized(api, version, req).1
+    }
+
+    /// [`call`](Self::call), with the size of the response frame (after its length
+    /// prefix).
+    pub fn call_sized<Req, Resp>(
+        &mut self,
+        api: kafka_protocol::messages::ApiKey,
+        version: i16,
+        req: &Req,
+    ) -> (usize, Resp)
+    where
+        Req: kafka_protocol::protocol::Encodable,
+        Resp: kafka_protocol::protocol::Decodable,
+    {
         use kafka_protocol::messages::{RequestHeader, ResponseHeader};
         use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
         use std::io::{Read, Write};
@@ -134,23 +149,15 @@ impl RawClient {
         self.stream.read_exact(&mut size).expect("a response");
         let mut body = vec![0u8; i32::from_be_bytes(size) as usize];
         self.stream.read_exact(&mut body).expect("a response body");
+        let len = body.len();
         let mut bytes = bytes::Bytes::from(body);
         let h = ResponseHeader::decode(&mut bytes, api.response_header_version(version)).expect("header decodes");
         assert_eq!(h.correlation_id, self.correlation);
-        Resp::decode(&mut bytes, version).expect("response decodes")
+        (len, Resp::decode(&mut bytes, version).expect("response decodes"))
     }
 }
 
-/// A Kafka client (kcat, a Python client) to run as a child process. Cargo puts the
-/// librdkafka that rdkafka-sys builds (without zlib or zstd) on `LD_LIBRARY_PATH` for
-/// tests and `cargo run` when the `kafka-client` feature is on, and kcat or
-/// confluent-kafka would load it in place of their own: those entries are left out.
-pub fn client(program: impl AsRef<std::ffi::OsStr>) -> std::process::Command {
-    let mut cmd = std::process::Command::new(program);
-    if let Some(path) = std::env::var_os("LD_LIBRARY_PATH") {
-        let kept: Vec<std::path::PathBuf> =
-            std::env::split_paths(&path).filter(|p| !p.to_string_lossy().contains("rdkafka-sys")).collect();
-        cmd.env("LD_LIBRARY_PATH", std::env::join_paths(kept).unwrap_or_default());
-    }
-    cmd
-}
+/// A Kafka client (kcat, a Python client) to run as a child process, with the
+/// environment it loads its own librdkafka in (not every test binary runs one).
+#[allow(unused_imports)]
+pub use sluice_engine::kafka::child::client_command as client;
