@@ -545,11 +545,11 @@ fn a_generator_job_resumes_at_another_shard_count_with_each_result_once() {
     let mut got = visible.lock().unwrap().1.clone();
     got.sort();
     want.sort();
-    assert!(
-        first < second && second < want.len(),
-        "each run stopped before the end: {first}, {second} of {}",
-        want.len()
-    );
+    // The middle run's results become visible when its checkpoint's transactions are
+    // committed, which may be by the last run's restore: only the first run's count says
+    // that the runs stopped before the end.
+    assert!(first < want.len(), "the first run stopped before the end: {first} of {} results", want.len());
+    assert!(second >= first, "results stay visible: {first}, then {second}");
     assert_eq!(got, want, "each result visible once");
 }
 
