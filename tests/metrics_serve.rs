@@ -10,22 +10,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use sluice_engine::kafka::child::client_command as client;
+
 fn data_dir(name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("metrics-serve-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     dir
-}
-
-/// A client program, without the rdkafka-sys build directory on LD_LIBRARY_PATH (kcat
-/// would load that librdkafka, built without its codecs, in place of its own).
-fn client(program: impl AsRef<std::ffi::OsStr>) -> Command {
-    let mut cmd = Command::new(program);
-    if let Some(path) = std::env::var_os("LD_LIBRARY_PATH") {
-        let kept: Vec<PathBuf> =
-            std::env::split_paths(&path).filter(|p| !p.to_string_lossy().contains("rdkafka-sys")).collect();
-        cmd.env("LD_LIBRARY_PATH", std::env::join_paths(kept).unwrap_or_default());
-    }
-    cmd
 }
 
 fn kcat(args: &[&str], stdin: &str) -> std::process::Output {
