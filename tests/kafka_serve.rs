@@ -1,35 +1,23 @@
 //! `sluice serve`: Kafka clients produce and consume through it, and SIGTERM stops it
 //! cleanly (the data directory is released and what was produced is there afterwards).
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod common;
+use common::{kcat, script, stop};
 use sluice_engine::kafka::child::client_command as client;
 
 fn data_dir(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("kafka-serve-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
-}
-
-fn kcat(args: &[&str], stdin: &str) -> std::process::Output {
-    let mut child = client("kcat")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run kcat ({e}): run .ci/deps to install the Kafka test clients"));
-    child.stdin.take().expect("stdin").write_all(stdin.as_bytes()).expect("stdin");
-    child.wait_with_output().expect("kcat ran")
+    common::data_dir("kafka-serve", name)
 }
 
 #[test]
 fn serve_answers_kafka_clients_and_stops_on_sigterm() {
     let dir = data_dir("sigterm");
-    let (mut server, addr) = start_serve(&dir, "127.0.0.1:0").unwrap_or_else(|e| panic!("sluice serve: {e}"));
+    let (server, addr) = start_serve(&dir, "127.0.0.1:0").unwrap_or_else(|e| panic!("sluice serve: {e}"));
     let addr = addr.as_str();
     assert!(addr.starts_with("127.0.0.1:"), "loopback by default: {addr}");
 
@@ -41,18 +29,7 @@ fn serve_answers_kafka_clients_and_stops_on_sigterm() {
     assert!(out.status.success(), "kcat -C: {}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "a=1\nb=2\nc=3\n");
 
-    // SAFETY: kill(2) with a child's pid we started and have not waited for, and SIGTERM.
-    let rc = unsafe { libc::kill(server.id() as libc::pid_t, libc::SIGTERM) };
-    assert_eq!(rc, 0, "kill: {}", std::io::Error::last_os_error());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(s) = server.try_wait().expect("wait") {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "sluice serve did not stop within 20 s of SIGTERM");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert!(status.success(), "exit status {status:?}");
+    stop(server);
 
     // The directory is free again and holds what was produced.
     let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
@@ -134,51 +111,6 @@ fn a_restart_right_after_kill_9_binds_the_port_while_clients_were_connected() {
     again.kill().expect("kill");
     let _ = again.wait();
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// Stops a server with SIGTERM and waits (up to 20 s) for a clean exit.
-fn stop(mut server: std::process::Child) {
-    // SAFETY: kill(2) with a child's pid we started and have not waited for, and SIGTERM.
-    let rc = unsafe { libc::kill(server.id() as libc::pid_t, libc::SIGTERM) };
-    assert_eq!(rc, 0, "kill: {}", std::io::Error::last_os_error());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(s) = server.try_wait().expect("wait") {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "sluice serve did not stop within 20 s of SIGTERM");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert!(status.success(), "exit status {status:?}");
-}
-
-/// Runs a client script of tests/kafka/ against `addr` (at most two minutes); it must
-/// end with OK.
-fn script(name: &str, args: &[&str]) {
-    let python = std::env::var("SLUICE_PYTHON").unwrap_or_else(|_| "python3".to_string());
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kafka").join(name);
-    let mut child = client(&python)
-        .arg(&path)
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {python} ({e}): run .ci/deps to install the Kafka test clients"));
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while child.try_wait().expect("wait").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let out = child.wait_with_output().expect("script output");
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    println!("{name} {args:?}:\n{stdout}");
-    assert!(
-        out.status.success() && stdout.trim_end().ends_with("OK"),
-        "{name} failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
-    );
 }
 
 #[test]

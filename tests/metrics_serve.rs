@@ -10,42 +10,18 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sluice_engine::kafka::child::client_command as client;
+mod common;
+use common::{script, stop};
 
 fn data_dir(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("metrics-serve-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
+    common::data_dir("metrics-serve", name)
 }
 
+/// kcat with `args`, which must succeed.
 fn kcat(args: &[&str], stdin: &str) -> std::process::Output {
-    let mut child = client("kcat")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run kcat ({e}): run .ci/deps to install the Kafka test clients"));
-    child.stdin.take().expect("stdin").write_all(stdin.as_bytes()).expect("stdin");
-    let out = child.wait_with_output().expect("kcat ran");
+    let out = common::kcat(args, stdin);
     assert!(out.status.success(), "kcat {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     out
-}
-
-/// Runs a client script of tests/kafka/; it must end with OK.
-fn script(name: &str, args: &[&str]) {
-    let python = std::env::var("SLUICE_PYTHON").unwrap_or_else(|_| "python3".to_string());
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kafka").join(name);
-    let out = client(&python)
-        .arg(&path)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {python} ({e}): run .ci/deps to install the Kafka test clients"));
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(
-        out.status.success() && stdout.trim_end().ends_with("OK"),
-        "{name} failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
-    );
 }
 
 /// Starts `sluice serve` with `--metrics-listen 127.0.0.1:0`; returns the child, the
@@ -218,20 +194,4 @@ fn a_metrics_address_in_use_is_refused_at_start() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("metrics endpoint"), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// Stops a server with SIGTERM and waits (up to 20 s) for a clean exit.
-fn stop(mut server: Child) {
-    // SAFETY: kill(2) with a child's pid we started and have not waited for, and SIGTERM.
-    let rc = unsafe { libc::kill(server.id() as libc::pid_t, libc::SIGTERM) };
-    assert_eq!(rc, 0, "kill: {}", std::io::Error::last_os_error());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(s) = server.try_wait().expect("wait") {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "sluice serve did not stop within 20 s of SIGTERM");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert!(status.success(), "exit status {status:?}");
 }

@@ -436,6 +436,37 @@ impl sluice_engine::dataflow::TwoPhaseCommitSink<String> for Staged {
     }
 }
 
+/// The counting job of the stop-and-restore tests: generator numbers `0..n` split over
+/// the shards, 2 us of work each (so a run lasts long enough to be stopped), counted per
+/// `i % 5` in 100 ms windows of event time `i / 100` ms.
+fn slow_counts(
+    scope: &sluice_engine::dataflow::Scope,
+    n: u64,
+) -> sluice_engine::dataflow::Stream<sluice_engine::dataflow::WindowResult<u64, u64>> {
+    scope
+        .source(
+            Generator::new(scope.shard(), scope.shards(), n, |i| i),
+            WatermarkStrategy::monotonous(|i: &u64| EventTime::from_millis((*i / 100) as i64)),
+        )
+        .map(|i| {
+            let until = Instant::now() + Duration::from_micros(2);
+            while Instant::now() < until {}
+            i
+        })
+        .key_by(|i| i % 5)
+        .window(Windows::tumbling(Duration::from_millis(100)))
+        .count()
+}
+
+/// What [`slow_counts`] must count: per (key, window start).
+fn slow_counts_want(n: u64) -> std::collections::BTreeMap<(u64, i64), u64> {
+    let mut counts = std::collections::BTreeMap::new();
+    for i in 0..n {
+        *counts.entry((i % 5, ((i / 100) / 100 * 100) as i64)).or_default() += 1;
+    }
+    counts
+}
+
 #[test]
 fn two_phase_commit_and_upsert_sinks_expose_each_result_once_across_a_stop_and_restore() {
     use std::collections::BTreeMap;
@@ -449,19 +480,7 @@ fn two_phase_commit_and_upsert_sinks_expose_each_result_once_across_a_stop_and_r
         let running = Pipeline::new(PipelineConfig::with_shards(2))
             .checkpointing(CheckpointConfig::new(&*dir).interval(Duration::from_millis(15)))
             .spawn(move |scope| {
-                let counts = scope
-                    .source(
-                        Generator::new(scope.shard(), scope.shards(), n, |i| i),
-                        WatermarkStrategy::monotonous(|i: &u64| EventTime::from_millis((*i / 100) as i64)),
-                    )
-                    .map(|i| {
-                        let until = Instant::now() + Duration::from_micros(2);
-                        while Instant::now() < until {}
-                        i
-                    })
-                    .key_by(|i| i % 5)
-                    .window(Windows::tumbling(Duration::from_millis(100)))
-                    .count();
+                let counts = slow_counts(scope, n);
                 counts
                     .clone()
                     .map(|r| format!("{}|{}|{}", r.key, r.window.start.millis(), r.value))
@@ -482,11 +501,7 @@ fn two_phase_commit_and_upsert_sinks_expose_each_result_once_across_a_stop_and_r
     assert!(run(None).is_some(), "the second run restores");
     let mut want = Vec::new();
     let mut want_table = BTreeMap::new();
-    let mut counts: BTreeMap<(u64, i64), u64> = BTreeMap::new();
-    for i in 0..n {
-        *counts.entry((i % 5, ((i / 100) / 100 * 100) as i64)).or_default() += 1;
-    }
-    for ((k, s), c) in counts {
+    for ((k, s), c) in slow_counts_want(n) {
         want.push(format!("{k}|{s}|{c}"));
         want_table.insert((k, s), c);
     }
@@ -503,8 +518,6 @@ fn a_generator_job_resumes_at_another_shard_count_with_each_result_once() {
     // Stopped at 2 shards, resumed at 1 and stopped again, then resumed at 2 to the end:
     // each generator index is read once over the three runs, so each window's count is
     // right and visible once.
-    use std::collections::BTreeMap;
-
     let dir = common::data_dir("checkpoint", "generator-rescale");
     let visible = Arc::new(Mutex::new((std::collections::HashSet::new(), Vec::new())));
     let n = 300_000u64;
@@ -513,19 +526,7 @@ fn a_generator_job_resumes_at_another_shard_count_with_each_result_once() {
         let running = Pipeline::new(PipelineConfig::with_shards(shards))
             .checkpointing(CheckpointConfig::new(&*dir).interval(Duration::from_millis(15)))
             .spawn(move |scope| {
-                scope
-                    .source(
-                        Generator::new(scope.shard(), scope.shards(), n, |i| i),
-                        WatermarkStrategy::monotonous(|i: &u64| EventTime::from_millis((*i / 100) as i64)),
-                    )
-                    .map(|i| {
-                        let until = Instant::now() + Duration::from_micros(2);
-                        while Instant::now() < until {}
-                        i
-                    })
-                    .key_by(|i| i % 5)
-                    .window(Windows::tumbling(Duration::from_millis(100)))
-                    .count()
+                slow_counts(scope, n)
                     .map(|r| format!("{}|{}|{}", r.key, r.window.start.millis(), r.value))
                     .to_two_phase_commit(Staged { visible: visible.clone() });
             })
@@ -537,11 +538,7 @@ fn a_generator_job_resumes_at_another_shard_count_with_each_result_once() {
     assert!(run(1, Some(1)).is_some(), "the run at 1 shard restores");
     let second = visible.lock().unwrap().1.len();
     assert!(run(2, None).is_some(), "the last run at 2 shards restores");
-    let mut counts: BTreeMap<(u64, i64), u64> = BTreeMap::new();
-    for i in 0..n {
-        *counts.entry((i % 5, ((i / 100) / 100 * 100) as i64)).or_default() += 1;
-    }
-    let mut want: Vec<String> = counts.iter().map(|((k, s), c)| format!("{k}|{s}|{c}")).collect();
+    let mut want: Vec<String> = slow_counts_want(n).iter().map(|((k, s), c)| format!("{k}|{s}|{c}")).collect();
     let mut got = visible.lock().unwrap().1.clone();
     got.sort();
     want.sort();

@@ -37,6 +37,7 @@ use clap::Args;
 use futures_lite::future::block_on;
 use serde::{Deserialize, Serialize};
 use sluice_engine::kafka::child::client_command as client;
+pub use sluice_engine::kafka::compression::Codec;
 use sluice_engine::kafka::{KafkaConfig, KafkaServer};
 use sluice_engine::{Engine, EngineConfig, EngineHandle, OwnedRecord, TopicConfig};
 use sluice_io::{BatchMeta, FsyncPolicy, PartitionId, Timestamp};
@@ -98,7 +99,7 @@ pub struct KafkaArgs {
     pub client: Client,
     /// The codec the producing clients compress their batches with (librdkafka's
     /// `compression.codec`, rskafka's `Compression`).
-    #[arg(long, value_enum, default_value_t = Codec::None)]
+    #[arg(long, default_value = "none", value_name = "none|gzip|snappy|lz4|zstd")]
     pub compression: Codec,
     /// Run no wake-up probe beside the latency run (a thread that sleeps 1 ms at a time
     /// and reports how late it woke: `machine_wake_latency_us`).
@@ -106,40 +107,9 @@ pub struct KafkaArgs {
     pub no_wake_probe: bool,
 }
 
-/// The producing clients' codec (Kafka's ids).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Codec {
-    /// Uncompressed batches.
-    None = 0,
-    /// gzip.
-    Gzip = 1,
-    /// Snappy.
-    Snappy = 2,
-    /// LZ4.
-    Lz4 = 3,
-    /// Zstandard.
-    Zstd = 4,
-}
-
-impl Codec {
-    /// The name librdkafka (`compression.codec`) and confluent-kafka take.
-    #[must_use]
-    pub fn name(self) -> &'static str {
-        match self {
-            Codec::None => "none",
-            Codec::Gzip => "gzip",
-            Codec::Snappy => "snappy",
-            Codec::Lz4 => "lz4",
-            Codec::Zstd => "zstd",
-        }
-    }
-}
-
-impl std::fmt::Display for Codec {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
+/// Writes a codec in the report by its Kafka name, as `--compression` takes it.
+fn codec_name<S: serde::Serializer>(codec: &Codec, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(codec.name())
 }
 
 /// The throughput run's Kafka client.
@@ -205,6 +175,7 @@ pub struct KafkaReport {
     /// The Kafka run's client: `kcat`, `rskafka` or `rdkafka`.
     pub client: Client,
     /// The codec the producing clients compressed their batches with.
+    #[serde(serialize_with = "codec_name")]
     pub compression: Codec,
     /// Value bytes per record.
     pub record_bytes: u64,
@@ -401,7 +372,7 @@ fn stored(handle: &EngineHandle, topic: &str, partitions: u32) -> anyhow::Result
 /// its producer's codec): the check that `--compression` took effect. Clients send a batch
 /// uncompressed when compressing would not shrink it, so not every batch need say so.
 fn arrived_compressed(handle: &EngineHandle, topic: &str, partitions: u32, codec: Codec) -> anyhow::Result<bool> {
-    let id = codec as u8;
+    let id = codec.id();
     for p in 0..partitions {
         let (mut at, end) = block_on(handle.offsets(topic, PartitionId(p)))?;
         while at < end {

@@ -97,6 +97,18 @@ impl std::fmt::Display for Codec {
     }
 }
 
+/// A codec by Kafka's name (`none`, `gzip`, `snappy`, `lz4`, `zstd`).
+impl std::str::FromStr for Codec {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Codec, String> {
+        [Codec::None, Codec::Gzip, Codec::Snappy, Codec::Lz4, Codec::Zstd]
+            .into_iter()
+            .find(|c| c.name() == s)
+            .ok_or_else(|| format!("unknown codec `{s}`: expected none, gzip, snappy, lz4 or zstd"))
+    }
+}
+
 /// The codec a fetch sends a stored batch in: the topic's `compression.type`, or with
 /// `producer` the codec the batch arrived in. Control batches (transaction markers) go
 /// uncompressed, as Kafka writes them.

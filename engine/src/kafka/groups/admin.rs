@@ -85,16 +85,9 @@ fn describe_one(dg: &mut DescribedGroup, view: GroupView, version: i16) {
         dg.protocol_type = str_bytes(CONSUMER);
         dg.protocol_data = str_bytes(c.assignor);
         for cm in c.members {
-            let mut m = DescribedGroupMember::default();
-            m.member_id = str_bytes(cm.member.as_str());
-            if version >= 4 {
-                m.group_instance_id = cm.instance.map(str_bytes);
-            }
-            m.client_id = str_bytes(cm.client_id);
-            m.client_host = str_bytes(cm.client_host);
-            m.member_metadata = encode_subscription(&cm.topics);
-            m.member_assignment = encode_assignment(&cm.assignment);
-            dg.members.push(m);
+            let (metadata, assignment) = (encode_subscription(&cm.topics), encode_assignment(&cm.assignment));
+            let identity = (cm.member.as_str(), cm.instance, cm.client_id, cm.client_host);
+            dg.members.push(described_member(version, identity, metadata, assignment));
         }
         return;
     }
@@ -103,16 +96,8 @@ fn describe_one(dg: &mut DescribedGroup, view: GroupView, version: i16) {
         dg.protocol_type = str_bytes(c.protocol_type);
         dg.protocol_data = str_bytes(c.protocol.unwrap_or_default());
         for cm in c.members {
-            let mut m = DescribedGroupMember::default();
-            m.member_id = str_bytes(cm.member.as_str());
-            if version >= 4 {
-                m.group_instance_id = cm.instance.map(str_bytes);
-            }
-            m.client_id = str_bytes(cm.client_id);
-            m.client_host = str_bytes(cm.client_host);
-            m.member_metadata = cm.metadata;
-            m.member_assignment = cm.assignment;
-            dg.members.push(m);
+            let identity = (cm.member.as_str(), cm.instance, cm.client_id, cm.client_host);
+            dg.members.push(described_member(version, identity, cm.metadata, cm.assignment));
         }
         return;
     }
@@ -152,4 +137,24 @@ pub(crate) async fn delete(ctx: &Arc<Context>, req: DeleteGroupsRequest) -> Dele
         resp.results.push(r);
     }
     resp
+}
+
+/// A DescribeGroups member: its id, instance id (from v4), client id and host, and its
+/// metadata and assignment as the group's protocol encodes them.
+fn described_member(
+    version: i16,
+    (member, instance, client_id, client_host): (&str, Option<String>, String, String),
+    metadata: bytes::Bytes,
+    assignment: bytes::Bytes,
+) -> DescribedGroupMember {
+    let mut m = DescribedGroupMember::default();
+    m.member_id = str_bytes(member);
+    if version >= 4 {
+        m.group_instance_id = instance.map(str_bytes);
+    }
+    m.client_id = str_bytes(client_id);
+    m.client_host = str_bytes(client_host);
+    m.member_metadata = metadata;
+    m.member_assignment = assignment;
+    m
 }
