@@ -369,3 +369,44 @@ fn delete_records_moves_the_start_inside_a_segment_and_it_holds_across_reopen() 
         assert_eq!(read_all(&log, Offset(3004)).await.len(), 6);
     });
 }
+
+#[test]
+fn the_scan_for_transactions_skips_segments_without_one_also_after_reopen() {
+    let dir = common::temp_dir("first-txn");
+    common::run(move || async move {
+        use sluice_io::ProducerId;
+        use sluice_io::txn::Marker;
+        let config = LogConfig { segment_bytes_max: 64 << 10, fsync: FsyncPolicy::Always, ..LogConfig::default() };
+        let (log, _) = Log::open(UringStorage, &dir, config.clone()).await.unwrap();
+        append_n(&log, 0, 3000, 50).await;
+        assert_eq!(log.first_transactional_from(Offset(0)), None, "no transactional batch yet");
+        let v = value(0);
+        let rec = [Record::keyed(b"k", &v, Timestamp(1))];
+        let txn = log.append_with(&rec, &Marker::data_meta(ProducerId(9), 0)).await.unwrap().base_offset;
+        assert_eq!(txn, Offset(3000));
+        let commit = Marker::Commit.key();
+        let marker = [Record::keyed(&commit, b"", Timestamp(1))];
+        log.append_with(&marker, &Marker::meta(ProducerId(9))).await.unwrap();
+        append_n(&log, 3002, 3000, 50).await;
+        assert!(log.segment_count() >= 4, "rolled by size: {}", log.segment_count());
+        let check = |log: &Log| {
+            // From any offset before the transaction, the scan starts at it: the segments
+            // before hold none, and in its own segment it is the first one.
+            for from in [0, 1, 1500, 2999, 3000] {
+                assert_eq!(log.first_transactional_from(Offset(from)), Some(Offset(3000)), "from {from}");
+            }
+            // Past it, in its own segment, the index cannot tell: the scan starts where asked.
+            assert_eq!(log.first_transactional_from(Offset(3001)), Some(Offset(3001)));
+            // In a later segment without one: nothing to scan.
+            let bases = log.segment_bases();
+            let later = bases.iter().find(|b| b.0 > 3001).copied().expect("a segment after the transaction's");
+            assert_eq!(log.first_transactional_from(later), None, "segments {bases:?}");
+        };
+        check(&log);
+        log.close().await.unwrap();
+        // Reopened: the closed segments' facts come from their index files.
+        let (log, _) = Log::open(UringStorage, &dir, config).await.unwrap();
+        check(&log);
+        log.close().await.unwrap();
+    });
+}

@@ -148,6 +148,8 @@ impl EngineHandle {
     ) -> Result<std::collections::HashMap<sluice_io::ProducerId, Offset>> {
         let (mut at, end) = self.offsets(topic, partition).await?;
         let mut scan = sluice_io::txn::OpenTransactions::default();
+        // Batches before the first transactional one open no transaction.
+        at = self.first_transactional(topic, partition, at).await?.unwrap_or(end).max(at);
         while at < end {
             let batches = self.fetch(topic, partition, at, 4 << 20, Duration::ZERO).await?;
             if batches.is_empty() {
@@ -185,6 +187,20 @@ impl EngineHandle {
         let (shard, _) = self.owner(topic, partition)?;
         let topic = topic.to_string();
         self.call(shard, |reply| Request::Offsets { topic, partition, reply }).await
+    }
+
+    /// Where a scan of a partition for transactions from `from` must begin: the first
+    /// transactional or control batch at or after it as far as the segments tell, or
+    /// `None` when nothing from `from` on opens or ends a transaction.
+    pub async fn first_transactional(
+        &self,
+        topic: &str,
+        partition: PartitionId,
+        from: Offset,
+    ) -> Result<Option<Offset>> {
+        let (shard, _) = self.owner(topic, partition)?;
+        let topic = topic.to_string();
+        self.call(shard, |reply| Request::FirstTransactional { topic, partition, from, reply }).await
     }
 
     /// Makes everything appended to a partition so far durable (written and

@@ -8,8 +8,11 @@
 //! read_committed fetch of it, then only the batches appended since, on each later one.
 //! The batches the fetch read for its client are reused when they are the next ones the
 //! index needs (a reader at the end of the log, the usual case, costs no extra read);
-//! otherwise the listener reads them again (a first fetch from the middle of a
-//! partition reads all of it). The index holds the open transactions and the aborted
+//! otherwise the listener reads them again. Only the batches from each segment's first
+//! transactional or control batch on are read (the segment index records where that is,
+//! `Log::first_transactional_from`): a partition no transactional producer wrote to is
+//! never read for this, and a first fetch of a large one reads from its first
+//! transaction on, not from its start. The index holds the open transactions and the aborted
 //! transactions whose marker is still in the log (older ones are dropped as retention
 //! removes them). It is shared by the listener's executors; the lock is never held
 //! across an await.
@@ -107,6 +110,18 @@ impl StableIndex {
             let batches = if covers {
                 fetched
             } else {
+                // Batches before the next transactional one need no reading (a partition
+                // no transactional producer wrote to is never read here at all).
+                let skip_to = engine.first_transactional(topic, partition, at).await?.unwrap_or(end).min(end);
+                if skip_to > at {
+                    let mut parts = self.lock();
+                    let e = parts.entry(key.clone()).or_default();
+                    if e.scanned_to == at {
+                        e.scanned_to = skip_to;
+                    }
+                    at = e.scanned_to;
+                    continue;
+                }
                 read = match engine.fetch(topic, partition, at, SCAN_STEP_BYTES, Duration::ZERO).await {
                     // Retention or DeleteRecords moved the log's start past `at` since
                     // `bounds` were taken: what lay below is gone, go on from the start.
@@ -185,6 +200,39 @@ mod tests {
     use crate::{Engine, EngineConfig, OwnedRecord};
 
     #[test]
+    fn a_partition_no_transaction_touched_is_not_read_and_one_that_was_is_read_from_its_first() {
+        let dir = std::env::temp_dir().join(format!("sluice-stable-skip-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let engine = block_on(Engine::open(EngineConfig { shards: Some(1), ..EngineConfig::new(&dir) })).unwrap();
+        let h = engine.handle();
+        block_on(h.create_topic("t", 1, None)).unwrap();
+        let p = PartitionId(0);
+        let plain = |i: i64| {
+            let r = OwnedRecord::new(None, format!("v{i}"), Timestamp(i));
+            block_on(h.append("t", p, vec![r], sluice_io::BatchMeta::default())).unwrap();
+        };
+        (0..5).for_each(plain);
+        assert_eq!(block_on(h.first_transactional("t", p, Offset(0))).unwrap(), None);
+        let index = StableIndex::default();
+        let bounds = block_on(h.offsets("t", p)).unwrap();
+        block_on(index.update(&h, "t", p, bounds, &OwnedBatches::empty(bounds.0))).unwrap();
+        assert_eq!(index.view("t", p, Offset(0), bounds.1).offset, Offset(5), "the end, unread");
+        // A transaction opens at 5 and stays open: the last stable offset stops there, and
+        // a fresh index finds it by reading from 5.
+        let r = OwnedRecord::new(None, "t0", Timestamp(5));
+        block_on(h.append("t", p, vec![r], Marker::data_meta(ProducerId(3), 0))).unwrap();
+        (6..9).for_each(plain);
+        assert_eq!(block_on(h.first_transactional("t", p, Offset(0))).unwrap(), Some(Offset(5)));
+        let bounds = block_on(h.offsets("t", p)).unwrap();
+        for index in [index, StableIndex::default()] {
+            block_on(index.update(&h, "t", p, bounds, &OwnedBatches::empty(bounds.0))).unwrap();
+            assert_eq!(index.view("t", p, Offset(0), bounds.1).offset, Offset(5), "held at the open transaction");
+        }
+        drop(engine);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn a_start_moved_after_the_bounds_were_taken_is_skipped_not_an_error() {
         let dir = std::env::temp_dir().join(format!("sluice-stable-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -192,11 +240,19 @@ mod tests {
         let h = engine.handle();
         block_on(h.create_topic("t", 1, None)).unwrap();
         let p = PartitionId(0);
+        // One plain batch, then a transaction of nine batches and its commit marker: the
+        // scan skips the plain one and meets the moved start at the transaction's.
         for i in 0..10 {
             let r = OwnedRecord::new(None, format!("v{i}"), Timestamp(i));
-            block_on(h.append("t", p, vec![r], sluice_io::BatchMeta::default())).unwrap();
+            let meta = match i {
+                0 => sluice_io::BatchMeta::default(),
+                _ => Marker::data_meta(ProducerId(7), i as i32 - 1),
+            };
+            block_on(h.append("t", p, vec![r], meta)).unwrap();
         }
+        block_on(h.write_marker("t", p, ProducerId(7), Marker::Commit)).unwrap();
         let bounds = block_on(h.offsets("t", p)).unwrap();
+        assert_eq!(block_on(h.first_transactional("t", p, Offset(0))).unwrap(), Some(Offset(1)));
         // Retention or DeleteRecords moves the start after a reader took its bounds.
         block_on(h.delete_records("t", p, Offset(6))).unwrap();
         let index = StableIndex::default();
@@ -213,15 +269,17 @@ mod tests {
         let h = engine.handle();
         block_on(h.create_topic("t", 1, None)).unwrap();
         let p = PartitionId(0);
-        // One batch of ten records, then DeleteRecords before its sixth.
+        // One transactional batch of ten records and its commit marker, then DeleteRecords
+        // before its sixth.
         let records = (0..10).map(|i| OwnedRecord::new(None, format!("v{i}"), Timestamp(i))).collect();
-        block_on(h.append("t", p, records, sluice_io::BatchMeta::default())).unwrap();
+        block_on(h.append("t", p, records, Marker::data_meta(ProducerId(7), 0))).unwrap();
+        block_on(h.write_marker("t", p, ProducerId(7), Marker::Commit)).unwrap();
         block_on(h.delete_records("t", p, Offset(5))).unwrap();
         let bounds = block_on(h.offsets("t", p)).unwrap();
-        assert_eq!(bounds, (Offset(5), Offset(10)));
+        assert_eq!(bounds, (Offset(5), Offset(11)));
         let index = StableIndex::default();
         block_on(index.update(&h, "t", p, bounds, &OwnedBatches::empty(bounds.0))).unwrap();
-        assert_eq!(index.view("t", p, bounds.0, bounds.1).offset, Offset(10), "read past the batch the start is in");
+        assert_eq!(index.view("t", p, bounds.0, bounds.1).offset, Offset(11), "read past the batch the start is in");
         drop(engine);
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -187,6 +187,10 @@ async fn handle(state: &Rc<RefCell<ShardState>>, request: Request) {
                 .await;
             let _ = reply.send(result).await;
         }
+        Request::FirstTransactional { topic, partition: p, from, reply } => {
+            let result = on_log(state, &topic, p, |log| async move { Ok(log.first_transactional_from(from)) }).await;
+            let _ = reply.send(result).await;
+        }
         Request::Sync { topic, partition: p, reply } => {
             let result =
                 on_log(state, &topic, p, |log| async move { log.flush().await.map(|()| log.durable_offset()) }).await;

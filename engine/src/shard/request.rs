@@ -59,6 +59,8 @@ pub(crate) enum Request {
     },
     /// The log start and end offsets.
     Offsets { topic: String, partition: PartitionId, reply: Reply<(Offset, Offset)> },
+    /// Where a scan for transactions from an offset must begin (`Log::first_transactional_from`).
+    FirstTransactional { topic: String, partition: PartitionId, from: Offset, reply: Reply<Option<Offset>> },
     /// Make everything appended so far durable (written and fdatasync'd), whatever the
     /// partition's fsync policy; answers the durable end.
     Sync { topic: String, partition: PartitionId, reply: Reply<Offset> },

@@ -36,6 +36,23 @@ impl<S: Storage> Log<S> {
         Ok(batches)
     }
 
+    /// Where a scan for transactions starting at `from` must begin: the first
+    /// transactional or control batch at or after `from` as far as the segments' facts
+    /// tell (each segment knows its first one, so inside the segment that holds `from` the
+    /// answer is `from` itself once that segment's first one lies before it), or `None`
+    /// when no segment from `from` on holds one: nothing at or past `from` opens or ends
+    /// a transaction, as of now. A read_committed reader of a partition no transactional
+    /// producer wrote to thus never reads it for transactions.
+    #[must_use]
+    pub fn first_transactional_from(&self, from: Offset) -> Option<Offset> {
+        let st = self.inner.state.borrow();
+        st.segments().filter(|s| s.facts().next_offset > from).find_map(|s| match s.facts().first_txn {
+            // A damaged segment's facts stop at the damage: the scan reads it and meets it.
+            _ if s.damage.is_some() => Some(from.max(s.base)),
+            first => first.map(|f| f.max(from)),
+        })
+    }
+
     async fn read_unbounded(&self, offset: Offset, max_bytes: usize) -> Result<ReadBatches> {
         let mut at = offset;
         loop {

@@ -42,6 +42,10 @@ pub struct SegmentFacts {
     pub next_offset: Offset,
     /// The largest event time in the segment (`Timestamp::MIN` when empty).
     pub max_time: Timestamp,
+    /// The base offset of the segment's first transactional or control batch (`None` when
+    /// it holds none): a read_committed reader's scan for transactions skips a segment
+    /// without one, and the part of a segment before it.
+    pub first_txn: Option<Offset>,
 }
 
 /// Both sparse indexes of one segment, in memory.
@@ -67,7 +71,7 @@ impl SegmentIndex {
             times: Vec::new(),
             last_offset_pos: 0,
             last_time_pos: 0,
-            facts: SegmentFacts { size: 0, next_offset: base, max_time: Timestamp::MIN },
+            facts: SegmentFacts { size: 0, next_offset: base, max_time: Timestamp::MIN, first_txn: None },
         }
     }
 
@@ -95,6 +99,9 @@ impl SegmentIndex {
         self.facts.size = pos + header.stored_len() as u64;
         self.facts.next_offset = header.next_offset();
         self.facts.max_time = self.facts.max_time.max(header.max_event_time);
+        if self.facts.first_txn.is_none() && (header.attributes.is_transactional() || header.attributes.is_control()) {
+            self.facts.first_txn = Some(header.base_offset);
+        }
     }
 
     /// The position of the last indexed batch whose base offset is at most `offset`
@@ -146,6 +153,7 @@ impl SegmentIndex {
         out.extend_from_slice(&self.facts.size.to_le_bytes());
         out.extend_from_slice(&self.facts.next_offset.0.to_le_bytes());
         out.extend_from_slice(&self.facts.max_time.0.to_le_bytes());
+        out.extend_from_slice(&self.facts.first_txn.map_or(NO_TXN, |o| o.0).to_le_bytes());
         out.extend_from_slice(body);
         let crc = crc32c::crc32c(&out[8..]);
         out[4..8].copy_from_slice(&crc.to_le_bytes());
@@ -205,9 +213,14 @@ impl SegmentIndex {
     }
 }
 
-const OFFSET_MAGIC: u32 = u32::from_le_bytes(*b"SLOX");
-const TIME_MAGIC: u32 = u32::from_le_bytes(*b"SLTX");
-const FILE_HEADER_BYTES: usize = 48;
+// Version 2 of both files ("SLOX"/"SLTX" before it) records the segment's first
+// transactional batch; a version 1 file fails its magic check and is rebuilt from the
+// segment, once, on the first open after the upgrade.
+const OFFSET_MAGIC: u32 = u32::from_le_bytes(*b"SLO2");
+const TIME_MAGIC: u32 = u32::from_le_bytes(*b"SLT2");
+const FILE_HEADER_BYTES: usize = 56;
+/// `first_txn` in a file: the segment holds no transactional batch.
+const NO_TXN: u64 = u64::MAX;
 
 #[derive(PartialEq, Eq)]
 struct FileHead {
@@ -241,6 +254,7 @@ fn parse_file(file: IndexFile, magic: u32, bytes: &[u8], entry_bytes: usize) -> 
             size: u64_at(24),
             next_offset: Offset(u64_at(32)),
             max_time: Timestamp(u64_at(40) as i64),
+            first_txn: Some(Offset(u64_at(48))).filter(|o| o.0 != NO_TXN),
         },
     };
     Ok((head, &bytes[FILE_HEADER_BYTES..end]))
@@ -313,6 +327,34 @@ mod tests {
             assert!(SegmentIndex::decode(Offset(1000), idx.facts().size, &bad, &t).is_err(), "byte {i}");
         }
         assert!(SegmentIndex::decode(Offset(1000), idx.facts().size, &o[..20], &t).is_err());
+    }
+
+    #[test]
+    fn the_first_transactional_batch_is_recorded_and_survives_the_files() {
+        let mut idx = built();
+        assert_eq!(idx.facts().first_txn, None);
+        let back = |idx: &SegmentIndex| {
+            SegmentIndex::decode(Offset(1000), idx.facts().size, &idx.encode_offsets(), &idx.encode_times()).unwrap()
+        };
+        assert_eq!(back(&idx).facts().first_txn, None);
+        let mut pos = idx.facts().size;
+        for (i, txn) in [(0u64, false), (1, true), (2, true)] {
+            let mut h = header(2000 + i * 10, 10, 1000 - HEADER_BYTES as u32, 900);
+            if txn {
+                h.attributes = Attributes(Attributes::TRANSACTIONAL);
+            }
+            idx.add_batch(pos, &h);
+            pos += h.stored_len() as u64;
+        }
+        assert_eq!(idx.facts().first_txn, Some(Offset(2010)));
+        assert_eq!(back(&idx).facts().first_txn, Some(Offset(2010)));
+        // A file of the first version (no first_txn) fails its magic and is rebuilt.
+        let mut old = idx.encode_offsets();
+        old[0..4].copy_from_slice(b"SLOX");
+        assert!(matches!(
+            SegmentIndex::decode(Offset(1000), idx.facts().size, &old, &idx.encode_times()),
+            Err(IndexError::BadMagic { file: IndexFile::Offsets, .. })
+        ));
     }
 
     #[test]
