@@ -1,7 +1,8 @@
 //! The `sluice` command line, like Kafka's topic tools and kcat, over a data directory.
 //!
 //! Every subcommand takes `--data-dir DIR` and starts the engine on it (so it refuses a
-//! directory another sluice process holds). Errors print as one line on stderr and the
+//! directory another sluice process holds), except `sluice user`, which changes only the
+//! directory's users file, under a lock of its own, and may run beside `sluice serve`. Errors print as one line on stderr and the
 //! exit status is non-zero.
 
 mod count;
@@ -10,6 +11,7 @@ mod records;
 mod serve;
 mod signals;
 mod topic;
+mod user;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -45,6 +47,9 @@ enum Command {
     /// Serve the data directory over the Kafka protocol until SIGINT or SIGTERM; prints
     /// `listening on HOST:PORT` once clients can connect.
     Serve(serve::ServeArgs),
+    /// Add, delete and list the SASL users `sluice serve`'s SASL listeners accept.
+    #[command(subcommand)]
+    User(user::UserCommand),
 }
 
 #[derive(Debug, Args)]
@@ -113,6 +118,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Count(a) => count::run(&a),
         Command::Serve(a) => serve::serve(&a),
         Command::Group(c) => group::run(c),
+        Command::User(c) => user::run(c),
     }
 }
 

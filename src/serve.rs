@@ -1,11 +1,13 @@
 //! `sluice serve`: the engine and its Kafka listener over a data directory.
 
 use std::io::Write;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
 use futures_lite::future::block_on;
+use sluice_engine::security::{LiveUsers, Mechanism, SecurityProtocol, UserStore};
 use sluice_engine::{Engine, EngineConfig};
 
 use crate::{DataDir, signals};
@@ -14,12 +16,28 @@ use crate::{DataDir, signals};
 pub(crate) struct ServeArgs {
     #[command(flatten)]
     dir: DataDir,
-    /// The address to listen on (loopback unless told otherwise; port 0 picks one).
-    #[arg(long, default_value = "127.0.0.1:9092")]
-    listen: std::net::SocketAddr,
-    /// The `HOST:PORT` clients are told to connect to, if not the listen address.
+    /// A listener: `HOST:PORT` (PLAINTEXT) or `PROTOCOL://HOST:PORT` with Kafka's
+    /// PLAINTEXT or SASL_PLAINTEXT; repeat for several (loopback unless told otherwise;
+    /// port 0 picks one). Default: 127.0.0.1:9092.
+    #[arg(long = "listen", value_name = "[PROTOCOL://]HOST:PORT")]
+    listen: Vec<Listen>,
+    /// The `HOST:PORT` clients of the first listener are told to connect to, if not its
+    /// address.
     #[arg(long, value_name = "HOST:PORT")]
     advertise: Option<String>,
+    /// The SASL mechanisms SASL listeners offer (repeat for several; default all three:
+    /// SCRAM-SHA-512, SCRAM-SHA-256, PLAIN). Users: `sluice user add`.
+    #[arg(long = "sasl-mechanism", value_name = "MECHANISM")]
+    sasl_mechanisms: Vec<Mechanism>,
+    /// How long a SASL login lasts, in milliseconds (Kafka's connections.max.reauth.ms):
+    /// clients re-authenticate before it ends, or their connection is closed. Default:
+    /// as long as the connection.
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=i64::MAX as u64))]
+    max_reauth_ms: Option<u64>,
+    /// Serve clients that do not authenticate (PLAINTEXT) on an address outside
+    /// loopback; refused without this.
+    #[arg(long)]
+    allow_plaintext: bool,
     /// Shards (and listener executors); one per CPU by default.
     #[arg(allow_negative_numbers = true, long)]
     shards: Option<usize>,
@@ -57,7 +75,7 @@ pub(crate) struct ServeArgs {
 
 /// `sluice serve`: the engine and its Kafka listener, until SIGINT or SIGTERM.
 pub(crate) fn serve(a: &ServeArgs) -> Result<()> {
-    use sluice_engine::kafka::{KafkaConfig, KafkaServer};
+    use sluice_engine::kafka::{KafkaConfig, KafkaServer, ListenerConfig};
     let advertise = match &a.advertise {
         None => None,
         Some(s) => {
@@ -66,6 +84,11 @@ pub(crate) fn serve(a: &ServeArgs) -> Result<()> {
             Some((host.to_string(), port))
         }
     };
+    let listens = if a.listen.is_empty() { vec![Listen::default()] } else { a.listen.clone() };
+    let (first, rest) = listens.split_first().expect("at least one listener");
+    if first.protocol.tls() || rest.iter().any(|l| l.protocol.tls()) {
+        anyhow::bail!("SSL and SASL_SSL listeners are not built yet: use PLAINTEXT or SASL_PLAINTEXT");
+    }
     // Before any thread starts, so every thread inherits the mask and only the wait
     // below sees these signals.
     let signals = signals::block_termination()?;
@@ -73,8 +96,26 @@ pub(crate) fn serve(a: &ServeArgs) -> Result<()> {
     config.shards = a.shards;
     config.retention_check = Duration::from_millis(a.retention_check_ms);
     let engine = block_on(Engine::open(config)).with_context(|| format!("opening {}", a.dir.data_dir.display()))?;
-    let mut kafka = KafkaConfig::new(a.listen);
+    let mut kafka = KafkaConfig::new(first.addr);
+    kafka.protocol = first.protocol;
+    kafka.more_listeners =
+        rest.iter().map(|l| ListenerConfig { addr: l.addr, protocol: l.protocol, advertise: None }).collect();
     kafka.advertise = advertise;
+    if !a.sasl_mechanisms.is_empty() {
+        kafka.sasl_mechanisms = a.sasl_mechanisms.clone();
+    }
+    kafka.max_reauth = a.max_reauth_ms.map(Duration::from_millis);
+    kafka.allow_plaintext = a.allow_plaintext;
+    if listens.iter().any(|l| l.protocol.sasl()) {
+        let users = LiveUsers::new(UserStore::at(&a.dir.data_dir)).context("reading the SASL users")?;
+        if users.current().0.is_empty() {
+            eprintln!(
+                "sluice serve: no SASL users in {} yet: every SASL login fails until `sluice user add` makes one",
+                UserStore::at(&a.dir.data_dir).path().display()
+            );
+        }
+        kafka.users = Some(Arc::new(users));
+    }
     kafka.executors = engine.shards();
     kafka.on_shards = a.on_shards;
     kafka.num_partitions = a.num_partitions;
@@ -99,7 +140,14 @@ pub(crate) fn serve(a: &ServeArgs) -> Result<()> {
     if let Some(m) = &metrics {
         println!("metrics on {}", m.local_addr());
     }
-    println!("listening on {}", server.local_addr());
+    // One line per listener; a PLAINTEXT one without its protocol, as before listeners
+    // had protocols.
+    for (addr, l) in server.local_addrs().iter().zip(&listens) {
+        match l.protocol {
+            SecurityProtocol::Plaintext => println!("listening on {addr}"),
+            p => println!("listening on {p}://{addr}"),
+        }
+    }
     std::io::stdout().flush()?;
     let signal = signals::wait(&signals)?;
     eprintln!("sluice serve: signal {signal}, shutting down");
@@ -108,4 +156,30 @@ pub(crate) fn serve(a: &ServeArgs) -> Result<()> {
     let stopped = block_on(engine.shutdown()).context("shutting down");
     drop(metrics);
     stopped
+}
+
+/// One `--listen`: an address and its security protocol.
+#[derive(Clone, Debug)]
+struct Listen {
+    addr: std::net::SocketAddr,
+    protocol: SecurityProtocol,
+}
+
+impl Default for Listen {
+    fn default() -> Listen {
+        Listen { addr: ([127, 0, 0, 1], 9092).into(), protocol: SecurityProtocol::Plaintext }
+    }
+}
+
+impl std::str::FromStr for Listen {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Listen, String> {
+        let (protocol, addr) = match s.split_once("://") {
+            Some((p, addr)) => (p.parse::<SecurityProtocol>()?, addr),
+            None => (SecurityProtocol::Plaintext, s),
+        };
+        let addr = addr.parse().map_err(|e| format!("{addr:?} is not HOST:PORT with a numeric host: {e}"))?;
+        Ok(Listen { addr, protocol })
+    }
 }

@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod producer_state;
 pub mod record;
 pub mod ring;
+pub mod security;
 pub(crate) mod shard;
 pub mod topic;
 

@@ -167,8 +167,11 @@ fn broker_rows(ctx: &Context) -> Vec<BrokerRow> {
     use ConfigType::{Boolean, Int, Long, String as Text};
     let c = &ctx.config;
     let built_in = super::KafkaConfig::new(c.listen);
-    let listener = format!("PLAINTEXT://{}", c.listen);
-    let advertised = format!("PLAINTEXT://{}:{}", ctx.advertised.0, ctx.advertised.1);
+    let listener: Vec<String> = ctx.listeners.iter().map(|(p, addr, _)| format!("{p}://{addr}")).collect();
+    let listener = listener.join(",");
+    let advertised: Vec<String> =
+        ctx.listeners.iter().map(|(p, _, (host, port))| format!("{p}://{host}:{port}")).collect();
+    let advertised = advertised.join(",");
     let retention_check = ctx.engine.retention_check().as_millis().to_string();
     vec![
         ("broker.id", NODE_ID.to_string(), NODE_ID.to_string(), Int, "This node's id: the one broker of its cluster."),
@@ -180,13 +183,19 @@ fn broker_rows(ctx: &Context) -> Vec<BrokerRow> {
             Text,
             "The cluster's id, as Metadata and DescribeCluster report it.",
         ),
-        ("listeners", listener.clone(), listener, Text, "The address `sluice serve --listen` binds."),
+        (
+            "listeners",
+            listener.clone(),
+            listener,
+            Text,
+            "The addresses `sluice serve --listen` binds, with their security protocols.",
+        ),
         (
             "advertised.listeners",
             advertised.clone(),
             advertised,
             Text,
-            "The address clients are told to connect to (`sluice serve --advertise`).",
+            "The addresses clients of each listener are told to connect to (`sluice serve --advertise`).",
         ),
         (
             "num.partitions",

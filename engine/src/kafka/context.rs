@@ -5,22 +5,44 @@
 //! keep no state here: their coordinator is the engine's.)
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::KafkaConfig;
 use super::stable::StableIndex;
 use super::transactions::TransactionCoordinator;
 use crate::engine::EngineHandle;
+use crate::security::{LiveUsers, SecurityProtocol};
 
-/// What every connection of the listener shares.
+/// What a request handler reaches: what the whole listener shares (through `Deref`),
+/// and the listener (address, security protocol) the connection came in on.
 #[derive(Debug)]
 pub(crate) struct Context {
+    pub(crate) shared: Arc<Shared>,
+    /// The host and port clients of this listener are told to connect to.
+    pub(crate) advertised: (String, i32),
+    /// Its security protocol.
+    pub(crate) protocol: SecurityProtocol,
+    /// Its bound address.
+    pub(crate) addr: SocketAddr,
+}
+
+impl std::ops::Deref for Context {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.shared
+    }
+}
+
+/// What every connection of every listener shares.
+#[derive(Debug)]
+pub(crate) struct Shared {
     pub(crate) engine: EngineHandle,
     pub(crate) config: KafkaConfig,
-    /// The host and port clients are told to connect to.
-    pub(crate) advertised: (String, i32),
+    /// Each listener's protocol and advertised address, in configuration order.
+    pub(crate) listeners: Vec<(SecurityProtocol, SocketAddr, (String, i32))>,
     /// Transactional ids and their transactions (persisted in `__transaction_state`).
     pub(crate) txns: TransactionCoordinator,
     /// Last stable offsets and aborted transactions for read_committed fetches.
@@ -29,6 +51,8 @@ pub(crate) struct Context {
     pub(crate) errors: ErrorLog,
     /// Each listener executor's counts (`observe.rs`), for the engine's scrape.
     pub(crate) metrics: super::observe::ListenerMetrics,
+    /// The SASL users, when a listener authenticates with SASL.
+    pub(crate) users: Option<Arc<LiveUsers>>,
 }
 
 /// Lines about failed connections and requests: at most [`ErrorLog::BURST`] per

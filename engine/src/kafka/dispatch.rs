@@ -16,6 +16,7 @@
 //! 1) gets UNSUPPORTED_VERSION for each of its partitions, and the connection stays open.
 
 use std::pin::Pin;
+use std::rc::Rc;
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -28,7 +29,8 @@ use kafka_protocol::protocol::{Decodable, Encodable};
 
 use super::context::Context;
 use super::errors::code;
-use super::{admin, configs, data, groups, guard, transactions};
+use super::session::Session;
+use super::{admin, configs, data, groups, guard, sasl, transactions};
 
 /// The encoded response frame (`None` when the request wants none: Produce with acks=0),
 /// or why the connection must close.
@@ -50,6 +52,9 @@ pub(crate) enum Handled {
     Close(String),
     /// The response, ready at once.
     Ready(Reply),
+    /// The response, ready at once; the connection closes once it is written (a failed
+    /// SASL login).
+    Last(Reply),
     /// The response once the engine has answered.
     Working(Pin<Box<dyn Future<Output = Reply>>>),
     /// A produce request's response once the engine has answered; `queued` closes once
@@ -91,6 +96,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::ConsumerGroupHeartbeat, 0, 1),
     (ApiKey::ConsumerGroupDescribe, 0, 1),
+    (ApiKey::SaslHandshake, 0, 1),
+    (ApiKey::SaslAuthenticate, 0, 2),
 ];
 
 /// The lowest Produce version advertised (see the module docs); v0 up to the lowest one
@@ -141,12 +148,20 @@ pub(crate) fn encode(api: ApiKey, version: i16, correlation_id: i32, body: &Resp
     Ok(Some(buf.to_vec()))
 }
 
-/// Parses a frame from the client at `host` (as Kafka writes it: `/127.0.0.1`) and starts
-/// its handler.
-pub(crate) fn handle(ctx: &Arc<Context>, frame: Bytes, host: &Arc<str>) -> Handled {
+/// Parses a frame from the connection of `session` and starts its handler. A request the
+/// session may not make yet (before its SASL login) closes the connection unanswered.
+pub(crate) fn handle(ctx: &Arc<Context>, frame: Bytes, session: &Rc<Session>) -> Handled {
+    if session.raw_tokens() {
+        // After a SaslHandshake v0, frames are the mechanism's bare messages.
+        return sasl::raw_token(ctx, session, &frame);
+    }
     match parse(frame) {
         Ok((api, version, header, request)) => {
-            super::observe::request(api, start(ctx, api, version, header, request, host))
+            if let Some(reason) = session.refusal(api) {
+                super::observe::refused(super::observe::Refusal::Unauthenticated);
+                return Handled::Close(reason);
+            }
+            super::observe::request(api, start(ctx, api, version, header, request, session))
         }
         Err(handled) => super::observe::unparsed(handled),
     }
@@ -246,16 +261,28 @@ fn start(
     version: i16,
     header: RequestHeader,
     request: RequestKind,
-    host: &Arc<str>,
+    session: &Rc<Session>,
 ) -> Handled {
     let ctx = ctx.clone();
     let client = groups::Client {
         id: header.client_id.as_ref().map(|c| c.as_str().to_string()).unwrap_or_default(),
-        host: host.clone(),
+        host: session.host.clone(),
     };
     let done = move |body: ResponseKind| encode(api, version, header.correlation_id, &body);
+    let last = |(reply, after)| match after {
+        sasl::After::Continue => Handled::Ready(reply),
+        sasl::After::Close => Handled::Last(reply),
+    };
     match request {
         RequestKind::ApiVersions(_) => Handled::Ready(done(ResponseKind::ApiVersions(api_versions_body(0)))),
+        RequestKind::SaslHandshake(req) => {
+            let (resp, after) = sasl::handshake(&ctx, session, &req, version);
+            last((done(ResponseKind::SaslHandshake(resp)), after))
+        }
+        RequestKind::SaslAuthenticate(req) => {
+            let (resp, after) = sasl::authenticate(&ctx, session, &req);
+            last((done(ResponseKind::SaslAuthenticate(resp)), after))
+        }
         RequestKind::Produce(req) => {
             let (signal, queued) = async_channel::bounded(1);
             let work = Box::pin(async move {

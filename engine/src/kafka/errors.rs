@@ -82,6 +82,13 @@ pub mod code {
     pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
     /// The transactional id is not allowed (refused by this listener).
     pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
+    /// The client asked for a SASL mechanism the listener does not offer.
+    pub const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
+    /// A SASL request out of order (SaslAuthenticate before SaslHandshake, a handshake in
+    /// the middle of an exchange, or on a listener without SASL).
+    pub const ILLEGAL_SASL_STATE: i16 = 34;
+    /// The SASL login failed: unknown user, wrong password or a bad exchange.
+    pub const SASL_AUTHENTICATION_FAILED: i16 = 58;
     /// The request does not fit the transaction's state (no transaction, or a partition
     /// not added to it).
     pub const INVALID_TXN_STATE: i16 = 48;

@@ -155,6 +155,8 @@ const CONSUMER_GROUP_HEARTBEAT: &[F] = &[
     all(Arr(&[all(Uuid), all(ArrI32)])),
 ];
 const CONSUMER_GROUP_DESCRIBE: &[F] = &[all(ArrStr), all(I8)];
+const SASL_HANDSHAKE: &[F] = &[all(Str)];
+const SASL_AUTHENTICATE: &[F] = &[all(Bytes)];
 
 /// The schema of an API's request body and the first version that is flexible.
 fn schema(api_key: i16) -> Option<(&'static [F], i16)> {
@@ -189,8 +191,10 @@ fn schema(api_key: i16) -> Option<(&'static [F], i16)> {
         42 => (DELETE_GROUPS, 2),
         68 => (CONSUMER_GROUP_HEARTBEAT, 0),
         69 => (CONSUMER_GROUP_DESCRIBE, 0),
+        36 => (SASL_AUTHENTICATE, 2),
         // Never flexible.
         47 => (OFFSET_DELETE, i16::MAX),
+        17 => (SASL_HANDSHAKE, i16::MAX),
         _ => return None,
     })
 }
@@ -518,6 +522,16 @@ mod tests {
                 enc(&r, &mut buf, version)
             }
             ApiKey::ApiVersions => enc(&ApiVersionsRequest::default(), &mut buf, version),
+            ApiKey::SaslHandshake => {
+                let mut r = SaslHandshakeRequest::default();
+                r.mechanism = s("SCRAM-SHA-512");
+                enc(&r, &mut buf, version)
+            }
+            ApiKey::SaslAuthenticate => {
+                let mut r = SaslAuthenticateRequest::default();
+                r.auth_bytes = bytes::Bytes::from_static(b"n,,n=user,r=abc");
+                enc(&r, &mut buf, version)
+            }
             ApiKey::CreateTopics => {
                 let mut a = create_topics_request::CreatableReplicaAssignment::default();
                 a.broker_ids = vec![BrokerId(0)];

@@ -34,14 +34,15 @@ use glommio::net::{TcpListener, TcpStream};
 
 use crate::engine::EngineHandle;
 
-use super::context::Context;
+use super::context::{Context, Shared};
 use super::dispatch::{self, Handled, Reply};
+use super::session::Session;
 use super::{KafkaConfig, KafkaError};
 
 /// A running listener. Dropping it stops it (as [`KafkaServer::shutdown`] does).
 #[derive(Debug)]
 pub struct KafkaServer {
-    addr: SocketAddr,
+    addrs: Vec<SocketAddr>,
     stop: Option<async_channel::Sender<()>>,
     threads: Vec<JoinHandle<()>>,
 }
@@ -50,19 +51,17 @@ impl KafkaServer {
     /// Binds the address and starts `config.executors` listener executors serving
     /// `engine`. Returns once every executor is accepting.
     pub fn start(engine: EngineHandle, config: KafkaConfig) -> Result<KafkaServer, KafkaError> {
-        validate(&config)?;
+        super::listeners::validate(&config)?;
         // Bind once without SO_REUSEPORT first: this fails if anything already listens
         // there (a reuse-port socket would silently share the port with it) and resolves
         // port 0 to the port every executor then binds.
-        let probe =
-            StdListener::bind(config.listen).map_err(|source| KafkaError::Bind { addr: config.listen, source })?;
-        let addr = probe.local_addr().map_err(|source| KafkaError::Bind { addr: config.listen, source })?;
-        drop(probe);
-        let advertised = match &config.advertise {
-            Some((host, port)) => (host.clone(), i32::from(*port)),
-            None if addr.ip().is_unspecified() => ("127.0.0.1".to_string(), i32::from(addr.port())),
-            None => (addr.ip().to_string(), i32::from(addr.port())),
-        };
+        let mut addrs = Vec::new();
+        for (want, _) in super::listeners::listeners(&config) {
+            let probe = StdListener::bind(want).map_err(|source| KafkaError::Bind { addr: want, source })?;
+            addrs.push(probe.local_addr().map_err(|source| KafkaError::Bind { addr: want, source })?);
+        }
+        let advertised = super::listeners::advertised(&config, &addrs);
+        let protocols: Vec<_> = super::listeners::listeners(&config).into_iter().map(|(_, p)| p).collect();
         let (executors, on_shards) = (config.executors, config.on_shards);
         // Finish what the last run's transactions left undone before any client is served.
         let (txns, note) =
@@ -70,31 +69,44 @@ impl KafkaServer {
         if let Some(note) = note {
             eprintln!("{note}");
         }
-        let ctx = Arc::new(Context {
+        let shared = Arc::new(Shared {
             engine: engine.clone(),
+            users: config.users.clone(),
             config,
-            advertised,
+            listeners: protocols
+                .iter()
+                .zip(&addrs)
+                .zip(&advertised)
+                .map(|((p, a), adv)| (*p, *a, adv.clone()))
+                .collect(),
             txns,
             stable: super::stable::StableIndex::default(),
             errors: super::context::ErrorLog::default(),
             metrics: super::observe::ListenerMetrics::default(),
         });
+        let contexts: Vec<Arc<Context>> = (0..addrs.len())
+            .map(|i| {
+                let (protocol, addr, advertised) = shared.listeners[i].clone();
+                Arc::new(Context { shared: shared.clone(), advertised, protocol, addr })
+            })
+            .collect();
         // A scrape of the engine gathers the listener's counts while the listener runs.
-        engine.register_metrics(&(ctx.clone() as Arc<dyn crate::metrics::MetricSource>));
+        engine.register_metrics(&(shared.clone() as Arc<dyn crate::metrics::MetricSource>));
         let (stop_tx, stop_rx) = async_channel::bounded::<()>(1);
         let cpus: Vec<usize> = core_affinity::get_core_ids().unwrap_or_default().into_iter().map(|c| c.id).collect();
-        let mut server = KafkaServer { addr, stop: Some(stop_tx), threads: Vec::with_capacity(executors) };
+        let mut server = KafkaServer { addrs, stop: Some(stop_tx), threads: Vec::with_capacity(executors) };
+        let first = server.addrs[0];
         if on_shards {
             for i in 0..engine.shard_count() {
                 let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel::<std::io::Result<()>>(1);
-                let (ctx, stop_rx, engine) = (ctx.clone(), stop_rx.clone(), engine.clone());
+                let (contexts, stop_rx, engine) = (contexts.clone(), stop_rx.clone(), engine.clone());
                 // The loop runs on the shard; this thread only waits for it to end.
                 server.threads.push(std::thread::spawn(move || {
-                    let served = engine.run_on(i, move || accept_loop(i, ctx, addr, stop_rx, ready_tx));
+                    let served = engine.run_on(i, move || accept_loop(i, contexts, stop_rx, ready_tx));
                     let _ = futures_lite::future::block_on(served);
                 }));
                 let ready = ready_rx.recv().unwrap_or_else(|_| Err(std::io::Error::other("the shard exited")));
-                ready.map_err(|source| KafkaError::Bind { addr, source })?;
+                ready.map_err(|source| KafkaError::Bind { addr: first, source })?;
             }
             return Ok(server);
         }
@@ -104,7 +116,7 @@ impl KafkaServer {
                 None => glommio::Placement::Unbound,
             };
             let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel::<std::io::Result<()>>(1);
-            let (ctx, stop_rx) = (ctx.clone(), stop_rx.clone());
+            let (contexts, stop_rx) = (contexts.clone(), stop_rx.clone());
             let builder = glommio::LocalExecutorBuilder::new(placement)
                 .name(&format!("sluice-kafka-{i}"))
                 // Sockets need no registered buffers to speak of: keep locked memory for
@@ -112,22 +124,29 @@ impl KafkaServer {
                 .io_memory(64 << 10)
                 .ring_depth(128);
             let handle = builder
-                .spawn(move || accept_loop(i, ctx, addr, stop_rx, ready_tx))
+                .spawn(move || accept_loop(i, contexts, stop_rx, ready_tx))
                 .map_err(|e| KafkaError::Executor { executor: i, reason: e.to_string() })?;
             server.threads.push(std::thread::spawn(move || {
                 let _ = handle.join();
             }));
             // On an error the server is dropped, which stops the executors started so far.
             let ready = ready_rx.recv().unwrap_or_else(|_| Err(std::io::Error::other("the executor exited")));
-            ready.map_err(|source| KafkaError::Bind { addr, source })?;
+            ready.map_err(|source| KafkaError::Bind { addr: first, source })?;
         }
         Ok(server)
     }
 
-    /// The bound address (with the port chosen when the configuration said 0).
+    /// The bound address of the first listener (`KafkaConfig::listen`, with the port
+    /// chosen when the configuration said 0).
     #[must_use]
     pub fn local_addr(&self) -> SocketAddr {
-        self.addr
+        self.addrs[0]
+    }
+
+    /// Every listener's bound address, in configuration order (`listen` first).
+    #[must_use]
+    pub fn local_addrs(&self) -> &[SocketAddr] {
+        &self.addrs
     }
 
     /// Stops accepting, closes every connection and waits for the executors to exit.
@@ -176,24 +195,27 @@ fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     Ok(listener)
 }
 
+/// One executor's share of every listener: binds each (its own `SO_REUSEPORT` socket),
+/// says it is ready, and accepts on all of them until the listener stops.
 async fn accept_loop(
     executor: usize,
-    ctx: Arc<Context>,
-    addr: SocketAddr,
+    contexts: Vec<Arc<Context>>,
     stop: async_channel::Receiver<()>,
     ready: std::sync::mpsc::SyncSender<std::io::Result<()>>,
 ) {
+    let Some(ctx) = contexts.first().cloned() else { return };
     ctx.metrics.executor_started(executor);
-    let listener = match bind(addr) {
-        Ok(l) => {
-            let _ = ready.send(Ok(()));
-            l
+    let mut bound = Vec::with_capacity(contexts.len());
+    for c in &contexts {
+        match bind(c.addr) {
+            Ok(l) => bound.push(l),
+            Err(e) => {
+                let _ = ready.send(Err(std::io::Error::other(format!("{}: {e}", c.addr))));
+                return;
+            }
         }
-        Err(e) => {
-            let _ = ready.send(Err(std::io::Error::other(e.to_string())));
-            return;
-        }
-    };
+    }
+    let _ = ready.send(Ok(()));
     if executor == 0 {
         // Transactions open past their timeout are aborted from here.
         let (ctx, stop) = (ctx.clone(), stop.clone());
@@ -215,7 +237,20 @@ async fn accept_loop(
         })
         .detach();
     }
+    // The connection limit is the executor's, over all its listeners.
     let open = Rc::new(Cell::new(0usize));
+    let accepting: Vec<_> = bound
+        .into_iter()
+        .zip(contexts)
+        .map(|(listener, ctx)| glommio::spawn_local(accept(listener, ctx, stop.clone(), open.clone())))
+        .collect();
+    for task in accepting {
+        task.await;
+    }
+}
+
+/// Accepts connections on one listener's socket and serves each in a task of its own.
+async fn accept(listener: TcpListener, ctx: Arc<Context>, stop: async_channel::Receiver<()>, open: Rc<Cell<usize>>) {
     loop {
         let accepted = async { Some(listener.accept().await) }.or(async {
             let _ = stop.recv().await;
@@ -297,6 +332,7 @@ async fn start(
 async fn serve_connection(ctx: Arc<Context>, stream: TcpStream, stop: async_channel::Receiver<()>) {
     // The peer as DescribeGroups reports it (Kafka's `client_host`).
     let host: Arc<str> = stream.peer_addr().map(|a| super::context::kafka_host(&a)).unwrap_or_default().into();
+    let session = Rc::new(Session::new(host, ctx.protocol));
     let (mut reader, writer) = futures_lite::io::split(stream);
     let (queue_tx, queue_rx) =
         glommio::channels::local_channel::new_bounded::<Pending>(ctx.config.max_in_flight_per_connection);
@@ -324,18 +360,23 @@ async fn serve_connection(ctx: Arc<Context>, stream: TcpStream, stop: async_chan
                 break;
             }
         };
-        let pending = match dispatch::handle(&ctx, frame, &host) {
+        let mut last = false;
+        let pending = match dispatch::handle(&ctx, frame, &session) {
             Handled::Close(reason) => {
                 ctx.errors.report(format_args!("closing a connection: {reason}"));
                 break;
             }
             Handled::Ready(bytes) => Some(Pending::Ready(bytes)),
+            Handled::Last(bytes) => {
+                last = true;
+                Some(Pending::Ready(bytes))
+            }
             Handled::Working(work) => start(work, None, &stop, &writer_gone).await,
             Handled::Ordered { work, queued } => start(work, Some(queued), &stop, &writer_gone).await,
         };
         let Some(pending) = pending else { break };
         // A full queue waits for the writer, which may itself give up on the client.
-        if !matches!(until_closed(queue_tx.send(pending), &stop, &writer_gone).await, Some(Ok(()))) {
+        if !matches!(until_closed(queue_tx.send(pending), &stop, &writer_gone).await, Some(Ok(()))) || last {
             break;
         }
     }
@@ -517,41 +558,4 @@ impl From<std::io::Error> for FrameError {
     fn from(e: std::io::Error) -> Self {
         FrameError::Io(e)
     }
-}
-
-/// Refuses settings out of their ranges, before anything starts.
-fn validate(config: &KafkaConfig) -> Result<(), KafkaError> {
-    if config.executors == 0 || config.executors > 1024 {
-        return Err(KafkaError::Config(format!("executors must be within 1..=1024, not {}", config.executors)));
-    }
-    if config.max_request_bytes < 64 || config.max_request_bytes > (1 << 30) {
-        return Err(KafkaError::Config(format!(
-            "max_request_bytes must be within 64..=1 GiB, not {}",
-            config.max_request_bytes
-        )));
-    }
-    if config.max_in_flight_per_connection == 0 || config.max_connections_per_executor == 0 {
-        return Err(KafkaError::Config("in-flight and connection limits must be positive".into()));
-    }
-    let max = crate::engine::PARTITIONS_MAX;
-    if config.num_partitions == 0 || config.num_partitions > max {
-        return Err(KafkaError::Config(format!(
-            "num_partitions must be within 1..={max}, not {}",
-            config.num_partitions
-        )));
-    }
-    if config.transaction_max_timeout_ms < 1 {
-        return Err(KafkaError::Config(format!(
-            "transaction_max_timeout_ms must be positive, not {}",
-            config.transaction_max_timeout_ms
-        )));
-    }
-    let (beat, session) = (config.consumer_heartbeat_interval, config.consumer_session_timeout);
-    if beat.is_zero() || beat >= session || beat.as_millis() > i32::MAX as u128 {
-        return Err(KafkaError::Config(format!(
-            "consumer_heartbeat_interval ({beat:?}) must be positive and below consumer_session_timeout \
-             ({session:?}), as Kafka requires"
-        )));
-    }
-    Ok(())
 }

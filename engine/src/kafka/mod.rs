@@ -42,13 +42,19 @@ pub mod groups;
 pub mod guard;
 mod join;
 pub mod listener;
+mod listeners;
 mod observe;
 pub mod records;
+mod sasl;
+mod session;
 mod stable;
 mod transactions;
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
+
+use crate::security::{LiveUsers, Mechanism, SecurityProtocol};
 
 pub use listener::KafkaServer;
 pub use transactions::{TRANSACTION_STATE_TOPIC, TRANSACTION_TIMEOUT_MS_MAX};
@@ -118,6 +124,35 @@ pub struct KafkaConfig {
     /// How long a KIP-848 consumer may go without a heartbeat before it is fenced and its
     /// partitions reassigned (Kafka's `group.consumer.session.timeout.ms`, default 45 s).
     pub consumer_session_timeout: Duration,
+    /// The security protocol of `listen` (PLAINTEXT by default).
+    pub protocol: SecurityProtocol,
+    /// More listeners beside `listen`, each with its own address and protocol (Kafka's
+    /// `listeners`); they share everything else.
+    pub more_listeners: Vec<ListenerConfig>,
+    /// The SASL mechanisms SASL listeners offer (all three by default).
+    pub sasl_mechanisms: Vec<Mechanism>,
+    /// The users SASL listeners check logins against; required when a listener uses SASL
+    /// (`sluice serve` reads the data directory's, `sluice user` manages them).
+    pub users: Option<Arc<LiveUsers>>,
+    /// How long a SASL login lasts (Kafka's `connections.max.reauth.ms`): clients are
+    /// told, re-authenticate before it ends (KIP-368), and a connection that has not is
+    /// closed at its next request. `None`: a login lasts as long as its connection.
+    pub max_reauth: Option<Duration>,
+    /// Let a listener on an address other than loopback serve clients that do not
+    /// authenticate (PLAINTEXT, or SSL without client certificates). Off: such a
+    /// listener is refused at start.
+    pub allow_plaintext: bool,
+}
+
+/// A listener beside the first: its address, protocol and advertised address.
+#[derive(Clone, Debug)]
+pub struct ListenerConfig {
+    /// Where it listens (port 0 picks one).
+    pub addr: SocketAddr,
+    /// How its clients connect.
+    pub protocol: SecurityProtocol,
+    /// The host and port its clients are told to connect to; `None` means the bound one.
+    pub advertise: Option<(String, u16)>,
 }
 
 impl KafkaConfig {
@@ -142,6 +177,12 @@ impl KafkaConfig {
             group_initial_rebalance_delay: Duration::ZERO,
             consumer_heartbeat_interval: Duration::from_secs(5),
             consumer_session_timeout: Duration::from_secs(45),
+            protocol: SecurityProtocol::Plaintext,
+            more_listeners: Vec::new(),
+            sasl_mechanisms: Mechanism::ALL.to_vec(),
+            users: None,
+            max_reauth: None,
+            allow_plaintext: false,
         }
     }
 }

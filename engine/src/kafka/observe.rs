@@ -25,7 +25,7 @@ use std::time::Instant;
 use futures_lite::Future;
 use kafka_protocol::messages::{ApiKey, ResponseKind};
 
-use super::context::Context;
+use super::context::Shared;
 use super::dispatch::{Handled, SUPPORTED};
 use crate::metrics::owned::{OwnedCounter, OwnedHistogram};
 use crate::metrics::{Families, Labels, MetricSource};
@@ -49,9 +49,14 @@ pub(crate) enum Refusal {
     Timeout,
     /// A request that did not decode, or of an unknown API or version.
     Malformed,
+    /// A request before the connection's SASL login, or after it expired.
+    Unauthenticated,
+    /// A SASL login that failed (unknown user, wrong password, bad exchange).
+    AuthenticationFailed,
 }
 
-const REFUSALS: [&str; 4] = ["connection_limit", "frame_size", "timeout", "malformed"];
+const REFUSALS: [&str; 6] =
+    ["connection_limit", "frame_size", "timeout", "malformed", "unauthenticated", "authentication_failed"];
 
 /// One listener executor's counts.
 #[derive(Debug)]
@@ -186,6 +191,10 @@ pub(crate) fn request(api: ApiKey, handled: Handled) -> Handled {
             done();
             Handled::Ready(reply)
         }
+        Handled::Last(reply) => {
+            done();
+            Handled::Last(reply)
+        }
         Handled::Working(work) => Handled::Working(timed(work, done)),
         Handled::Ordered { work, queued } => Handled::Ordered { work: timed(work, done), queued },
     }
@@ -305,7 +314,7 @@ fn api_name(i: usize) -> String {
     format!("{:?}", SUPPORTED[i].0)
 }
 
-impl MetricSource for Context {
+impl MetricSource for Shared {
     fn collect(&self, out: &mut Families) {
         let executors = self.metrics.executors.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
         for (x, c) in executors.iter().enumerate() {

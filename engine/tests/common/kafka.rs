@@ -109,6 +109,11 @@ impl RawClient {
         RawClient { stream, correlation: 0, client_id: client_id.to_string() }
     }
 
+    /// The connection itself, to see what the server does next.
+    pub fn into_stream(self) -> std::net::TcpStream {
+        self.stream
+    }
+
     /// Sends `req` as `api` at `version` and reads its response.
     pub fn call<Req, Resp>(&mut self, api: kafka_protocol::messages::ApiKey, version: i16, req: &Req) -> Resp
     where

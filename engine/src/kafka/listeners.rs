@@ -1,0 +1,101 @@
+//! The listeners a Kafka server opens: their settings checked before anything starts
+//! (ranges, SASL users, no unauthenticated listener outside loopback unless allowed), and
+//! each listener's advertised address.
+
+use std::net::SocketAddr;
+
+use super::{KafkaConfig, KafkaError};
+use crate::security::SecurityProtocol;
+
+/// Refuses settings out of their ranges, before anything starts.
+pub(super) fn validate(config: &KafkaConfig) -> Result<(), KafkaError> {
+    if config.executors == 0 || config.executors > 1024 {
+        return Err(KafkaError::Config(format!("executors must be within 1..=1024, not {}", config.executors)));
+    }
+    if config.max_request_bytes < 64 || config.max_request_bytes > (1 << 30) {
+        return Err(KafkaError::Config(format!(
+            "max_request_bytes must be within 64..=1 GiB, not {}",
+            config.max_request_bytes
+        )));
+    }
+    if config.max_in_flight_per_connection == 0 || config.max_connections_per_executor == 0 {
+        return Err(KafkaError::Config("in-flight and connection limits must be positive".into()));
+    }
+    let max = crate::engine::PARTITIONS_MAX;
+    if config.num_partitions == 0 || config.num_partitions > max {
+        return Err(KafkaError::Config(format!(
+            "num_partitions must be within 1..={max}, not {}",
+            config.num_partitions
+        )));
+    }
+    if config.transaction_max_timeout_ms < 1 {
+        return Err(KafkaError::Config(format!(
+            "transaction_max_timeout_ms must be positive, not {}",
+            config.transaction_max_timeout_ms
+        )));
+    }
+    let (beat, session) = (config.consumer_heartbeat_interval, config.consumer_session_timeout);
+    if beat.is_zero() || beat >= session || beat.as_millis() > i32::MAX as u128 {
+        return Err(KafkaError::Config(format!(
+            "consumer_heartbeat_interval ({beat:?}) must be positive and below consumer_session_timeout \
+             ({session:?}), as Kafka requires"
+        )));
+    }
+    validate_security(config)
+}
+
+/// Refuses listeners that cannot work (SASL without users, TLS without certificates) or
+/// that would let anyone in from outside the machine without `allow_plaintext`.
+fn validate_security(config: &KafkaConfig) -> Result<(), KafkaError> {
+    let mut seen = std::collections::HashSet::new();
+    for (addr, protocol) in listeners(config) {
+        if addr.port() != 0 && !seen.insert(addr) {
+            return Err(KafkaError::Config(format!("two listeners on {addr}")));
+        }
+        if protocol.tls() {
+            return Err(KafkaError::Config(format!(
+                "the {protocol} listener on {addr}: TLS is not built yet (PLAINTEXT and SASL_PLAINTEXT only)"
+            )));
+        }
+        if protocol.sasl() && (config.users.is_none() || config.sasl_mechanisms.is_empty()) {
+            return Err(KafkaError::Config(format!(
+                "the {protocol} listener on {addr} needs SASL users and at least one mechanism"
+            )));
+        }
+        let authenticates = protocol.sasl();
+        if !authenticates && !addr.ip().is_loopback() && !config.allow_plaintext {
+            return Err(KafkaError::Config(format!(
+                "refusing to serve {protocol} on {addr}, outside loopback, to clients that do not \
+                 authenticate: use SASL_PLAINTEXT or SASL_SSL there, or allow it explicitly \
+                 (sluice serve --allow-plaintext)"
+            )));
+        }
+    }
+    if let Some(reauth) = config.max_reauth
+        && (reauth.is_zero() || reauth.as_millis() > i64::MAX as u128)
+    {
+        return Err(KafkaError::Config(format!("max_reauth must be positive, not {reauth:?}")));
+    }
+    Ok(())
+}
+
+/// Every listener's address and protocol, `listen` first.
+pub(super) fn listeners(config: &KafkaConfig) -> Vec<(SocketAddr, SecurityProtocol)> {
+    std::iter::once((config.listen, config.protocol))
+        .chain(config.more_listeners.iter().map(|l| (l.addr, l.protocol)))
+        .collect()
+}
+
+/// Every listener's advertised host and port, `listen` first: as configured, or the
+/// bound address (`127.0.0.1` for an unspecified one).
+pub(super) fn advertised(config: &KafkaConfig, bound: &[SocketAddr]) -> Vec<(String, i32)> {
+    let configured = std::iter::once(&config.advertise).chain(config.more_listeners.iter().map(|l| &l.advertise));
+    configured
+        .zip(bound)
+        .map(|(configured, addr)| match configured {
+            Some((host, port)) => (host.clone(), i32::from(*port)),
+            None if addr.ip().is_unspecified() => ("127.0.0.1".to_string(), i32::from(addr.port())),
+            None => (addr.ip().to_string(), i32::from(addr.port())),
+        })
+        .collect()
+}
