@@ -180,8 +180,11 @@ impl UserStore {
 #[derive(Debug)]
 pub struct LiveUsers {
     store: UserStore,
-    cached: Mutex<(Option<(SystemTime, u64)>, Arc<Users>)>,
+    cached: Mutex<(Option<Stamp>, Arc<Users>)>,
 }
+
+/// A file's modification time and size: when either changes, it is read again.
+type Stamp = (SystemTime, u64);
 
 impl LiveUsers {
     /// The users of `store`, read now.
@@ -219,7 +222,7 @@ impl LiveUsers {
     }
 }
 
-fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
+fn stamp(path: &Path) -> Option<Stamp> {
     let m = std::fs::metadata(path).ok()?;
     Some((m.modified().ok()?, m.len()))
 }
