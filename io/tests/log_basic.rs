@@ -410,3 +410,43 @@ fn the_scan_for_transactions_skips_segments_without_one_also_after_reopen() {
         log.close().await.unwrap();
     });
 }
+
+/// Appends made one after another, each in a task of its own (as a shard serves a
+/// connection's produce requests), land in the order they were made, also those that
+/// come while the log rolls or right after.
+#[test]
+fn concurrent_appends_keep_their_order_across_rolls() {
+    let dir = common::temp_dir("append-order");
+    common::run(move || async move {
+        let config = LogConfig { segment_bytes_max: 64 << 10, fsync: FsyncPolicy::Never, ..LogConfig::default() };
+        let (log, _) = Log::open(UringStorage, &dir, config).await.unwrap();
+        let log = std::rc::Rc::new(log);
+        let mut tasks = Vec::new();
+        for i in 0..3000u64 {
+            let log = log.clone();
+            // Requests arriving one after another, some while a roll is under way and some
+            // just after, before the appends that waited for it have run again.
+            tasks.push(glommio::spawn_local(async move {
+                glommio::timer::sleep(std::time::Duration::from_micros(i * 20)).await;
+                let v = value(i);
+                let pad = vec![b'x'; 900];
+                log.append(&[Record::keyed(&pad, &v, Timestamp(1))]).await.unwrap();
+            }));
+        }
+        for t in tasks {
+            t.await;
+        }
+        assert!(log.segment_count() > 20, "rolled often: {}", log.segment_count());
+        let all = read_all(&log, Offset(0)).await;
+        assert_eq!(all.len(), 3000);
+        let out_of_order: Vec<u64> =
+            all.iter().enumerate().filter(|(i, (_, v))| v != &value(*i as u64)).map(|(i, _)| i as u64).collect();
+        assert!(
+            out_of_order.is_empty(),
+            "{} appends out of order, the first at {:?}",
+            out_of_order.len(),
+            out_of_order.first()
+        );
+        log.close().await.unwrap();
+    });
+}

@@ -118,6 +118,13 @@ pub(crate) struct State<F: StorageFile> {
     allocation_step: u64,
     sync_running: bool,
     rolling: bool,
+    /// The queue of appends that wait (for a roll, or behind others that do): tickets
+    /// `turn_head..turn_tail`, served in order; abandoned tickets are skipped. While it is
+    /// not empty, a new append queues too (appends keep their order across a roll).
+    turn_head: u64,
+    turn_tail: u64,
+    turn_abandoned: std::collections::BTreeSet<u64>,
+    turn_waiters: Vec<Waker>,
     failed: Option<String>,
     is_closed: bool,
     waiters: Vec<Waker>,
@@ -135,7 +142,7 @@ pub(crate) struct State<F: StorageFile> {
 
 impl<F: StorageFile> State<F> {
     fn wake_all(&mut self) {
-        for w in self.waiters.drain(..) {
+        for w in self.waiters.drain(..).chain(self.turn_waiters.drain(..)) {
             w.wake();
         }
     }
