@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Args;
 use futures_lite::future::block_on;
-use sluice_engine::security::{LiveUsers, Mechanism, SecurityProtocol, UserStore};
+use sluice_engine::security::{LiveUsers, Mechanism, SecurityProtocol, TlsSettings, UserStore};
 use sluice_engine::{Engine, EngineConfig};
 
 use crate::{DataDir, signals};
@@ -17,7 +17,7 @@ pub(crate) struct ServeArgs {
     #[command(flatten)]
     dir: DataDir,
     /// A listener: `HOST:PORT` (PLAINTEXT) or `PROTOCOL://HOST:PORT` with Kafka's
-    /// PLAINTEXT or SASL_PLAINTEXT; repeat for several (loopback unless told otherwise;
+    /// PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL; repeat for several (loopback unless told otherwise;
     /// port 0 picks one). Default: 127.0.0.1:9092.
     #[arg(long = "listen", value_name = "[PROTOCOL://]HOST:PORT")]
     listen: Vec<Listen>,
@@ -34,8 +34,18 @@ pub(crate) struct ServeArgs {
     /// as long as the connection.
     #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=i64::MAX as u64))]
     max_reauth_ms: Option<u64>,
-    /// Serve clients that do not authenticate (PLAINTEXT) on an address outside
-    /// loopback; refused without this.
+    /// The server's certificate chain (PEM, its own first), for SSL and SASL_SSL listeners.
+    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// The server's private key (PEM), for SSL and SASL_SSL listeners.
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    tls_key: Option<std::path::PathBuf>,
+    /// The CA that signs client certificates (PEM): SSL listeners then require a client
+    /// certificate, whose subject names the principal (mutual TLS).
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    tls_client_ca: Option<std::path::PathBuf>,
+    /// Serve clients that do not authenticate (PLAINTEXT, or SSL without client
+    /// certificates) on an address outside loopback; refused without this.
     #[arg(long)]
     allow_plaintext: bool,
     /// Shards (and listener executors); one per CPU by default.
@@ -86,9 +96,12 @@ pub(crate) fn serve(a: &ServeArgs) -> Result<()> {
     };
     let listens = if a.listen.is_empty() { vec![Listen::default()] } else { a.listen.clone() };
     let (first, rest) = listens.split_first().expect("at least one listener");
-    if first.protocol.tls() || rest.iter().any(|l| l.protocol.tls()) {
-        anyhow::bail!("SSL and SASL_SSL listeners are not built yet: use PLAINTEXT or SASL_PLAINTEXT");
-    }
+    let tls = match (&a.tls_cert, &a.tls_key) {
+        (Some(cert), Some(key)) => {
+            Some(TlsSettings::from_pem_files(cert, key, a.tls_client_ca.as_deref()).context("reading the TLS files")?)
+        }
+        _ => None,
+    };
     // Before any thread starts, so every thread inherits the mask and only the wait
     // below sees these signals.
     let signals = signals::block_termination()?;
@@ -106,6 +119,7 @@ pub(crate) fn serve(a: &ServeArgs) -> Result<()> {
     }
     kafka.max_reauth = a.max_reauth_ms.map(Duration::from_millis);
     kafka.allow_plaintext = a.allow_plaintext;
+    kafka.tls = tls;
     if listens.iter().any(|l| l.protocol.sasl()) {
         let users = LiveUsers::new(UserStore::at(&a.dir.data_dir)).context("reading the SASL users")?;
         if users.current().0.is_empty() {

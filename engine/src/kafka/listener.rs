@@ -28,9 +28,9 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use futures_lite::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
+use futures_lite::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
 use futures_lite::{Future, FutureExt};
-use glommio::net::{TcpListener, TcpStream};
+use glommio::net::TcpListener;
 
 use crate::engine::EngineHandle;
 
@@ -276,7 +276,20 @@ async fn accept(listener: TcpListener, ctx: Arc<Context>, stop: async_channel::R
         super::observe::connection_opened();
         let (ctx, stop, open) = (ctx.clone(), stop.clone(), open.clone());
         glommio::spawn_local(async move {
-            serve_connection(ctx, stream, stop).await;
+            // The peer as DescribeGroups reports it (Kafka's `client_host`).
+            let host: Arc<str> = stream.peer_addr().map(|a| super::context::kafka_host(&a)).unwrap_or_default().into();
+            match &ctx.config.tls {
+                Some(tls) if ctx.protocol.tls() => {
+                    if let Some((stream, principal)) = super::listeners::tls_handshake(&ctx, tls, stream, &host).await {
+                        let session = Session::new(host, ctx.protocol, principal);
+                        serve_connection(ctx, stream, session, stop).await;
+                    }
+                }
+                _ => {
+                    let session = Session::new(host, ctx.protocol, None);
+                    serve_connection(ctx, stream, session, stop).await;
+                }
+            }
             open.set(open.get() - 1);
             super::observe::connection_closed();
         })
@@ -329,10 +342,17 @@ async fn start(
     Some(Pending::Working(task))
 }
 
-async fn serve_connection(ctx: Arc<Context>, stream: TcpStream, stop: async_channel::Receiver<()>) {
-    // The peer as DescribeGroups reports it (Kafka's `client_host`).
-    let host: Arc<str> = stream.peer_addr().map(|a| super::context::kafka_host(&a)).unwrap_or_default().into();
-    let session = Rc::new(Session::new(host, ctx.protocol));
+/// A connection's byte stream: a TCP socket, or TLS over one.
+pub(super) trait Stream: AsyncRead + AsyncWrite + Unpin + 'static {}
+impl<S: AsyncRead + AsyncWrite + Unpin + 'static> Stream for S {}
+
+async fn serve_connection<S: Stream>(
+    ctx: Arc<Context>,
+    stream: S,
+    session: Session,
+    stop: async_channel::Receiver<()>,
+) {
+    let session = Rc::new(session);
     let (mut reader, writer) = futures_lite::io::split(stream);
     let (queue_tx, queue_rx) =
         glommio::channels::local_channel::new_bounded::<Pending>(ctx.config.max_in_flight_per_connection);
@@ -390,7 +410,7 @@ async fn serve_connection(ctx: Arc<Context>, stream: TcpStream, stop: async_chan
 }
 
 async fn write_loop(
-    mut writer: WriteHalf<TcpStream>,
+    mut writer: WriteHalf<impl Stream>,
     queue: glommio::channels::local_channel::LocalReceiver<Pending>,
     ctx: &Context,
 ) {
@@ -477,7 +497,7 @@ impl FramePool {
 
 /// Reads one size-prefixed frame; `Ok(None)` at a clean end of stream.
 async fn read_frame(
-    reader: &mut ReadHalf<TcpStream>,
+    reader: &mut ReadHalf<impl Stream>,
     config: &KafkaConfig,
     pool: &mut FramePool,
 ) -> Result<Option<BytesMut>, FrameError> {

@@ -1,11 +1,12 @@
 //! The listeners a Kafka server opens: their settings checked before anything starts
-//! (ranges, SASL users, no unauthenticated listener outside loopback unless allowed), and
-//! each listener's advertised address.
+//! (ranges, SASL users, TLS settings, no unauthenticated listener outside loopback unless
+//! allowed), each listener's advertised address, and the TLS handshake of a connection.
 
 use std::net::SocketAddr;
 
+use super::context::Context;
 use super::{KafkaConfig, KafkaError};
-use crate::security::SecurityProtocol;
+use crate::security::{Principal, SecurityProtocol, TlsSettings};
 
 /// Refuses settings out of their ranges, before anything starts.
 pub(super) fn validate(config: &KafkaConfig) -> Result<(), KafkaError> {
@@ -52,9 +53,9 @@ fn validate_security(config: &KafkaConfig) -> Result<(), KafkaError> {
         if addr.port() != 0 && !seen.insert(addr) {
             return Err(KafkaError::Config(format!("two listeners on {addr}")));
         }
-        if protocol.tls() {
+        if protocol.tls() && config.tls.is_none() {
             return Err(KafkaError::Config(format!(
-                "the {protocol} listener on {addr}: TLS is not built yet (PLAINTEXT and SASL_PLAINTEXT only)"
+                "the {protocol} listener on {addr} needs a TLS certificate and key (--tls-cert, --tls-key)"
             )));
         }
         if protocol.sasl() && (config.users.is_none() || config.sasl_mechanisms.is_empty()) {
@@ -62,11 +63,13 @@ fn validate_security(config: &KafkaConfig) -> Result<(), KafkaError> {
                 "the {protocol} listener on {addr} needs SASL users and at least one mechanism"
             )));
         }
-        let authenticates = protocol.sasl();
+        // SASL authenticates; so does SSL with client certificates (mutual TLS).
+        let mutual = config.tls.as_ref().is_some_and(crate::security::TlsSettings::mutual);
+        let authenticates = protocol.sasl() || (protocol == SecurityProtocol::Ssl && mutual);
         if !authenticates && !addr.ip().is_loopback() && !config.allow_plaintext {
             return Err(KafkaError::Config(format!(
                 "refusing to serve {protocol} on {addr}, outside loopback, to clients that do not \
-                 authenticate: use SASL_PLAINTEXT or SASL_SSL there, or allow it explicitly \
+                 authenticate: use SASL_PLAINTEXT, SASL_SSL or SSL with client certificates there, or allow it explicitly \
                  (sluice serve --allow-plaintext)"
             )));
         }
@@ -98,4 +101,40 @@ pub(super) fn advertised(config: &KafkaConfig, bound: &[SocketAddr]) -> Vec<(Str
             None => (addr.ip().to_string(), i32::from(addr.port())),
         })
         .collect()
+}
+
+/// Runs the TLS handshake of a new connection (within `frame_timeout`); the encrypted
+/// stream and, on an SSL listener with client certificates, the principal the client's
+/// certificate names. `None` (the connection is dropped, the failure logged and counted)
+/// if the handshake fails: a plaintext client, an untrusted or expired certificate.
+pub(super) async fn tls_handshake(
+    ctx: &Context,
+    tls: &TlsSettings,
+    stream: glommio::net::TcpStream,
+    host: &str,
+) -> Option<(futures_rustls::server::TlsStream<glommio::net::TcpStream>, Option<Principal>)> {
+    let accept = tls.acceptor(ctx.protocol.sasl()).accept(stream);
+    let failed = |why: String| {
+        super::observe::refused(super::observe::Refusal::TlsHandshake);
+        ctx.errors.report(format_args!("TLS handshake with {host} failed: {why}"));
+        None
+    };
+    let stream = match futures_lite::future::or(async { Some(accept.await) }, async {
+        glommio::timer::sleep(ctx.config.frame_timeout).await;
+        None
+    })
+    .await
+    {
+        Some(Ok(s)) => s,
+        Some(Err(e)) => return failed(e.to_string()),
+        None => return failed(format!("not done within {:?} (frame_timeout)", ctx.config.frame_timeout)),
+    };
+    let certified = match stream.get_ref().1.peer_certificates().and_then(|c| c.first()) {
+        Some(cert) if !ctx.protocol.sasl() => match crate::security::tls::principal_of(cert) {
+            Some(p) => Some(p),
+            None => return failed("the client certificate's subject cannot be read".into()),
+        },
+        _ => None,
+    };
+    Some((stream, certified))
 }

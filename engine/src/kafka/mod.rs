@@ -54,7 +54,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::security::{LiveUsers, Mechanism, SecurityProtocol};
+use crate::security::{LiveUsers, Mechanism, SecurityProtocol, TlsSettings};
 
 pub use listener::KafkaServer;
 pub use transactions::{TRANSACTION_STATE_TOPIC, TRANSACTION_TIMEOUT_MS_MAX};
@@ -138,6 +138,9 @@ pub struct KafkaConfig {
     /// told, re-authenticate before it ends (KIP-368), and a connection that has not is
     /// closed at its next request. `None`: a login lasts as long as its connection.
     pub max_reauth: Option<Duration>,
+    /// The certificate and key of SSL and SASL_SSL listeners, and the CA of client
+    /// certificates for mutual TLS on SSL listeners; required when a listener uses TLS.
+    pub tls: Option<TlsSettings>,
     /// Let a listener on an address other than loopback serve clients that do not
     /// authenticate (PLAINTEXT, or SSL without client certificates). Off: such a
     /// listener is refused at start.
@@ -182,6 +185,7 @@ impl KafkaConfig {
             sasl_mechanisms: Mechanism::ALL.to_vec(),
             users: None,
             max_reauth: None,
+            tls: None,
             allow_plaintext: false,
         }
     }

@@ -53,10 +53,20 @@ pub(crate) enum Refusal {
     Unauthenticated,
     /// A SASL login that failed (unknown user, wrong password, bad exchange).
     AuthenticationFailed,
+    /// A TLS handshake that failed (a plaintext client, an untrusted or expired client
+    /// certificate) or did not finish within `frame_timeout`.
+    TlsHandshake,
 }
 
-const REFUSALS: [&str; 6] =
-    ["connection_limit", "frame_size", "timeout", "malformed", "unauthenticated", "authentication_failed"];
+const REFUSALS: [&str; 7] = [
+    "connection_limit",
+    "frame_size",
+    "timeout",
+    "malformed",
+    "unauthenticated",
+    "authentication_failed",
+    "tls_handshake",
+];
 
 /// One listener executor's counts.
 #[derive(Debug)]

@@ -39,9 +39,10 @@ pub(crate) enum Exchange {
 
 impl Session {
     /// A new connection from `host` on a listener speaking `protocol`: not authenticated
-    /// yet on a SASL listener, anonymous on any other.
-    pub(crate) fn new(host: Arc<str>, protocol: SecurityProtocol) -> Session {
-        let principal = (!protocol.sasl()).then(Principal::anonymous);
+    /// yet on a SASL listener; on any other, the principal its client certificate named
+    /// (mutual TLS), or anonymous.
+    pub(crate) fn new(host: Arc<str>, protocol: SecurityProtocol, certified: Option<Principal>) -> Session {
+        let principal = (!protocol.sasl()).then(|| certified.unwrap_or_else(Principal::anonymous));
         Session {
             host,
             principal: RefCell::new(principal),

@@ -1,9 +1,10 @@
-//! Who a Kafka client is: the listeners' security protocols, SASL mechanisms
-//! (`scram.rs`) and the users they check against (`users.rs`). The Kafka listener
+//! Who a Kafka client is: the listeners' security protocols, TLS (`tls.rs`), SASL
+//! mechanisms (`scram.rs`) and the users they check against (`users.rs`). The Kafka listener
 //! (`kafka/sasl.rs`) runs the exchanges; the `sluice user` command manages the users.
 //! Nothing here depends on the listener.
 
 pub mod scram;
+pub mod tls;
 pub mod users;
 
 mod files;
@@ -11,6 +12,7 @@ mod files;
 use std::path::PathBuf;
 
 pub use scram::{Credential, Mechanism};
+pub use tls::TlsSettings;
 pub use users::{LiveUsers, UserStore, Users};
 
 /// Why a security file or setting was refused.
