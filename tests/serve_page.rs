@@ -48,7 +48,8 @@ fn the_overview_page_shows_a_produced_topic_and_its_end_offset() {
     let (status, body) = http(&metrics, "GET", "/api/overview");
     assert!(status.contains(" 200 "), "{status}\n{body}");
     let overview: Value = serde_json::from_str(&body).expect("JSON");
-    let shown = overview["partitions"].as_array().unwrap().iter().find(|p| p["topic"] == "shown" && p["partition"] == 0);
+    let shown =
+        overview["partitions"].as_array().unwrap().iter().find(|p| p["topic"] == "shown" && p["partition"] == 0);
     assert_eq!(shown.map(|p| p["end_offset"].as_f64()), Some(Some(5.0)), "{body}");
     assert!(http(&metrics, "POST", "/").0.contains(" 405 "));
     assert!(http(&metrics, "GET", "/nope").0.contains(" 404 "));
@@ -60,10 +61,12 @@ fn the_overview_page_shows_a_produced_topic_and_its_end_offset() {
     assert_eq!(end_offset_shown(&rows, "shown"), Some(5), "{rows}");
     // More records: the page shows the new end offset by itself.
     kcat(&["-b", &kafka, "-P", "-t", "shown", "-p", "0"], "f\ng\nh\n");
-    let rows = page.wait_for(PARTITION_ROWS, Duration::from_secs(30), |rows| end_offset_shown(rows, "shown") == Some(8));
+    let rows =
+        page.wait_for(PARTITION_ROWS, Duration::from_secs(30), |rows| end_offset_shown(rows, "shown") == Some(8));
     assert_eq!(end_offset_shown(&rows, "shown"), Some(8), "{rows}");
     // The request rates: kcat's Produce requests are listed.
-    let apis = page.eval("Array.from(document.querySelectorAll('#requests tbody tr td:first-child')).map((td) => td.textContent)");
+    let apis = page
+        .eval("Array.from(document.querySelectorAll('#requests tbody tr td:first-child')).map((td) => td.textContent)");
     assert!(apis.as_array().unwrap().iter().any(|a| a == "Produce"), "{apis}");
     let errors = page.errors();
     assert!(errors.is_empty(), "the page logged errors: {errors:#?}");

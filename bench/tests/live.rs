@@ -109,7 +109,11 @@ fn the_live_page_shows_a_pipeline_run_and_ends_with_its_report() {
         assert_eq!(page.text_of(id).as_deref(), Some(shown(&latency[key]).as_str()), "{id} against {latency}");
     }
     assert_eq!(page.text_of("final-count"), Some(latency["count"].to_string()));
-    let row = |key: &str| format!("(() => {{ const e = document.querySelector('td[data-key=\"{key}\"]'); return e ? e.textContent : null; }})()");
+    let row = |key: &str| {
+        format!(
+            "(() => {{ const e = document.querySelector('td[data-key=\"{key}\"]'); return e ? e.textContent : null; }})()"
+        )
+    };
     for key in ["events_per_sec", "events", "results", "rate"] {
         assert_eq!(page.eval(&row(key)).as_str(), Some(shown(&report[key]).as_str()), "{key}");
     }

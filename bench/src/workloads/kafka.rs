@@ -359,11 +359,19 @@ fn through_kcat(addr: &str, topic: &str, args: &KafkaArgs, dir: &std::path::Path
     Ok(args.records as f64 / elapsed.as_secs_f64())
 }
 
-/// Records appended to the topics (not the internal ones) so far, for `--live`; 0 once the
-/// engine has shut down.
+/// `--live`: the page counts the records appended to the topics, from a scrape a second
+/// (none without `--live`).
+fn watch_appended(handle: &EngineHandle) {
+    let watched = handle.clone();
+    crate::harness::live::watch("records appended", None, move || appended(&watched));
+}
+
+/// Records appended to the topics (not the internal ones) so far; 0 once the engine has
+/// shut down.
 fn appended(handle: &EngineHandle) -> u64 {
     let Ok(families) = block_on(handle.metrics()) else { return 0 };
-    let user = |labels: &sluice_engine::metrics::Labels| labels.iter().any(|(k, v)| *k == "topic" && !v.starts_with("__"));
+    let user =
+        |labels: &sluice_engine::metrics::Labels| labels.iter().any(|(k, v)| *k == "topic" && !v.starts_with("__"));
     families
         .series("sluice_log_records_appended_total")
         .filter(|(labels, _)| user(labels))
@@ -513,9 +521,7 @@ pub fn run(args: &KafkaArgs) -> anyhow::Result<KafkaReport> {
     // The listener registers with the engine, so the engine's source serves both.
     let metrics = handle.metric_source();
     crate::harness::metrics::register(&metrics);
-    // `--live`: records appended to every topic, from a scrape a second (none without it).
-    let watched = handle.clone();
-    crate::harness::live::watch("records appended", None, move || appended(&watched));
+    watch_appended(&handle);
     let topic = TopicConfig { fsync: args.fsync, ..TopicConfig::default() };
     block_on(handle.create_topic("latency", partitions, Some(topic.clone())))?;
     let mut config = KafkaConfig::new("127.0.0.1:0".parse()?);

@@ -57,7 +57,11 @@ impl MetricsServer {
 
     /// As [`start`](Self::start), and serves the overview page at `/` with its data,
     /// `overview`, at `/api/overview`.
-    pub fn start_with_page(addr: SocketAddr, render: Arc<Render>, overview: Arc<Overview>) -> std::io::Result<MetricsServer> {
+    pub fn start_with_page(
+        addr: SocketAddr,
+        render: Arc<Render>,
+        overview: Arc<Overview>,
+    ) -> std::io::Result<MetricsServer> {
         Self::serve(addr, render, Some(overview))
     }
 
@@ -131,7 +135,11 @@ fn asset(body: &str, content_type: &str) -> Response<std::io::Cursor<Vec<u8>>> {
 }
 
 /// The answer to one request.
-fn respond(request: &tiny_http::Request, render: &Render, overview: Option<&Overview>) -> Response<std::io::Cursor<Vec<u8>>> {
+fn respond(
+    request: &tiny_http::Request,
+    render: &Render,
+    overview: Option<&Overview>,
+) -> Response<std::io::Cursor<Vec<u8>>> {
     let path = request.url().split(['?', '#']).next().unwrap_or("");
     let page = overview.is_some() && matches!(path, "/" | "/serve.js" | "/api/overview");
     if path != "/metrics" && !page {

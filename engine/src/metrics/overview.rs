@@ -117,7 +117,10 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(&f.overview_json(17)).unwrap();
         assert_eq!(v["unix_ms"], 17);
         assert_eq!(v["partitions"][0]["topic"], "a");
-        assert_eq!((v["partitions"][0]["start_offset"].as_f64(), v["partitions"][0]["end_offset"].as_f64()), (Some(2.0), Some(7.0)));
+        assert_eq!(
+            (v["partitions"][0]["start_offset"].as_f64(), v["partitions"][0]["end_offset"].as_f64()),
+            (Some(2.0), Some(7.0))
+        );
         assert_eq!(v["partitions"][1]["start_offset"], serde_json::Value::Null);
         assert_eq!(v["partitions"][1]["end_offset"].as_f64(), Some(9.0));
         assert_eq!(v["groups"][0]["group"], "g\"1");

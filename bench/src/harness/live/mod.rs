@@ -91,9 +91,7 @@ pub fn options(addr: Option<SocketAddr>, linger: Option<f64>) -> anyhow::Result<
     match (addr, linger) {
         (None, Some(_)) => anyhow::bail!("--live-linger needs --live ADDR: there is no page to keep serving"),
         (None, None) => Ok(None),
-        (Some(addr), linger) => {
-            Ok(Some(LiveOptions { addr, linger: Duration::from_secs_f64(linger.unwrap_or(0.0)) }))
-        }
+        (Some(addr), linger) => Ok(Some(LiveOptions { addr, linger: Duration::from_secs_f64(linger.unwrap_or(0.0)) })),
     }
 }
 
