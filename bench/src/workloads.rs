@@ -77,9 +77,10 @@ pub struct CommonArgs {
     /// http://ADDR/metrics while it goes on; printed as `metrics on ADDR` on stderr
     #[arg(long, value_name = "ADDR")]
     pub metrics_listen: Option<std::net::SocketAddr>,
-    /// Serve a live page of the run at http://ADDR/ from its start (records appended per
+    /// Serve a live page of the run at http://ADDR/ (a bare port: loopback) from its
+    /// start (records appended per
     /// second; at the end the report and the latency curve); printed as `live page on ...`
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", value_parser = crate::harness::live::parse_addr)]
     pub live: Option<std::net::SocketAddr>,
     /// Seconds the --live page stays served after the run ends [default: 0]
     #[arg(long, value_name = "SECONDS", value_parser = parse_linger)]

@@ -65,10 +65,11 @@ pub struct RunArgs {
     /// it goes on; printed as `metrics on ADDR` on stderr
     #[arg(long, value_name = "ADDR")]
     pub metrics_listen: Option<std::net::SocketAddr>,
-    /// Serve a live page of the run at http://ADDR/ from its start: per second the
+    /// Serve a live page of the run at http://ADDR/ (a bare port: loopback) from its
+    /// start: per second the
     /// throughput, the latency percentiles and the offered and achieved rates, and at the
     /// end the report and its percentile curve; printed as `live page on ...` on stderr
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", value_parser = crate::harness::live::parse_addr)]
     pub live: Option<std::net::SocketAddr>,
     /// Seconds the --live page stays served after the run ends, to look at its final
     /// state [default: 0]

@@ -73,6 +73,19 @@ pub fn offer(offered: Option<u64>) {
     }
 }
 
+/// `--live`'s address: `HOST:PORT`, or a bare port, which means loopback
+/// (`127.0.0.1:PORT`): the page is served to other machines only when told so.
+///
+/// # Errors
+///
+/// Neither a socket address nor a port.
+pub fn parse_addr(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(port) = s.parse::<u16>() {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    s.parse().map_err(|e| format!("{e}: give HOST:PORT (e.g. 127.0.0.1:8080) or a port for loopback"))
+}
+
 /// What `--live` and `--live-linger` ask for.
 #[derive(Debug, Clone, Copy)]
 pub struct LiveOptions {
@@ -163,5 +176,21 @@ impl Drop for Live {
     fn drop(&mut self) {
         ACTIVE.store(false, Ordering::Relaxed);
         FEED.lock().unwrap_or_else(PoisonError::into_inner).take();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bare_port_is_loopback_and_the_linger_needs_a_page() {
+        assert_eq!(parse_addr("8080"), Ok("127.0.0.1:8080".parse().unwrap()));
+        assert_eq!(parse_addr("0.0.0.0:9"), Ok("0.0.0.0:9".parse().unwrap()));
+        assert!(parse_addr("localhost").unwrap_err().contains("HOST:PORT"));
+        assert!(options(None, Some(1.0)).unwrap_err().to_string().contains("--live-linger needs --live"));
+        assert!(options(None, None).unwrap().is_none());
+        let o = options(Some("127.0.0.1:1".parse().unwrap()), Some(2.5)).unwrap().unwrap();
+        assert_eq!(o.linger, Duration::from_millis(2500));
     }
 }
