@@ -4,14 +4,14 @@
 //! passes `promtool check metrics`; other methods and paths are refused; a scrape while
 //! the server shuts down answers or is refused cleanly.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{script, stop};
+use common::{script, start, stop};
 
 fn data_dir(name: &str) -> PathBuf {
     common::data_dir("metrics-serve", name)
@@ -22,31 +22,6 @@ fn kcat(args: &[&str], stdin: &str) -> std::process::Output {
     let out = common::kcat(args, stdin);
     assert!(out.status.success(), "kcat {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     out
-}
-
-/// Starts `sluice serve` with `--metrics-listen 127.0.0.1:0`; returns the child, the
-/// Kafka address and the metrics address.
-fn start(dir: &Path) -> (Child, String, String) {
-    let mut server = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["serve", "--data-dir"])
-        .arg(dir)
-        .args(["--listen", "127.0.0.1:0", "--shards", "2", "--metrics-listen", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("sluice serve starts");
-    let mut lines = BufReader::new(server.stdout.take().expect("stdout")).lines();
-    let mut next = || lines.next().and_then(Result::ok).unwrap_or_default();
-    let (metrics, kafka) = (next(), next());
-    let metrics = metrics.strip_prefix("metrics on ").map(str::to_string);
-    let kafka = kafka.strip_prefix("listening on ").map(str::to_string);
-    match (metrics, kafka) {
-        (Some(m), Some(k)) => (server, k, m),
-        _ => {
-            let out = server.wait_with_output().expect("exited");
-            panic!("sluice serve did not start: {}", String::from_utf8_lossy(&out.stderr));
-        }
-    }
 }
 
 /// An HTTP/1.0 request: the status and the body, or the I/O error.

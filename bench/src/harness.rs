@@ -17,12 +17,14 @@
 //!   highest offered rate within a p99 bound, for any open-loop workload.
 //! - [`TimeBound`] (`time_bound`): a source wrapper that ends its stream when a duration
 //!   has elapsed, for closed-loop runs bounded by `--duration`.
+//! - [`live`]: `--live ADDR`, the page that shows a run per second while it goes on.
 //! - [`WakeProbe`] (`wake`): how late a sleeping thread wakes beside a run, the machine's
 //!   floor under any latency the run reports.
 
 mod hlog;
 mod json;
 mod latency;
+pub mod live;
 mod memlock;
 pub mod metrics;
 mod plot;

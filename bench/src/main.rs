@@ -1,10 +1,13 @@
 //! `sluice-bench <workload> [options]`: parses the command line, runs the workload from the
 //! `sluice_bench` library, prints its table and writes `--json` if asked.
 
+use std::path::Path;
+
 use anyhow::Result;
 use clap::{Parser, Subcommand};
+use serde::Serialize;
 use sluice_bench::{
-    harness::write_json,
+    harness::{Table, live, write_json},
     workloads::{cleaning, footprint, kafka, log, nexmark, pipeline, ring},
 };
 
@@ -50,69 +53,89 @@ enum Workload {
 fn main() -> Result<()> {
     match Cli::parse().workload {
         Workload::Log(args) if args.is_e2e() => {
-            let report = sluice_bench::workloads::e2e::run(&args)?;
-            report.table().print();
-            if let Some(path) = &args.run.json {
-                write_json(path, &report)?;
-            }
+            let live = Shown::new(args.run.live()?, "log", "records", args.run.rate);
+            live.run(args.run.json.as_deref(), || sluice_bench::workloads::e2e::run(&args), |r| r.table())
         }
         Workload::Log(args) => {
-            let report = log::run(&args)?;
-            report.table().print();
-            if let Some(path) = &args.run.json {
-                write_json(path, &report)?;
-            }
+            let live = Shown::new(args.run.live()?, "log", "appends", None);
+            live.run(args.run.json.as_deref(), || log::run(&args), |r| r.table())
         }
         Workload::Ring(args) => {
-            let report = ring::run(&args)?;
-            report.table().print();
-            if let Some(path) = &args.run.json {
-                write_json(path, &report)?;
-            }
+            args.run.refuse_live("ring measures a bare mesh between two threads and reports only its end")?;
+            Shown::none().run(args.run.json.as_deref(), || ring::run(&args), |r| r.table())
         }
-        Workload::Report(args) => print!("{}", sluice_bench::report::run(&args)?),
+        Workload::Report(args) => {
+            print!("{}", sluice_bench::report::run(&args)?);
+            Ok(())
+        }
         Workload::Pipeline(args) => {
-            let report = pipeline::run(&args)?;
-            report.table().print();
-            if let Some(path) = &args.run.json {
-                write_json(path, &report)?;
-            }
+            let live = Shown::new(args.run.live()?, "pipeline", "results", args.run.rate);
+            live.run(args.run.json.as_deref(), || pipeline::run(&args), |r| r.table())
         }
         Workload::Checkpoint(args) => {
-            let report = sluice_bench::workloads::checkpoint::run(&args)?;
-            report.table().print();
-            if let Some(path) = &args.run.json {
-                write_json(path, &report)?;
-            }
+            let live = Shown::new(args.run.live()?, "checkpoint", "results", Some(args.rate()));
+            let run = || sluice_bench::workloads::checkpoint::run(&args);
+            live.run(args.run.json.as_deref(), run, |r| r.table())
         }
         Workload::Nexmark(args) => {
-            let report = nexmark::run(&args)?;
-            report.table().print();
-            if let Some(path) = &args.run.json {
-                write_json(path, &report)?;
-            }
+            let live = Shown::new(args.run.live()?, "nexmark", "results", args.run.rate);
+            live.run(args.run.json.as_deref(), || nexmark::run(&args), |r| r.table())
         }
-        Workload::Footprint(args) => {
-            let report = footprint::run(&args)?;
-            report.table().print();
-            if let Some(path) = &args.json {
-                write_json(path, &report)?;
-            }
-        }
+        Workload::Footprint(args) => Shown::none().run(args.json.as_deref(), || footprint::run(&args), |r| r.table()),
         Workload::Cleaning(args) => {
-            let report = cleaning::run(&args)?;
-            report.table().print();
-            if let Some(path) = &args.run.json {
-                write_json(path, &report)?;
-            }
+            args.run.refuse_live("cleaning compares two whole runs and reports only their ends")?;
+            Shown::none().run(args.run.json.as_deref(), || cleaning::run(&args), |r| r.table())
         }
         Workload::Kafka(args) => {
-            let report = kafka::run(&args)?;
-            report.table().print();
-            if let Some(path) = &args.common.json {
-                write_json(path, &report)?;
-            }
+            let options = live::options(args.common.live, args.common.live_linger)?;
+            let live = Shown::new(options, "kafka", "records appended", None);
+            live.run(args.common.json.as_deref(), || kafka::run(&args), |r| r.table())
         }
     }
-    Ok(())
+}
+
+/// A run's `--live` page, if asked: what it is fed before the workload sets its own.
+struct Shown<'a> {
+    options: Option<live::LiveOptions>,
+    workload: &'a str,
+    unit: &'a str,
+    offered: Option<u64>,
+}
+
+impl<'a> Shown<'a> {
+    fn new(options: Option<live::LiveOptions>, workload: &'a str, unit: &'a str, offered: Option<u64>) -> Self {
+        Shown { options, workload, unit, offered }
+    }
+
+    fn none() -> Self {
+        Shown { options: None, workload: "", unit: "", offered: None }
+    }
+
+    /// Runs `run` with the page served from its start; prints the report's table, writes
+    /// `--json`, then hands the report to the page (which stays for `--live-linger`).
+    fn run<R: Serialize>(
+        self,
+        json: Option<&Path>,
+        run: impl FnOnce() -> Result<R>,
+        table: impl FnOnce(&R) -> Table,
+    ) -> Result<()> {
+        let page = self.options.map(|o| live::Live::start(o, self.workload, self.unit, self.offered)).transpose()?;
+        let report = match run() {
+            Ok(report) => report,
+            Err(e) => {
+                if let Some(page) = page {
+                    page.fail(&e);
+                }
+                return Err(e);
+            }
+        };
+        table(&report).print();
+        if let Some(path) = json {
+            write_json(path, &report)?;
+        }
+        if let Some(page) = page {
+            page.finish(&report)?;
+        }
+        Ok(())
+    }
 }

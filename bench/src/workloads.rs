@@ -77,6 +77,19 @@ pub struct CommonArgs {
     /// http://ADDR/metrics while it goes on; printed as `metrics on ADDR` on stderr
     #[arg(long, value_name = "ADDR")]
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Serve a live page of the run at http://ADDR/ (a bare port: loopback) from its
+    /// start (records appended per
+    /// second; at the end the report and the latency curve); printed as `live page on ...`
+    #[arg(long, value_name = "ADDR", value_parser = crate::harness::live::parse_addr)]
+    pub live: Option<std::net::SocketAddr>,
+    /// Seconds the --live page stays served after the run ends [default: 0]
+    #[arg(long, value_name = "SECONDS", value_parser = parse_linger)]
+    pub live_linger: Option<f64>,
+}
+
+fn parse_linger(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    if v.is_finite() && v >= 0.0 { Ok(v) } else { Err("seconds must be 0 or more".into()) }
 }
 
 impl CommonArgs {

@@ -1,10 +1,11 @@
 //! What the end-to-end tests of `sluice serve` share: a fresh data directory, kcat, the
-//! Python client scripts of tests/kafka/, and a clean stop with SIGTERM.
+//! Python client scripts of tests/kafka/, `sluice serve --metrics-listen` started (`start`),
+//! and a clean stop with SIGTERM.
 #![allow(dead_code)]
 
-use std::io::Write;
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use sluice_engine::kafka::child::client_command as client;
@@ -71,4 +72,29 @@ pub fn stop(mut server: Child) {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(status.success(), "exit status {status:?}");
+}
+
+/// Starts `sluice serve` with `--metrics-listen 127.0.0.1:0`; returns the child, the
+/// Kafka address and the metrics address.
+pub fn start(dir: &Path) -> (Child, String, String) {
+    let mut server = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["serve", "--data-dir"])
+        .arg(dir)
+        .args(["--listen", "127.0.0.1:0", "--shards", "2", "--metrics-listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("sluice serve starts");
+    let mut lines = BufReader::new(server.stdout.take().expect("stdout")).lines();
+    let mut next = || lines.next().and_then(Result::ok).unwrap_or_default();
+    let (metrics, kafka) = (next(), next());
+    let metrics = metrics.strip_prefix("metrics on ").map(str::to_string);
+    let kafka = kafka.strip_prefix("listening on ").map(str::to_string);
+    match (metrics, kafka) {
+        (Some(m), Some(k)) => (server, k, m),
+        _ => {
+            let out = server.wait_with_output().expect("exited");
+            panic!("sluice serve did not start: {}", String::from_utf8_lossy(&out.stderr));
+        }
+    }
 }

@@ -29,6 +29,8 @@ struct Intervals {
     wall: SystemTime,
     length: Duration,
     histograms: Vec<Histogram<u64>>,
+    /// Intervals before this one are closed and were handed to the live page (if any).
+    closed: usize,
 }
 
 /// Percentiles of the recorded latencies, in microseconds. All zero when nothing was recorded.
@@ -58,7 +60,7 @@ impl LatencyRecorder {
     pub fn with_intervals(epoch: Instant, length: Duration) -> Self {
         let wall = SystemTime::now().checked_sub(epoch.elapsed()).unwrap_or_else(SystemTime::now);
         let length = length.max(Duration::from_millis(1));
-        Self { intervals: Some(Intervals { epoch, wall, length, histograms: Vec::new() }), ..Self::new() }
+        Self { intervals: Some(Intervals { epoch, wall, length, histograms: Vec::new(), closed: 0 }), ..Self::new() }
     }
 
     /// Records one operation that took `latency` and ended at `now` (its interval).
@@ -68,6 +70,13 @@ impl LatencyRecorder {
             let i = (now.saturating_duration_since(iv.epoch).as_nanos() / iv.length.as_nanos()) as usize;
             while iv.histograms.len() <= i {
                 iv.histograms.push(Histogram::new_from(&self.histogram));
+            }
+            if i > iv.closed {
+                // The intervals before this one are over: the live page (`--live`) gets them.
+                if super::live::is_active() {
+                    iv.histograms[iv.closed..i].iter().for_each(super::live::interval);
+                }
+                iv.closed = i;
             }
             let micros = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
             if iv.histograms[i].record(micros).is_err() {

@@ -110,6 +110,7 @@ pub fn find_max_rate(
     let mut curves: Vec<Curve> = Vec::new();
     let mut latencies: Vec<(u64, LatencyRecorder)> = Vec::new();
     let mut run = |rate: u64, search: &mut RateSearch| -> anyhow::Result<bool> {
+        super::live::offer(Some(rate));
         let (achieved, latency) = step(rate)?;
         let latency_us = latency.summary();
         let within_slo = latency_us.count > 0 && latency_us.p99 <= slo_us && achieved >= KEEP_UP_SHARE * rate as f64;

@@ -65,6 +65,16 @@ pub struct RunArgs {
     /// it goes on; printed as `metrics on ADDR` on stderr
     #[arg(long, value_name = "ADDR")]
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Serve a live page of the run at http://ADDR/ (a bare port: loopback) from its
+    /// start: per second the
+    /// throughput, the latency percentiles and the offered and achieved rates, and at the
+    /// end the report and its percentile curve; printed as `live page on ...` on stderr
+    #[arg(long, value_name = "ADDR", value_parser = crate::harness::live::parse_addr)]
+    pub live: Option<std::net::SocketAddr>,
+    /// Seconds the --live page stays served after the run ends, to look at its final
+    /// state [default: 0]
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
+    pub live_linger: Option<f64>,
 }
 
 fn parse_seconds(s: &str) -> Result<f64, String> {
@@ -125,6 +135,26 @@ impl RunArgs {
     /// `--metrics-listen` was given.
     pub fn refuse_metrics(&self, why: &str) -> anyhow::Result<()> {
         ensure!(self.metrics_listen.is_none(), "--metrics-listen is refused: {why}");
+        Ok(())
+    }
+
+    /// `--live` and `--live-linger`, checked.
+    ///
+    /// # Errors
+    ///
+    /// `--live-linger` without `--live`.
+    pub fn live(&self) -> anyhow::Result<Option<super::live::LiveOptions>> {
+        super::live::options(self.live, self.live_linger)
+    }
+
+    /// Refuses `--live` (and `--live-linger`) for a workload with nothing to show per
+    /// second, saying `why`.
+    ///
+    /// # Errors
+    ///
+    /// Either was given.
+    pub fn refuse_live(&self, why: &str) -> anyhow::Result<()> {
+        ensure!(self.live.is_none() && self.live_linger.is_none(), "--live is refused: {why}");
         Ok(())
     }
 

@@ -359,6 +359,29 @@ fn through_kcat(addr: &str, topic: &str, args: &KafkaArgs, dir: &std::path::Path
     Ok(args.records as f64 / elapsed.as_secs_f64())
 }
 
+/// `--live`: the page counts the records appended to the topics, from a scrape a second
+/// (none without `--live`).
+fn watch_appended(handle: &EngineHandle) {
+    let watched = handle.clone();
+    crate::harness::live::watch("records appended", None, move || appended(&watched));
+}
+
+/// Records appended to the topics (not the internal ones) so far; 0 once the engine has
+/// shut down.
+fn appended(handle: &EngineHandle) -> u64 {
+    let Ok(families) = block_on(handle.metrics()) else { return 0 };
+    let user =
+        |labels: &sluice_engine::metrics::Labels| labels.iter().any(|(k, v)| *k == "topic" && !v.starts_with("__"));
+    families
+        .series("sluice_log_records_appended_total")
+        .filter(|(labels, _)| user(labels))
+        .filter_map(|(_, value)| match value {
+            sluice_engine::metrics::Value::Counter(n) => Some(n.as_f64() as u64),
+            _ => None,
+        })
+        .sum()
+}
+
 fn stored(handle: &EngineHandle, topic: &str, partitions: u32) -> anyhow::Result<u64> {
     let mut n = 0;
     for p in 0..partitions {
@@ -498,6 +521,7 @@ pub fn run(args: &KafkaArgs) -> anyhow::Result<KafkaReport> {
     // The listener registers with the engine, so the engine's source serves both.
     let metrics = handle.metric_source();
     crate::harness::metrics::register(&metrics);
+    watch_appended(&handle);
     let topic = TopicConfig { fsync: args.fsync, ..TopicConfig::default() };
     block_on(handle.create_topic("latency", partitions, Some(topic.clone())))?;
     let mut config = KafkaConfig::new("127.0.0.1:0".parse()?);
@@ -541,6 +565,7 @@ pub fn run(args: &KafkaArgs) -> anyhow::Result<KafkaReport> {
         (per_record(embedded_cpu), per_record(listener_cpu), per_record(kcat_cpu));
     let ratios: Vec<f64> = kafka_rates.iter().zip(&embedded_rates).map(|(k, e)| k / e).collect();
     let ((latency_achieved_rate, recorder), machine_wake_latency_us) = if args.latency_records > 0 {
+        crate::harness::live::offer(Some(args.rate));
         WakeProbe::around(!args.no_wake_probe, || latency(&addr, args, partitions))?
     } else {
         ((0.0, LatencyRecorder::new()), None)
@@ -553,6 +578,7 @@ pub fn run(args: &KafkaArgs) -> anyhow::Result<KafkaReport> {
         let label = format!("kafka produce to consume, {} records/s", args.rate);
         Some(args.common.write_latency(&recorder, "Kafka listener: produce-to-consume latency", &label)?)
     };
+    crate::harness::live::unwatch();
     server.shutdown();
     block_on(engine.shutdown())?;
     Ok(KafkaReport {

@@ -138,6 +138,9 @@ fn run_with(
     // What the progress line shows: events counted into results, and each shard's p99.
     let live = Arc::new(Live { events: AtomicU64::new(0), p99_us: (0..shards).map(|_| AtomicU64::new(0)).collect() });
     let sink_live = live.clone();
+    // `--live`: the page counts the events the progress line counts.
+    let (counted, offered) = (live.clone(), paced.then(|| 1_000_000_000_000 / job.ps_per_event.max(1)));
+    crate::harness::live::watch("events", offered, move || counted.events.load(Ordering::Relaxed));
     let mut pipeline = Pipeline::new(config);
     if let Some(checkpoints) = checkpoints {
         pipeline = pipeline.checkpointing(checkpoints);
@@ -186,6 +189,7 @@ fn run_with(
     crate::harness::metrics::register(&metrics);
     // `join` consumes the pipeline: read its checkpoints once every shard has ended.
     wait_for_shards(&running_token, &live, paced);
+    crate::harness::live::unwatch();
     let checkpoints = running.checkpoints();
     running.join().context("running the sluice pipeline")?;
 

@@ -352,7 +352,8 @@ impl EngineHandle {
     }
 
     /// Serves these metrics (and those of the sources registered with the engine) on
-    /// `addr` at `/metrics`, from a thread of its own, until the server is dropped.
+    /// `addr` at `/metrics`, from a thread of its own, until the server is dropped; and
+    /// the overview page at `/` with its data at `/api/overview` (`metrics/http.rs`).
     ///
     /// # Errors
     ///
@@ -362,7 +363,19 @@ impl EngineHandle {
         let render = move |openmetrics| {
             futures_lite::future::block_on(engine.render_metrics(openmetrics)).map_err(|e| e.to_string())
         };
-        crate::metrics::http::MetricsServer::start(addr, std::sync::Arc::new(render))
+        let engine = self.clone();
+        let overview = move || {
+            let unix_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+            let families = futures_lite::future::block_on(engine.metrics()).map_err(|e| e.to_string())?;
+            Ok(families.overview_json(unix_ms))
+        };
+        crate::metrics::http::MetricsServer::start_with_page(
+            addr,
+            std::sync::Arc::new(render),
+            std::sync::Arc::new(overview),
+        )
     }
 
     /// The metrics as a scrape answers them: the Prometheus text format (0.0.4), or

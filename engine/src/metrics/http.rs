@@ -1,5 +1,9 @@
 //! The metrics endpoint: a small HTTP server (`tiny_http`) on a thread of its own, off the
-//! data path, serving `GET /metrics`.
+//! data path, serving `GET /metrics` and, when started with an overview
+//! ([`MetricsServer::start_with_page`], as `sluice serve` does), the overview page at `/`
+//! (HTML and its script, compiled into the binary: `page/serve.html`, `page/serve.js`) and
+//! its data at `/api/overview` (JSON, [`Families::overview_json`](super::Families)), which
+//! the page fetches every second.
 //!
 //! A scrape renders on this thread: it asks every shard for its sample over the request
 //! path (`EngineHandle::metrics`) and reads the listener's owned cells. `GET /metrics`
@@ -24,6 +28,13 @@ use super::{OPENMETRICS_TEXT, PROMETHEUS_TEXT};
 /// format; an error is the reason no metrics can be given now (503).
 pub type Render = dyn Fn(bool) -> Result<String, String> + Send + Sync;
 
+/// Gives `/api/overview`'s JSON; an error is the reason none can be given now (503).
+pub type Overview = dyn Fn() -> Result<String, String> + Send + Sync;
+
+/// The overview page and its script.
+const PAGE_HTML: &str = include_str!("page/serve.html");
+const PAGE_JS: &str = include_str!("page/serve.js");
+
 /// A running metrics endpoint. Dropping it stops it.
 pub struct MetricsServer {
     addr: SocketAddr,
@@ -41,6 +52,20 @@ impl std::fmt::Debug for MetricsServer {
 impl MetricsServer {
     /// Binds `addr` (port 0 picks one) and serves what `render` gives.
     pub fn start(addr: SocketAddr, render: Arc<Render>) -> std::io::Result<MetricsServer> {
+        Self::serve(addr, render, None)
+    }
+
+    /// As [`start`](Self::start), and serves the overview page at `/` with its data,
+    /// `overview`, at `/api/overview`.
+    pub fn start_with_page(
+        addr: SocketAddr,
+        render: Arc<Render>,
+        overview: Arc<Overview>,
+    ) -> std::io::Result<MetricsServer> {
+        Self::serve(addr, render, Some(overview))
+    }
+
+    fn serve(addr: SocketAddr, render: Arc<Render>, overview: Option<Arc<Overview>>) -> std::io::Result<MetricsServer> {
         let server = Server::http(addr).map_err(|e| std::io::Error::other(format!("binding {addr}: {e}")))?;
         let bound = server
             .server_addr()
@@ -57,7 +82,7 @@ impl MetricsServer {
                     let _ = request.respond(text(503, "no metrics now: the server is stopping\n"));
                     break;
                 }
-                let response = respond(&request, &*render);
+                let response = respond(&request, &*render, overview.as_deref());
                 let _ = request.respond(response);
             }
             while let Ok(Some(request)) = serving.try_recv() {
@@ -103,14 +128,37 @@ fn text(status: u16, body: &str) -> Response<std::io::Cursor<Vec<u8>>> {
         .with_header(header("Content-Type", "text/plain; charset=utf-8"))
 }
 
+fn asset(body: &str, content_type: &str) -> Response<std::io::Cursor<Vec<u8>>> {
+    Response::from_string(body)
+        .with_header(header("Content-Type", content_type))
+        .with_header(header("Cache-Control", "no-store"))
+}
+
 /// The answer to one request.
-fn respond(request: &tiny_http::Request, render: &Render) -> Response<std::io::Cursor<Vec<u8>>> {
+fn respond(
+    request: &tiny_http::Request,
+    render: &Render,
+    overview: Option<&Overview>,
+) -> Response<std::io::Cursor<Vec<u8>>> {
     let path = request.url().split(['?', '#']).next().unwrap_or("");
-    if path != "/metrics" {
-        return text(404, "not found: this server serves GET /metrics\n");
+    let page = overview.is_some() && matches!(path, "/" | "/serve.js" | "/api/overview");
+    if path != "/metrics" && !page {
+        let paths = if overview.is_some() { "/, /api/overview and /metrics" } else { "/metrics" };
+        return text(404, &format!("not found: this server serves GET {paths}\n"));
     }
     if *request.method() != Method::Get {
         return text(405, "method not allowed: GET only\n").with_header(header("Allow", "GET"));
+    }
+    match (path, overview) {
+        ("/", _) => return asset(PAGE_HTML, "text/html; charset=utf-8"),
+        ("/serve.js", _) => return asset(PAGE_JS, "text/javascript; charset=utf-8"),
+        ("/api/overview", Some(overview)) => {
+            return match overview() {
+                Ok(body) => asset(&body, "application/json"),
+                Err(reason) => text(503, &format!("no overview now: {reason}\n")),
+            };
+        }
+        _ => {}
     }
     let openmetrics = request.headers().iter().any(|h| {
         h.field.equiv("Accept") && h.value.as_str().to_ascii_lowercase().contains("application/openmetrics-text")

@@ -24,6 +24,7 @@
 //! [`LogStats`]: sluice_io::stats::LogStats
 
 pub mod http;
+mod overview;
 pub mod owned;
 pub(crate) mod shard;
 
