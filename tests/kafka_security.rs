@@ -155,3 +155,140 @@ fn serve_refuses_to_let_anyone_in_from_outside_loopback_unless_told() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A certificate authority, certificates it signs, and files for them.
+struct Pki {
+    dir: std::path::PathBuf,
+}
+
+impl Pki {
+    /// Writes `ca.pem`, `server.pem`/`server.key` (for 127.0.0.1 and localhost),
+    /// `writer.pem`/`writer.key` (a client, CN=writer,O=sluice tests), `expired.pem`/
+    /// `expired.key` (a client whose certificate ended in 2021) and `stranger.pem`/
+    /// `stranger.key` (a client signed by another CA).
+    fn make(dir: &Path) -> Pki {
+        use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+        std::fs::create_dir_all(dir).expect("pki dir");
+        let write = |name: &str, text: String| std::fs::write(dir.join(name), text).expect("write pem");
+        let ca_params = |cn: &str| {
+            let mut p = CertificateParams::new(Vec::<String>::new()).expect("params");
+            p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+            p.distinguished_name.push(DnType::CommonName, cn);
+            p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
+            p
+        };
+        let (ca_key, other_key) = (KeyPair::generate().expect("key"), KeyPair::generate().expect("key"));
+        let ca_cert = ca_params("sluice test CA").self_signed(&ca_key).expect("ca");
+        write("ca.pem", ca_cert.pem());
+        let ca = Issuer::new(ca_params("sluice test CA"), ca_key);
+        let other = Issuer::new(ca_params("another CA"), other_key);
+        let leaf = |name: &str, sans: Vec<String>, cn: &str, issuer: &Issuer<'_, KeyPair>, expired: bool| {
+            let mut p = CertificateParams::new(sans).expect("params");
+            p.distinguished_name.push(DnType::OrganizationName, "sluice tests");
+            p.distinguished_name.push(DnType::CommonName, cn);
+            if expired {
+                p.not_before = rcgen::date_time_ymd(2020, 1, 1);
+                p.not_after = rcgen::date_time_ymd(2021, 1, 1);
+            }
+            let key = KeyPair::generate().expect("key");
+            write(&format!("{name}.pem"), p.signed_by(&key, issuer).expect("signed").pem());
+            write(&format!("{name}.key"), key.serialize_pem());
+        };
+        leaf("server", vec!["localhost".into(), "127.0.0.1".into()], "localhost", &ca, false);
+        leaf("writer", vec![], "writer", &ca, false);
+        leaf("expired", vec![], "expired", &ca, true);
+        leaf("stranger", vec![], "stranger", &other, false);
+        Pki { dir: dir.to_path_buf() }
+    }
+
+    fn path(&self, name: &str) -> String {
+        self.dir.join(name).display().to_string()
+    }
+
+    /// kcat's settings for a client with certificate `name` on an SSL listener.
+    fn client(&self, broker: &str, name: &str) -> Vec<String> {
+        [
+            "-b".to_string(),
+            broker.to_string(),
+            "-X".into(),
+            "security.protocol=SSL".into(),
+            "-X".into(),
+            format!("ssl.ca.location={}", self.path("ca.pem")),
+            "-X".into(),
+            format!("ssl.certificate.location={}", self.path(&format!("{name}.pem"))),
+            "-X".into(),
+            format!("ssl.key.location={}", self.path(&format!("{name}.key"))),
+        ]
+        .into()
+    }
+}
+
+#[test]
+fn tls_clients_connect_over_sasl_ssl_and_mutual_tls_and_bad_certificates_are_refused() {
+    let dir = common::data_dir("security", "tls");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let pki = Pki::make(&dir.join("pki"));
+    let out = sluice(&["user", "add", "alice", "--password", "alice-secret"], &dir);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut server = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["serve", "--data-dir"])
+        .arg(&dir)
+        .args(["--shards", "1", "--listen", "127.0.0.1:0"])
+        .args(["--listen", "SASL_SSL://127.0.0.1:0", "--listen", "SSL://127.0.0.1:0"])
+        .args(["--tls-cert", &pki.path("server.pem"), "--tls-key", &pki.path("server.key")])
+        .args(["--tls-client-ca", &pki.path("ca.pem")])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("sluice serve starts");
+    let mut out = BufReader::new(server.stdout.take().expect("stdout"));
+    let mut line = |prefix: &str| {
+        let mut l = String::new();
+        out.read_line(&mut l).expect("a line");
+        l.trim().strip_prefix(prefix).unwrap_or_else(|| panic!("{l:?} does not start with {prefix:?}")).to_string()
+    };
+    let plain = line("listening on ");
+    let sasl_ssl = line("listening on SASL_SSL://");
+    let ssl = line("listening on SSL://");
+    // SASL_SSL with SCRAM-SHA-512: kcat writes and reads.
+    let mut sasl = sasl_args(&sasl_ssl, "SCRAM-SHA-512", "alice", "alice-secret");
+    sasl[3] = "security.protocol=SASL_SSL".into();
+    sasl.extend(["-X".to_string(), format!("ssl.ca.location={}", pki.path("ca.pem"))]);
+    let produced = kcat_with(&sasl, &["-P", "-t", "tls", "-K", ":"], "sasl-ssl:1\n");
+    assert!(produced.status.success(), "{}", String::from_utf8_lossy(&produced.stderr));
+    let read = kcat_with(&sasl, &["-C", "-t", "tls", "-o", "beginning", "-e", "-q", "-f", "%k\n"], "");
+    assert_eq!(String::from_utf8_lossy(&read.stdout).trim(), "sasl-ssl", "{}", String::from_utf8_lossy(&read.stderr));
+    // Mutual TLS with the writer's certificate: kcat writes and reads.
+    let writer = pki.client(&ssl, "writer");
+    let produced = kcat_with(&writer, &["-P", "-t", "tls", "-K", ":"], "mtls:2\n");
+    assert!(produced.status.success(), "{}", String::from_utf8_lossy(&produced.stderr));
+    assert_eq!(records(&plain, "tls"), ["sasl-ssl=1", "mtls=2"]);
+    // confluent-kafka over both.
+    let ca = format!("ssl.ca.location={}", pki.path("ca.pem"));
+    script("confluent_sasl.py", &[&sasl_ssl, "tls-py", "alice", "alice-secret", "security.protocol=SASL_SSL", &ca]);
+    let (cert, key) = (
+        format!("ssl.certificate.location={}", pki.path("writer.pem")),
+        format!("ssl.key.location={}", pki.path("writer.key")),
+    );
+    script("confluent_tls.py", &[&ssl, "tls-mtls-py", "security.protocol=SSL", &ca, &cert, &key]);
+    // Refused: a plaintext client on each TLS listener, an expired and an untrusted client
+    // certificate, and a TLS client without a certificate on the mutual listener.
+    let mut no_cert = pki.client(&ssl, "writer");
+    no_cert.truncate(6);
+    let refused = [
+        vec!["-b".to_string(), sasl_ssl.clone()],
+        vec!["-b".to_string(), ssl.clone()],
+        pki.client(&ssl, "expired"),
+        pki.client(&ssl, "stranger"),
+        no_cert,
+    ];
+    for args in &refused {
+        let out = kcat_with(args, &["-P", "-t", "tls", "-K", ":", "-X", "message.timeout.ms=3000"], "bad:3\n");
+        assert!(!out.status.success(), "{args:?} produced");
+        let meta = kcat_with(args, &["-L", "-m", "3"], "");
+        assert!(!meta.status.success(), "{args:?} read metadata: {}", String::from_utf8_lossy(&meta.stdout));
+    }
+    assert_eq!(records(&plain, "tls").len(), 2, "nothing appended by a refused client");
+    stop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,8 +1,10 @@
 """confluent-kafka (librdkafka) logging in to a SASL listener of `sluice serve`: produce
 and consume as a user with each mechanism, and a wrong password that reads nothing.
 
-Usage: python3 confluent_sasl.py HOST:PORT TOPIC USER PASSWORD
-Prints one line per step; exits non-zero on the first failed check.
+Usage: python3 confluent_sasl.py HOST:PORT TOPIC USER PASSWORD [NAME=VALUE ...]
+The NAME=VALUE pairs are more client settings (security.protocol=SASL_SSL and
+ssl.ca.location=... for SASL over TLS). Prints one line per step; exits non-zero on the
+first failed check.
 """
 
 import sys
@@ -13,6 +15,7 @@ from confluent_kafka.admin import AdminClient
 from checks import check, step
 
 BOOTSTRAP, TOPIC, USER, PASSWORD = sys.argv[1:5]
+EXTRA = dict(a.split("=", 1) for a in sys.argv[5:])
 
 
 def conf(mechanism, password=PASSWORD, **more):
@@ -24,6 +27,7 @@ def conf(mechanism, password=PASSWORD, **more):
         "sasl.username": USER,
         "sasl.password": password,
     }
+    c.update(EXTRA)
     c.update(more)
     return c
 
