@@ -1,10 +1,12 @@
 //! The `sluice` command line, like Kafka's topic tools and kcat, over a data directory.
 //!
 //! Every subcommand takes `--data-dir DIR` and starts the engine on it (so it refuses a
-//! directory another sluice process holds), except `sluice user`, which changes only the
-//! directory's users file, under a lock of its own, and may run beside `sluice serve`. Errors print as one line on stderr and the
+//! directory another sluice process holds), except `sluice user` and `sluice acl`, which
+//! change only the directory's users or ACL file, under a lock of their own, and may run
+//! beside `sluice serve`. Errors print as one line on stderr and the
 //! exit status is non-zero.
 
+mod acl;
 mod count;
 mod group;
 mod records;
@@ -50,6 +52,9 @@ enum Command {
     /// Add, delete and list the SASL users `sluice serve`'s SASL listeners accept.
     #[command(subcommand)]
     User(user::UserCommand),
+    /// Add, remove and list the ACLs `sluice serve --authorizer acl` applies.
+    #[command(subcommand)]
+    Acl(acl::AclCommand),
 }
 
 #[derive(Debug, Args)]
@@ -119,6 +124,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Serve(a) => serve::serve(&a),
         Command::Group(c) => group::run(c),
         Command::User(c) => user::run(c),
+        Command::Acl(c) => acl::run(c),
     }
 }
 

@@ -7,7 +7,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Args;
 use futures_lite::future::block_on;
-use sluice_engine::security::{LiveUsers, Mechanism, SecurityProtocol, TlsSettings, UserStore};
+use sluice_engine::security::acl::{AclStore, Authorizer};
+use sluice_engine::security::{LiveUsers, Mechanism, Principal, SecurityProtocol, TlsSettings, UserStore};
 use sluice_engine::{Engine, EngineConfig};
 
 use crate::{DataDir, signals};
@@ -44,6 +45,19 @@ pub(crate) struct ServeArgs {
     /// certificate, whose subject names the principal (mutual TLS).
     #[arg(long, value_name = "PEM", requires = "tls_cert")]
     tls_client_ca: Option<std::path::PathBuf>,
+    /// `acl`: check every request against the data directory's ACLs (`sluice acl`; deny
+    /// wins, a resource no rule names is denied); `none` (the default): every client may do
+    /// everything, as a Kafka broker without an authorizer.
+    #[arg(long, value_name = "none|acl", default_value = "none", value_parser = ["none", "acl"])]
+    authorizer: String,
+    /// A principal the ACLs do not apply to (`User:NAME`; repeat for several; Kafka's
+    /// super.users). Needs --authorizer acl.
+    #[arg(long = "super-user", value_name = "User:NAME")]
+    super_users: Vec<String>,
+    /// Let any principal do anything on a resource no rule names (Kafka's
+    /// allow.everyone.if.no.acl.found). Needs --authorizer acl.
+    #[arg(long)]
+    allow_everyone_if_no_acl_found: bool,
     /// Serve clients that do not authenticate (PLAINTEXT, or SSL without client
     /// certificates) on an address outside loopback; refused without this.
     #[arg(long)]
@@ -120,6 +134,7 @@ pub(crate) fn serve(a: &ServeArgs) -> Result<()> {
     kafka.max_reauth = a.max_reauth_ms.map(Duration::from_millis);
     kafka.allow_plaintext = a.allow_plaintext;
     kafka.tls = tls;
+    kafka.authorizer = authorizer(a)?;
     if listens.iter().any(|l| l.protocol.sasl()) {
         let users = LiveUsers::new(UserStore::at(&a.dir.data_dir)).context("reading the SASL users")?;
         if users.current().0.is_empty() {
@@ -196,4 +211,24 @@ impl std::str::FromStr for Listen {
         let addr = addr.parse().map_err(|e| format!("{addr:?} is not HOST:PORT with a numeric host: {e}"))?;
         Ok(Listen { addr, protocol })
     }
+}
+
+/// The ACL authorizer `--authorizer acl` asks for, with its super users.
+fn authorizer(a: &ServeArgs) -> Result<Option<Arc<Authorizer>>> {
+    if a.authorizer != "acl" {
+        if !a.super_users.is_empty() || a.allow_everyone_if_no_acl_found {
+            anyhow::bail!("--super-user and --allow-everyone-if-no-acl-found need --authorizer acl");
+        }
+        return Ok(None);
+    }
+    let mut supers = Vec::new();
+    for s in &a.super_users {
+        match s.strip_prefix("User:") {
+            Some(name) if !name.is_empty() => supers.push(Principal(s.clone())),
+            _ => anyhow::bail!("--super-user {s:?} is not User:NAME"),
+        }
+    }
+    let store = AclStore::at(&a.dir.data_dir);
+    let authorizer = Authorizer::new(store, supers, a.allow_everyone_if_no_acl_found).context("reading the ACLs")?;
+    Ok(Some(Arc::new(authorizer)))
 }

@@ -218,7 +218,11 @@ fn every_api_before_sasl_authentication_is_refused_unanswered_and_without_effect
         header.client_id = Some(s("intruder"));
         let mut buf = BytesMut::new();
         header.encode(&mut buf, api.request_header_version(min)).expect("header");
-        buf.extend_from_slice(&request(api, min));
+        let body = match api {
+            ApiKey::DescribeAcls | ApiKey::CreateAcls | ApiKey::DeleteAcls => acl_request(api, min),
+            _ => request(api, min),
+        };
+        buf.extend_from_slice(&body);
         let mut frame = (buf.len() as i32).to_be_bytes().to_vec();
         frame.extend_from_slice(&buf);
         let mut stream = std::net::TcpStream::connect(served.addr()).expect("connects");
@@ -346,4 +350,84 @@ fn listeners_that_cannot_work_or_would_let_anyone_in_are_refused_at_start() {
     tls.protocol = SecurityProtocol::SaslSsl;
     assert!(start(tls).expect_err("no TLS yet").to_string().contains("TLS"));
     block_on(engine.shutdown()).expect("shutdown");
+}
+
+#[test]
+fn with_acls_on_every_api_is_answered_for_a_principal_without_rules_and_nothing_changes() {
+    let rules_dir = common::data_dir("kafka_sasl_acls", "none");
+    let authorizer =
+        sluice_engine::security::Authorizer::new(sluice_engine::security::AclStore::at(&rules_dir), vec![], false)
+            .expect("authorizer");
+    let mut kafka = KafkaConfig::new("127.0.0.1:0".parse().expect("address"));
+    kafka.authorizer = Some(Arc::new(authorizer));
+    let served = Served::launch("kafka_sasl", "acls_none", 1, kafka);
+    let h = served.handle();
+    block_on(h.create_topic("kept", 1, Some(TopicConfig::default()))).expect("topic");
+    block_on(h.append("kept", PartitionId(0), vec![OwnedRecord::new(None, "v", Timestamp(1))], Default::default()))
+        .expect("append");
+    let mut answered = 0;
+    for &(api, min, _) in
+        SUPPORTED.iter().filter(|(a, _, _)| !matches!(a, ApiKey::SaslHandshake | ApiKey::SaslAuthenticate))
+    {
+        let mut header = RequestHeader::default();
+        header.request_api_key = api as i16;
+        header.request_api_version = min;
+        header.correlation_id = 9;
+        header.client_id = Some(s("anonymous"));
+        let mut buf = BytesMut::new();
+        header.encode(&mut buf, api.request_header_version(min)).expect("header");
+        let body = match api {
+            ApiKey::ApiVersions => Vec::new(),
+            ApiKey::DescribeAcls | ApiKey::CreateAcls | ApiKey::DeleteAcls => acl_request(api, min),
+            _ => request(api, min),
+        };
+        buf.extend_from_slice(&body);
+        let mut frame = (buf.len() as i32).to_be_bytes().to_vec();
+        frame.extend_from_slice(&buf);
+        let mut stream = std::net::TcpStream::connect(served.addr()).expect("connects");
+        stream.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+        stream.write_all(&frame).expect("send");
+        let mut size = [0u8; 4];
+        stream.read_exact(&mut size).unwrap_or_else(|e| panic!("{api:?} v{min} was not answered: {e}"));
+        answered += 1;
+    }
+    assert!(answered >= 33, "{answered} APIs answered");
+    let topics = h.list_topics();
+    assert!(!topics.contains(&"made".to_string()), "{topics:?}");
+    assert!(topics.contains(&"kept".to_string()), "{topics:?}");
+    assert_eq!(h.describe_topic("kept").expect("kept").shards.len(), 1);
+    let (start, end) = block_on(h.offsets("kept", PartitionId(0))).expect("offsets");
+    assert_eq!((start.0, end.0), (0, 1));
+    // A rule made by a request refused for want of Alter on the cluster is not stored.
+    let store = sluice_engine::security::AclStore::at(&rules_dir);
+    assert!(store.load().expect("acls").bindings().is_empty());
+}
+
+fn acl_request(api: ApiKey, version: i16) -> Vec<u8> {
+    let mut buf = BytesMut::new();
+    let pattern = if version >= 1 { 3 } else { 0 };
+    match api {
+        ApiKey::CreateAcls => {
+            let mut c = create_acls_request::AclCreation::default();
+            (c.resource_type, c.resource_name, c.resource_pattern_type) = (2, s("kept"), pattern);
+            (c.principal, c.host, c.operation, c.permission_type) = (s("User:ANONYMOUS"), s("*"), 2, 3);
+            let mut r = CreateAclsRequest::default();
+            r.creations = vec![c];
+            r.encode(&mut buf, version)
+        }
+        ApiKey::DeleteAcls => {
+            let mut f = delete_acls_request::DeleteAclsFilter::default();
+            (f.resource_type_filter, f.pattern_type_filter, f.operation, f.permission_type) = (1, pattern.max(1), 1, 1);
+            let mut r = DeleteAclsRequest::default();
+            r.filters = vec![f];
+            r.encode(&mut buf, version)
+        }
+        _ => {
+            let mut r = DescribeAclsRequest::default();
+            (r.resource_type_filter, r.pattern_type_filter, r.operation, r.permission_type) = (1, pattern.max(1), 1, 1);
+            r.encode(&mut buf, version)
+        }
+    }
+    .expect("encodes");
+    buf.to_vec()
 }

@@ -30,7 +30,7 @@ use kafka_protocol::protocol::{Decodable, Encodable};
 use super::context::Context;
 use super::errors::code;
 use super::session::Session;
-use super::{admin, configs, data, groups, guard, sasl, transactions};
+use super::{acls, admin, authz, configs, data, groups, guard, sasl, transactions};
 
 /// The encoded response frame (`None` when the request wants none: Produce with acks=0),
 /// or why the connection must close.
@@ -98,6 +98,9 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ConsumerGroupDescribe, 0, 1),
     (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
+    (ApiKey::DescribeAcls, 1, 3),
+    (ApiKey::CreateAcls, 1, 3),
+    (ApiKey::DeleteAcls, 1, 3),
 ];
 
 /// The lowest Produce version advertised (see the module docs); v0 up to the lowest one
@@ -268,7 +271,18 @@ fn start(
         id: header.client_id.as_ref().map(|c| c.as_str().to_string()).unwrap_or_default(),
         host: session.host.clone(),
     };
-    let done = move |body: ResponseKind| encode(api, version, header.correlation_id, &body);
+    // The ACLs first: what the principal may not do is answered without its handler.
+    let (request, patch) = match authz::screen(&authz::Authz::new(&ctx, session), request) {
+        authz::Screened::Go(request, patch) => (*request, patch),
+        authz::Screened::Answer(resp) => return Handled::Ready(encode(api, version, header.correlation_id, &resp)),
+        authz::Screened::Close(reason) => return Handled::Close(reason),
+    };
+    let done = move |mut body: ResponseKind| {
+        if let Some(patch) = patch {
+            patch(&mut body);
+        }
+        encode(api, version, header.correlation_id, &body)
+    };
     let last = |(reply, after)| match after {
         sasl::After::Continue => Handled::Ready(reply),
         sasl::After::Close => Handled::Last(reply),
@@ -278,6 +292,13 @@ fn start(
         RequestKind::SaslHandshake(req) => {
             let (resp, after) = sasl::handshake(&ctx, session, &req, version);
             last((done(ResponseKind::SaslHandshake(resp)), after))
+        }
+        RequestKind::CreateAcls(req) => Handled::Ready(done(ResponseKind::CreateAcls(acls::create(&ctx, &req)))),
+        RequestKind::DescribeAcls(req) => {
+            Handled::Ready(done(ResponseKind::DescribeAcls(acls::describe(&ctx, &req, version))))
+        }
+        RequestKind::DeleteAcls(req) => {
+            Handled::Ready(done(ResponseKind::DeleteAcls(acls::delete(&ctx, &req, version))))
         }
         RequestKind::SaslAuthenticate(req) => {
             let (resp, after) = sasl::authenticate(&ctx, session, &req);

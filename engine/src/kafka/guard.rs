@@ -156,6 +156,10 @@ const CONSUMER_GROUP_HEARTBEAT: &[F] = &[
 ];
 const CONSUMER_GROUP_DESCRIBE: &[F] = &[all(ArrStr), all(I8)];
 const SASL_HANDSHAKE: &[F] = &[all(Str)];
+const ACL_FILTER: &[F] = &[all(I8), all(Str), since(1, I8), all(Str), all(Str), all(I8), all(I8)];
+const DESCRIBE_ACLS: &[F] = ACL_FILTER;
+const CREATE_ACLS: &[F] = &[all(Arr(ACL_FILTER))];
+const DELETE_ACLS: &[F] = &[all(Arr(ACL_FILTER))];
 const SASL_AUTHENTICATE: &[F] = &[all(Bytes)];
 
 /// The schema of an API's request body and the first version that is flexible.
@@ -192,6 +196,9 @@ fn schema(api_key: i16) -> Option<(&'static [F], i16)> {
         68 => (CONSUMER_GROUP_HEARTBEAT, 0),
         69 => (CONSUMER_GROUP_DESCRIBE, 0),
         36 => (SASL_AUTHENTICATE, 2),
+        29 => (DESCRIBE_ACLS, 2),
+        30 => (CREATE_ACLS, 2),
+        31 => (DELETE_ACLS, 2),
         // Never flexible.
         47 => (OFFSET_DELETE, i16::MAX),
         17 => (SASL_HANDSHAKE, i16::MAX),
@@ -522,6 +529,43 @@ mod tests {
                 enc(&r, &mut buf, version)
             }
             ApiKey::ApiVersions => enc(&ApiVersionsRequest::default(), &mut buf, version),
+            ApiKey::DescribeAcls => {
+                let mut r = DescribeAclsRequest::default();
+                r.resource_type_filter = 2;
+                r.resource_name_filter = Some(s("t"));
+                r.pattern_type_filter = if version >= 1 { 3 } else { 0 };
+                r.principal_filter = Some(s("User:a"));
+                r.host_filter = Some(s("*"));
+                r.operation = 3;
+                r.permission_type = 3;
+                enc(&r, &mut buf, version)
+            }
+            ApiKey::CreateAcls => {
+                let mut c = create_acls_request::AclCreation::default();
+                c.resource_type = 2;
+                c.resource_name = s("t");
+                c.resource_pattern_type = if version >= 1 { 3 } else { 0 };
+                c.principal = s("User:a");
+                c.host = s("*");
+                c.operation = 3;
+                c.permission_type = 3;
+                let mut r = CreateAclsRequest::default();
+                r.creations = vec![c];
+                enc(&r, &mut buf, version)
+            }
+            ApiKey::DeleteAcls => {
+                let mut f = delete_acls_request::DeleteAclsFilter::default();
+                f.resource_type_filter = 2;
+                f.resource_name_filter = Some(s("t"));
+                f.pattern_type_filter = if version >= 1 { 3 } else { 0 };
+                f.principal_filter = Some(s("User:a"));
+                f.host_filter = Some(s("*"));
+                f.operation = 3;
+                f.permission_type = 3;
+                let mut r = DeleteAclsRequest::default();
+                r.filters = vec![f];
+                enc(&r, &mut buf, version)
+            }
             ApiKey::SaslHandshake => {
                 let mut r = SaslHandshakeRequest::default();
                 r.mechanism = s("SCRAM-SHA-512");

@@ -30,7 +30,9 @@
 //! listener's executors only parse, wait and encode. A bad frame closes its connection
 //! (or gets the protocol's error code) and nothing else.
 
+mod acls;
 pub mod admin;
+mod authz;
 pub mod child;
 pub mod compression;
 pub mod configs;
@@ -54,7 +56,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::security::{LiveUsers, Mechanism, SecurityProtocol, TlsSettings};
+use crate::security::{Authorizer, LiveUsers, Mechanism, SecurityProtocol, TlsSettings};
 
 pub use listener::KafkaServer;
 pub use transactions::{TRANSACTION_STATE_TOPIC, TRANSACTION_TIMEOUT_MS_MAX};
@@ -138,6 +140,10 @@ pub struct KafkaConfig {
     /// told, re-authenticate before it ends (KIP-368), and a connection that has not is
     /// closed at its next request. `None`: a login lasts as long as its connection.
     pub max_reauth: Option<Duration>,
+    /// The ACL authorizer: every request is checked against its rules (deny wins, super
+    /// users pass). `None`: every client may do everything, as a Kafka broker without
+    /// `authorizer.class.name`.
+    pub authorizer: Option<Arc<Authorizer>>,
     /// The certificate and key of SSL and SASL_SSL listeners, and the CA of client
     /// certificates for mutual TLS on SSL listeners; required when a listener uses TLS.
     pub tls: Option<TlsSettings>,
@@ -186,6 +192,7 @@ impl KafkaConfig {
             users: None,
             max_reauth: None,
             tls: None,
+            authorizer: None,
             allow_plaintext: false,
         }
     }

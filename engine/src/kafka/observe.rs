@@ -83,6 +83,8 @@ pub(crate) struct ExecutorCells {
     txn_committed: OwnedCounter,
     txn_aborted: OwnedCounter,
     txn_timed_out: OwnedCounter,
+    /// Operations the ACLs denied (each resource of a request counts once).
+    denied: OwnedCounter,
 }
 
 impl Default for ExecutorCells {
@@ -98,6 +100,7 @@ impl Default for ExecutorCells {
             latency: (0..apis).map(|_| OwnedHistogram::default()).collect(),
             errors: (0..apis * CODES).map(|_| OwnedCounter::default()).collect(),
             txn_committed: OwnedCounter::default(),
+            denied: OwnedCounter::default(),
             txn_aborted: OwnedCounter::default(),
             txn_timed_out: OwnedCounter::default(),
         }
@@ -156,6 +159,11 @@ pub(crate) fn connection_closed() {
 /// A connection closed on the client's account.
 pub(crate) fn refused(why: Refusal) {
     with(|c| c.refused[why as usize].add(1));
+}
+
+/// Counts an operation the ACLs denied.
+pub(crate) fn denied() {
+    with(|c| c.denied.add(1));
 }
 
 /// A frame of `n` bytes (its size prefix included) read.
@@ -338,6 +346,12 @@ impl MetricSource for Shared {
             out.gauge("sluice_kafka_connections_open", "Connections open on a listener executor", l(), c.open.get());
             out.counter("sluice_kafka_received_bytes_total", "Request bytes received (frames)", l(), c.bytes_in.get());
             out.counter("sluice_kafka_sent_bytes_total", "Response bytes sent", l(), c.bytes_out.get());
+            out.counter(
+                "sluice_kafka_authorization_denied_total",
+                "Operations the ACLs denied (each resource of a request once)",
+                l(),
+                c.denied.get(),
+            );
             for (reason, n) in REFUSALS.iter().zip(c.refused.iter()) {
                 out.counter(
                     "sluice_kafka_refused_total",

@@ -45,3 +45,46 @@ pub(super) fn lock(path: &Path) -> Result<std::fs::File, SecurityError> {
     file.lock().map_err(io("locking", path))?;
     Ok(file)
 }
+
+/// A file's modification time and size: when either changes, it is read again.
+type Stamp = (std::time::SystemTime, u64);
+
+/// The file's stamp, or `None` if it does not exist.
+fn stamp(path: &Path) -> Option<Stamp> {
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.modified().ok()?, m.len()))
+}
+
+/// A JSON file as a running server sees it: read again whenever its modification time or
+/// size changes (one `stat` per look), the last good copy kept if a changed file cannot
+/// be read.
+#[derive(Debug)]
+pub(super) struct Watched<T> {
+    path: std::path::PathBuf,
+    cached: std::sync::Mutex<(Option<Stamp>, std::sync::Arc<T>)>,
+}
+
+impl<T: DeserializeOwned + Default> Watched<T> {
+    /// The file at `path`, read now.
+    pub(super) fn new(path: &Path) -> Result<Watched<T>, SecurityError> {
+        let stamp = stamp(path);
+        let value = std::sync::Arc::new(read_json(path)?);
+        Ok(Watched { path: path.to_path_buf(), cached: std::sync::Mutex::new((stamp, value)) })
+    }
+
+    /// The contents now, and the error that kept an older copy in use, if any.
+    pub(super) fn current(&self) -> (std::sync::Arc<T>, Option<SecurityError>) {
+        let now = stamp(&self.path);
+        let mut cached = self.cached.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if now == cached.0 {
+            return (cached.1.clone(), None);
+        }
+        match read_json(&self.path) {
+            Ok(value) => {
+                *cached = (now, std::sync::Arc::new(value));
+                (cached.1.clone(), None)
+            }
+            Err(e) => (cached.1.clone(), Some(e)),
+        }
+    }
+}

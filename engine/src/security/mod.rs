@@ -1,8 +1,10 @@
 //! Who a Kafka client is: the listeners' security protocols, TLS (`tls.rs`), SASL
-//! mechanisms (`scram.rs`) and the users they check against (`users.rs`). The Kafka listener
+//! mechanisms (`scram.rs`), the users they check against (`users.rs`), and what each
+//! principal may do (`acl.rs`). The Kafka listener
 //! (`kafka/sasl.rs`) runs the exchanges; the `sluice user` command manages the users.
 //! Nothing here depends on the listener.
 
+pub mod acl;
 pub mod scram;
 pub mod tls;
 pub mod users;
@@ -11,6 +13,7 @@ mod files;
 
 use std::path::PathBuf;
 
+pub use acl::{AclBinding, AclStore, Authorizer};
 pub use scram::{Credential, Mechanism};
 pub use tls::TlsSettings;
 pub use users::{LiveUsers, UserStore, Users};

@@ -10,8 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -180,11 +179,8 @@ impl UserStore {
 #[derive(Debug)]
 pub struct LiveUsers {
     store: UserStore,
-    cached: Mutex<(Option<Stamp>, Arc<Users>)>,
+    users: super::files::Watched<Users>,
 }
-
-/// A file's modification time and size: when either changes, it is read again.
-type Stamp = (SystemTime, u64);
 
 impl LiveUsers {
     /// The users of `store`, read now.
@@ -193,26 +189,14 @@ impl LiveUsers {
     ///
     /// The file exists and cannot be read.
     pub fn new(store: UserStore) -> Result<LiveUsers, SecurityError> {
-        let stamp = stamp(store.path());
-        let users = Arc::new(store.load()?);
-        Ok(LiveUsers { store, cached: Mutex::new((stamp, users)) })
+        let users = super::files::Watched::new(store.path())?;
+        Ok(LiveUsers { store, users })
     }
 
     /// The users now. A file that changed and cannot be read leaves the last good copy in
     /// use (the error is returned beside it, for the log).
     pub fn current(&self) -> (Arc<Users>, Option<SecurityError>) {
-        let now = stamp(self.store.path());
-        let mut cached = self.cached.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if now == cached.0 {
-            return (cached.1.clone(), None);
-        }
-        match self.store.load() {
-            Ok(users) => {
-                *cached = (now, Arc::new(users));
-                (cached.1.clone(), None)
-            }
-            Err(e) => (cached.1.clone(), Some(e)),
-        }
+        self.users.current()
     }
 
     /// The store it reads.
@@ -220,11 +204,6 @@ impl LiveUsers {
     pub fn store(&self) -> &UserStore {
         &self.store
     }
-}
-
-fn stamp(path: &Path) -> Option<Stamp> {
-    let m = std::fs::metadata(path).ok()?;
-    Some((m.modified().ok()?, m.len()))
 }
 
 #[cfg(test)]
