@@ -364,6 +364,8 @@ fn acls_decide_what_each_principal_may_do_deny_wins_and_they_survive_a_restart()
     // Kafka's ACL APIs: the super user may, alice may not.
     script("confluent_acls.py", &[&addr, "admin", "admin-pw", "acl-api", "orders"]);
     script("confluent_acls.py", &[&addr, "alice", "alice-pw", "acl-api-denied", "orders"]);
+    // Kafka's user APIs manage the same users.
+    script("confluent_acls.py", &[&addr, "admin", "admin-pw", "scram-api", "dave", "dave-pw"]);
     stop(server);
     // After a restart the rules still hold.
     let (server, addr) = serve_with_acls(&dir);

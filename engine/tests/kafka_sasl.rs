@@ -198,6 +198,8 @@ fn default_request(api: ApiKey, buf: &mut BytesMut, version: i16) -> Result<(), 
         OffsetDelete => OffsetDeleteRequest,
         ConsumerGroupHeartbeat => ConsumerGroupHeartbeatRequest,
         ConsumerGroupDescribe => ConsumerGroupDescribeRequest,
+        DescribeUserScramCredentials => DescribeUserScramCredentialsRequest,
+        AlterUserScramCredentials => AlterUserScramCredentialsRequest,
     )
 }
 

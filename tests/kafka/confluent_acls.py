@@ -8,6 +8,8 @@ Modes:
   group-denied TOPIC GROUP  a group consumer without Read on GROUP gets GROUP_AUTHORIZATION_FAILED
   acl-api TOPIC           CreateAcls, DescribeAcls and DeleteAcls (as a super user)
   acl-api-denied TOPIC    the same refused with CLUSTER_AUTHORIZATION_FAILED
+  scram-api NAME PW       AlterUserScramCredentials makes a user who then logs in, Describe
+                          lists it, a deletion removes it (as a super user)
 Prints one line per step; exits non-zero on the first failed check.
 """
 
@@ -90,6 +92,28 @@ elif MODE in ("acl-api", "acl-api-denied"):
         check(rule in deleted, f"deleted {deleted}")
         check(rule not in admin.describe_acls(anything).result(10), "gone")
         step(f"{USER}: DeleteAcls removed it")
+elif MODE == "scram-api":
+    from confluent_kafka.admin import (ScramCredentialInfo, ScramMechanism, UserScramCredentialDeletion,
+                                       UserScramCredentialUpsertion)
+    name, pw = ARGS
+    admin = AdminClient(COMMON)
+    up = UserScramCredentialUpsertion(name, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), pw.encode())
+    admin.alter_user_scram_credentials([up])[name].result(10)
+    described = admin.describe_user_scram_credentials([name])[name].result(10)
+    mechs = [(i.mechanism, i.iterations) for i in described.scram_credential_infos]
+    check(mechs == [(ScramMechanism.SCRAM_SHA_512, 4096)], f"described {mechs}")
+    step(f"{USER}: AlterUserScramCredentials made {name}; Describe lists SCRAM-SHA-512, 4096 iterations")
+    other = AdminClient({**COMMON, "sasl.username": name, "sasl.password": pw})
+    other.list_topics(timeout=10)
+    step(f"{name} logs in with the password the client salted")
+    gone = UserScramCredentialDeletion(name, ScramMechanism.SCRAM_SHA_512)
+    admin.alter_user_scram_credentials([gone])[name].result(10)
+    try:
+        admin.describe_user_scram_credentials([name])[name].result(10)
+        check(False, "a deleted user must not be described")
+    except KafkaException as e:
+        check(code_of(e) == KafkaError.RESOURCE_NOT_FOUND, f"error {e.args[0]}")
+    step(f"{USER}: a deletion removed {name}")
 else:
     check(False, f"unknown mode {MODE}")
 print("OK")

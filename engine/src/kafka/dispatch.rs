@@ -30,7 +30,7 @@ use kafka_protocol::protocol::{Decodable, Encodable};
 use super::context::Context;
 use super::errors::code;
 use super::session::Session;
-use super::{acls, admin, authz, configs, data, groups, guard, sasl, transactions};
+use super::{acls, admin, authz, configs, data, groups, guard, sasl, transactions, users};
 
 /// The encoded response frame (`None` when the request wants none: Produce with acks=0),
 /// or why the connection must close.
@@ -101,6 +101,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeAcls, 1, 3),
     (ApiKey::CreateAcls, 1, 3),
     (ApiKey::DeleteAcls, 1, 3),
+    (ApiKey::DescribeUserScramCredentials, 0, 0),
+    (ApiKey::AlterUserScramCredentials, 0, 0),
 ];
 
 /// The lowest Produce version advertised (see the module docs); v0 up to the lowest one
@@ -299,6 +301,12 @@ fn start(
         }
         RequestKind::DeleteAcls(req) => {
             Handled::Ready(done(ResponseKind::DeleteAcls(acls::delete(&ctx, &req, version))))
+        }
+        RequestKind::DescribeUserScramCredentials(req) => {
+            Handled::Ready(done(ResponseKind::DescribeUserScramCredentials(users::describe(&ctx, &req))))
+        }
+        RequestKind::AlterUserScramCredentials(req) => {
+            Handled::Ready(done(ResponseKind::AlterUserScramCredentials(users::alter(&ctx, &req))))
         }
         RequestKind::SaslAuthenticate(req) => {
             let (resp, after) = sasl::authenticate(&ctx, session, &req);

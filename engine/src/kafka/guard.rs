@@ -160,6 +160,9 @@ const ACL_FILTER: &[F] = &[all(I8), all(Str), since(1, I8), all(Str), all(Str), 
 const DESCRIBE_ACLS: &[F] = ACL_FILTER;
 const CREATE_ACLS: &[F] = &[all(Arr(ACL_FILTER))];
 const DELETE_ACLS: &[F] = &[all(Arr(ACL_FILTER))];
+const DESCRIBE_USER_SCRAM_CREDENTIALS: &[F] = &[all(Arr(&[all(Str)]))];
+const ALTER_USER_SCRAM_CREDENTIALS: &[F] =
+    &[all(Arr(&[all(Str), all(I8)])), all(Arr(&[all(Str), all(I8), all(I32), all(Bytes), all(Bytes)]))];
 const SASL_AUTHENTICATE: &[F] = &[all(Bytes)];
 
 /// The schema of an API's request body and the first version that is flexible.
@@ -199,6 +202,8 @@ fn schema(api_key: i16) -> Option<(&'static [F], i16)> {
         29 => (DESCRIBE_ACLS, 2),
         30 => (CREATE_ACLS, 2),
         31 => (DELETE_ACLS, 2),
+        50 => (DESCRIBE_USER_SCRAM_CREDENTIALS, 0),
+        51 => (ALTER_USER_SCRAM_CREDENTIALS, 0),
         // Never flexible.
         47 => (OFFSET_DELETE, i16::MAX),
         17 => (SASL_HANDSHAKE, i16::MAX),
@@ -529,6 +534,23 @@ mod tests {
                 enc(&r, &mut buf, version)
             }
             ApiKey::ApiVersions => enc(&ApiVersionsRequest::default(), &mut buf, version),
+            ApiKey::DescribeUserScramCredentials => {
+                let mut u = describe_user_scram_credentials_request::UserName::default();
+                u.name = s("alice");
+                let mut r = DescribeUserScramCredentialsRequest::default();
+                r.users = Some(vec![u]);
+                enc(&r, &mut buf, version)
+            }
+            ApiKey::AlterUserScramCredentials => {
+                let mut d = alter_user_scram_credentials_request::ScramCredentialDeletion::default();
+                (d.name, d.mechanism) = (s("bob"), 1);
+                let mut u = alter_user_scram_credentials_request::ScramCredentialUpsertion::default();
+                (u.name, u.mechanism, u.iterations) = (s("alice"), 2, 4096);
+                (u.salt, u.salted_password) = (bytes::Bytes::from_static(b"salt"), bytes::Bytes::from_static(b"pw"));
+                let mut r = AlterUserScramCredentialsRequest::default();
+                (r.deletions, r.upsertions) = (vec![d], vec![u]);
+                enc(&r, &mut buf, version)
+            }
             ApiKey::DescribeAcls => {
                 let mut r = DescribeAclsRequest::default();
                 r.resource_type_filter = 2;

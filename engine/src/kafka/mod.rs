@@ -51,6 +51,7 @@ mod sasl;
 mod session;
 mod stable;
 mod transactions;
+mod users;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -167,6 +167,35 @@ impl Credential {
         }
     }
 
+    /// A credential from a salted password a client derived itself (Kafka's
+    /// AlterUserScramCredentials sends `Hi(password, salt, iterations)`, never the
+    /// password).
+    ///
+    /// # Errors
+    ///
+    /// An iteration count outside Kafka's bounds, or an empty salt or salted password.
+    pub fn from_salted(
+        mechanism: Mechanism,
+        salt: &[u8],
+        salted_password: &[u8],
+        iterations: u32,
+    ) -> Result<Credential, CredentialError> {
+        if !(MIN_ITERATIONS..=MAX_ITERATIONS).contains(&iterations) {
+            return Err(CredentialError::Iterations(iterations));
+        }
+        if salt.is_empty() || salted_password.is_empty() {
+            return Err(CredentialError::EmptyPassword);
+        }
+        let hash = mechanism.hash();
+        let client_key = hash.hmac(salted_password, b"Client Key");
+        Ok(Credential {
+            salt: B64.encode(salt),
+            iterations,
+            stored_key: B64.encode(hash.digest(&client_key)),
+            server_key: B64.encode(hash.hmac(salted_password, b"Server Key")),
+        })
+    }
+
     /// Whether `password` is the one this credential was made from (PLAIN's check).
     #[must_use]
     pub fn verify(&self, mechanism: Mechanism, password: &str) -> bool {
@@ -448,6 +477,12 @@ mod tests {
         assert!(parse_plain(b"alice").is_err());
         assert!(Credential::new(Mechanism::ScramSha512, "x", 100).is_err());
         assert!(Credential::new(Mechanism::ScramSha512, "", 4096).is_err());
+        // A client's salted password makes the same keys as the password would.
+        let salt = b"salt-of-sixteen!";
+        let salted = Hash::Sha512.hi(b"pw", salt, 4096);
+        let from_client = Credential::from_salted(Mechanism::ScramSha512, salt, &salted, 4096).unwrap();
+        assert_eq!(from_client, Credential::with_salt(Mechanism::ScramSha512, "pw", salt, 4096));
+        assert!(Credential::from_salted(Mechanism::ScramSha512, salt, &salted, 1).is_err());
         assert_eq!(sasl_name("a=2Cb=3Dc").unwrap(), "a,b=c");
         assert_eq!("SCRAM-SHA-512".parse::<Mechanism>().unwrap(), Mechanism::ScramSha512);
         assert!("GSSAPI".parse::<Mechanism>().is_err());

@@ -2,7 +2,8 @@
 //! needs Create on the cluster or the topic, DeleteTopics and DeleteRecords Delete,
 //! CreatePartitions Alter, DescribeConfigs DescribeConfigs and (Incremental)AlterConfigs
 //! AlterConfigs on the topic or, for the broker, the cluster; DescribeCluster and
-//! DescribeAcls need Describe on the cluster, CreateAcls and DeleteAcls Alter; a
+//! DescribeAcls and DescribeUserScramCredentials need Describe on the cluster, CreateAcls,
+//! DeleteAcls and AlterUserScramCredentials Alter; a
 //! transactional producer needs Write on its transactional id (and its partitions Write
 //! on their topics, its offsets Read on the group and the topics), an idempotent one
 //! IdempotentWrite on the cluster or Write on some topic.
@@ -224,6 +225,26 @@ fn cluster_and_acls(authz: &Authz, request: RequestKind) -> Screened {
         RequestKind::CreateAcls(r) if cluster(authz, Alter) => go(RequestKind::CreateAcls(r)),
         RequestKind::DeleteAcls(r) if cluster(authz, Alter) => go(RequestKind::DeleteAcls(r)),
         RequestKind::DescribeAcls(r) if cluster(authz, Describe) => go(RequestKind::DescribeAcls(r)),
+        RequestKind::DescribeUserScramCredentials(r) if cluster(authz, Describe) => {
+            go(RequestKind::DescribeUserScramCredentials(r))
+        }
+        RequestKind::AlterUserScramCredentials(r) if cluster(authz, Alter) => {
+            go(RequestKind::AlterUserScramCredentials(r))
+        }
+        RequestKind::DescribeUserScramCredentials(_) => {
+            let mut resp = kafka_protocol::messages::DescribeUserScramCredentialsResponse::default();
+            resp.error_code = code::CLUSTER;
+            answer(ResponseKind::DescribeUserScramCredentials(resp))
+        }
+        RequestKind::AlterUserScramCredentials(r) => {
+            let mut resp = kafka_protocol::messages::AlterUserScramCredentialsResponse::default();
+            for name in r.deletions.iter().map(|d| &d.name).chain(r.upsertions.iter().map(|u| &u.name)) {
+                let mut x = kafka_protocol::messages::alter_user_scram_credentials_response::AlterUserScramCredentialsResult::default();
+                (x.user, x.error_code) = (name.clone(), code::CLUSTER);
+                resp.results.push(x);
+            }
+            answer(ResponseKind::AlterUserScramCredentials(resp))
+        }
         RequestKind::CreateAcls(r) => answer(super::super::acls::create_denied(&r)),
         RequestKind::DeleteAcls(r) => answer(super::super::acls::delete_denied(&r)),
         RequestKind::DescribeAcls(_) => answer(super::super::acls::describe_denied()),
