@@ -138,13 +138,11 @@ pub(crate) fn serve(a: &ServeArgs) -> Result<()> {
     // Kafka's user APIs (Describe/AlterUserScramCredentials) manage them whether or not a
     // listener logs clients in with SASL yet.
     let users = LiveUsers::new(UserStore::at(&a.dir.data_dir)).context("reading the SASL users")?;
-    if listens.iter().any(|l| l.protocol.sasl()) {
-        if users.current().0.is_empty() {
-            eprintln!(
-                "sluice serve: no SASL users in {} yet: every SASL login fails until `sluice user add` makes one",
-                UserStore::at(&a.dir.data_dir).path().display()
-            );
-        }
+    if listens.iter().any(|l| l.protocol.sasl()) && users.current().0.is_empty() {
+        eprintln!(
+            "sluice serve: no SASL users in {} yet: every SASL login fails until `sluice user add` makes one",
+            UserStore::at(&a.dir.data_dir).path().display()
+        );
     }
     kafka.users = Some(Arc::new(users));
     kafka.executors = engine.shards();
