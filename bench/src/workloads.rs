@@ -14,6 +14,7 @@ pub mod kafka;
 pub mod kafka_rdkafka;
 #[cfg(feature = "rskafka-client")]
 pub mod kafka_rskafka;
+mod kafka_security;
 pub mod log;
 pub mod log_shard;
 pub mod nexmark;

@@ -120,3 +120,21 @@ fn rounds_alternate_into_fresh_topics_and_report_medians() {
     assert!(report.table().to_string().contains("rounds (listener/embedded)"));
     assert_eq!(serde_json::to_value(&report).expect("serializes")["rounds"], 3);
 }
+
+#[test]
+fn the_sasl_ssl_run_produces_every_record_through_tls_and_a_scram_login() {
+    let line = ["kafka", "--records", "2000", "--rounds", "2", "--latency-records", "0", "--security", "sasl_ssl"];
+    let args = Cli::try_parse_from(line).expect("valid arguments").args;
+    let report = kafka::run(&args).expect("kafka workload over SASL_SSL");
+    let s = report.sasl_ssl.as_ref().expect("the SASL_SSL figures");
+    assert_eq!(s.round_sasl_ssl_records_per_s.len(), 2);
+    assert!(s.sasl_ssl_records_per_s > 0.0 && s.sasl_ssl_over_plaintext > 0.0, "{s:?}");
+    assert!(s.sasl_ssl_listener_cpu_us_per_record > 0.0, "{s:?}");
+    let json = serde_json::to_value(&report).expect("json");
+    assert!(json["sasl_ssl_over_plaintext"].is_number(), "{json}");
+    // Another client is refused: only kcat is measured both ways.
+    let line = ["kafka", "--records", "10", "--latency-records", "0", "--security", "sasl_ssl", "--client", "rskafka"];
+    if let Ok(cli) = Cli::try_parse_from(line) {
+        assert!(kafka::run(&cli.args).is_err());
+    }
+}

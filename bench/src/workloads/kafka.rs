@@ -22,6 +22,11 @@
 //! the latency run's consumer gets them compressed again (the topics' `compression.type`
 //! is `producer`), so the figures include both.
 //!
+//! `--security sasl_ssl` adds a SASL_SSL listener (`kafka_security.rs`) and, in each
+//! round, right after the plaintext Kafka run, the same kcat producers through it: the
+//! cost of TLS and the SCRAM login as a ratio within the run, with the server's CPU per
+//! record for both.
+//!
 //! Both throughput runs use the same engine, topic settings and fsync policy; the
 //! listener runs one executor per shard. With `--rounds N` the two throughput runs
 //! alternate N times (each round into fresh topics), so both see the same spells of a noisy
@@ -39,6 +44,9 @@ use serde::{Deserialize, Serialize};
 use sluice_engine::kafka::child::client_command as client;
 pub use sluice_engine::kafka::compression::Codec;
 use sluice_engine::kafka::{KafkaConfig, KafkaServer};
+
+use super::kafka_security::{Secure, SecureRounds};
+pub use super::kafka_security::{SecureFigures, Security};
 use sluice_engine::{Engine, EngineConfig, EngineHandle, OwnedRecord, TopicConfig};
 use sluice_io::{BatchMeta, FsyncPolicy, PartitionId, Timestamp};
 
@@ -105,6 +113,11 @@ pub struct KafkaArgs {
     /// and reports how late it woke: `machine_wake_latency_us`).
     #[arg(long)]
     pub no_wake_probe: bool,
+    /// `sasl_ssl`: each round also produces through a SASL_SSL listener (TLS and a
+    /// SCRAM-SHA-512 login, with a certificate made for the run), right after the
+    /// plaintext run, and reports both (kcat only).
+    #[arg(long, value_enum, default_value_t = Security::Plaintext)]
+    pub security: Security,
 }
 
 /// Writes a codec in the report by its Kafka name, as `--compression` takes it.
@@ -217,6 +230,11 @@ pub struct KafkaReport {
     /// How late a 1 ms sleep woke during the latency run, microseconds (the machine's
     /// floor under its latencies). None without a latency run or with `--no-wake-probe`.
     pub machine_wake_latency_us: Option<LatencySummary>,
+    /// Which listeners the Kafka run went through.
+    pub security: Security,
+    /// With `--security sasl_ssl`, the SASL_SSL run's figures.
+    #[serde(flatten)]
+    pub sasl_ssl: Option<SecureFigures>,
 }
 
 #[derive(Deserialize)]
@@ -316,7 +334,13 @@ fn embedded(handle: &EngineHandle, topic: &str, args: &KafkaArgs, partitions: u3
 
 /// Produces the records through the listener with `--producers` kcat processes at once;
 /// returns records per second, from the first start to the last exit.
-fn through_kcat(addr: &str, topic: &str, args: &KafkaArgs, dir: &std::path::Path) -> anyhow::Result<f64> {
+pub(super) fn through_kcat(
+    addr: &str,
+    topic: &str,
+    args: &KafkaArgs,
+    dir: &std::path::Path,
+    settings: &[String],
+) -> anyhow::Result<f64> {
     let producers = args.producers.max(1);
     let mut inputs = Vec::new();
     for k in 0..producers {
@@ -335,6 +359,7 @@ fn through_kcat(addr: &str, topic: &str, args: &KafkaArgs, dir: &std::path::Path
         let child = client("kcat")
             .args(["-b", addr, "-P", "-t", topic, "-X", "acks=all", "-X", "queue.buffering.max.messages=1000000"])
             .args(["-X", &format!("compression.codec={}", args.compression)])
+            .args(settings)
             .stdin(Stdio::from(std::fs::File::open(path)?))
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -382,7 +407,7 @@ fn appended(handle: &EngineHandle) -> u64 {
         .sum()
 }
 
-fn stored(handle: &EngineHandle, topic: &str, partitions: u32) -> anyhow::Result<u64> {
+pub(super) fn stored(handle: &EngineHandle, topic: &str, partitions: u32) -> anyhow::Result<u64> {
     let mut n = 0;
     for p in 0..partitions {
         let (start, end) = block_on(handle.offsets(topic, PartitionId(p)))?;
@@ -473,7 +498,7 @@ fn produce_via_listener(
     work_dir: &std::path::Path,
 ) -> anyhow::Result<(f64, Duration)> {
     Ok(match args.client {
-        Client::Kcat => (through_kcat(addr, topic, args, work_dir)?, Duration::ZERO),
+        Client::Kcat => (through_kcat(addr, topic, args, work_dir, &[])?, Duration::ZERO),
         #[cfg(feature = "kafka-client")]
         Client::Rdkafka => {
             let bytes = args.record_bytes as usize;
@@ -500,6 +525,10 @@ fn produce_via_listener(
 fn check_args(args: &KafkaArgs) -> anyhow::Result<()> {
     ensure!(args.records > 0, "--records must be positive");
     check_clients(args.latency_records > 0)?;
+    ensure!(
+        args.security == Security::Plaintext || args.client == Client::Kcat,
+        "--security sasl_ssl measures kcat only (--client kcat)"
+    );
     // The latencies come from the Python client, without the times they were taken at.
     anyhow::ensure!(
         args.common.hlog.is_none(),
@@ -527,8 +556,13 @@ pub fn run(args: &KafkaArgs) -> anyhow::Result<KafkaReport> {
     let mut config = KafkaConfig::new("127.0.0.1:0".parse()?);
     config.executors = shards;
     config.on_shards = args.listener == Listener::Shards;
+    let secure = match args.security {
+        Security::SaslSsl => Some(Secure::set_up(work_dir.path(), &mut config)?),
+        Security::Plaintext => None,
+    };
     let server = KafkaServer::start(handle.clone(), config)?;
     let addr = server.local_addr().to_string();
+    let mut secure_rounds = SecureRounds::default();
 
     let per_record = |d: Duration| d.as_secs_f64() * 1e6 / (args.records * args.rounds) as f64;
     let (mut embedded_rates, mut kafka_rates) = (Vec::new(), Vec::new());
@@ -560,24 +594,16 @@ pub fn run(args: &KafkaArgs) -> anyhow::Result<KafkaReport> {
             let compressed = arrived_compressed(&handle, &kafka_topic, partitions, args.compression)?;
             ensure!(compressed, "{} sent no {} batch", args.client, args.compression);
         }
+        if let Some(secure) = &secure {
+            secure.round(&handle, &server, (round, partitions), args, &topic, work_dir.path(), &mut secure_rounds)?;
+        }
     }
     let (embedded_cpu, listener_cpu, kcat_cpu) =
         (per_record(embedded_cpu), per_record(listener_cpu), per_record(kcat_cpu));
     let ratios: Vec<f64> = kafka_rates.iter().zip(&embedded_rates).map(|(k, e)| k / e).collect();
-    let ((latency_achieved_rate, recorder), machine_wake_latency_us) = if args.latency_records > 0 {
-        crate::harness::live::offer(Some(args.rate));
-        WakeProbe::around(!args.no_wake_probe, || latency(&addr, args, partitions))?
-    } else {
-        ((0.0, LatencyRecorder::new()), None)
-    };
-    let produce_to_consume_us = recorder.summary();
-    let produce_to_consume_curve = if recorder.is_empty() {
-        anyhow::ensure!(args.common.plot.is_none(), "--plot needs a latency run (--latency-records > 0)");
-        None
-    } else {
-        let label = format!("kafka produce to consume, {} records/s", args.rate);
-        Some(args.common.write_latency(&recorder, "Kafka listener: produce-to-consume latency", &label)?)
-    };
+    let kafka_rates_copy = kafka_rates.clone();
+    let (latency_achieved_rate, produce_to_consume_us, produce_to_consume_curve, machine_wake_latency_us) =
+        latency_phase(args, &addr, partitions)?;
     crate::harness::live::unwatch();
     server.shutdown();
     block_on(engine.shutdown())?;
@@ -606,7 +632,33 @@ pub fn run(args: &KafkaArgs) -> anyhow::Result<KafkaReport> {
         produce_to_consume_us,
         produce_to_consume_curve,
         machine_wake_latency_us,
+        security: args.security,
+        sasl_ssl: secure.map(|_| secure_rounds.figures(&kafka_rates_copy, args.records)),
     })
+}
+
+/// The latency run, if asked for: the achieved rate, the latencies and their curve, and
+/// the wake-up probe beside it.
+fn latency_phase(
+    args: &KafkaArgs,
+    addr: &str,
+    partitions: u32,
+) -> anyhow::Result<(f64, LatencySummary, Option<crate::harness::Curve>, Option<LatencySummary>)> {
+    let ((latency_achieved_rate, recorder), machine_wake_latency_us) = if args.latency_records > 0 {
+        crate::harness::live::offer(Some(args.rate));
+        WakeProbe::around(!args.no_wake_probe, || latency(addr, args, partitions))?
+    } else {
+        ((0.0, LatencyRecorder::new()), None)
+    };
+    let produce_to_consume_us = recorder.summary();
+    let produce_to_consume_curve = if recorder.is_empty() {
+        anyhow::ensure!(args.common.plot.is_none(), "--plot needs a latency run (--latency-records > 0)");
+        None
+    } else {
+        let label = format!("kafka produce to consume, {} records/s", args.rate);
+        Some(args.common.write_latency(&recorder, "Kafka listener: produce-to-consume latency", &label)?)
+    };
+    Ok((latency_achieved_rate, produce_to_consume_us, produce_to_consume_curve, machine_wake_latency_us))
 }
 
 impl KafkaReport {
@@ -659,6 +711,9 @@ impl KafkaReport {
             table.row("latency run offered", self.latency_rate, "records/s");
             table.row("latency run achieved", format!("{:.0}", self.latency_achieved_rate), "records/s");
             table.latency_rows("produce to consume", &self.produce_to_consume_us);
+        }
+        if let Some(s) = &self.sasl_ssl {
+            s.rows(&mut table);
         }
         if let Some(m) = &self.machine_wake_latency_us {
             table.latency_rows(WAKE_ROWS, m);
