@@ -93,6 +93,11 @@ struct Driver {
     coordinator: Option<Arc<CheckpointCoordinator>>,
     injected: CheckpointId,
     completed: CheckpointId,
+    /// A stopping savepoint is durable (and completed here): the shard reads no input
+    /// and runs no timer any more; it ends once its sinks have flushed (committed what
+    /// the savepoint covers). Its streams are not ended, so no operator sees an end and
+    /// nothing fires after the savepoint's barrier.
+    halting: bool,
 }
 
 /// Runs one shard's part of the pipeline until all its inputs have ended and nothing is
@@ -123,6 +128,7 @@ pub(crate) async fn run(scope: Scope, stop: Arc<StopFlag>) {
         coordinator,
         injected: CheckpointId(0),
         completed: CheckpointId(0),
+        halting: false,
     };
     while !poll_fn(|cx| driver.poll_step(cx)).await {
         glommio::yield_if_needed().await;
@@ -171,12 +177,18 @@ impl Driver {
                         input.checkpoint_completed(completed);
                     }
                 }
+                let stopped_at = coordinator.stop_done.load(std::sync::atomic::Ordering::Acquire);
+                if stopped_at != 0 && self.completed.get() >= stopped_at && !self.halting {
+                    self.halting = true;
+                    self.ended.fill(true);
+                    self.next_tick = None;
+                }
             }
             let now = Instant::now();
-            if let Some(at) = self.tick_request.take() {
+            if let Some(at) = self.tick_request.take().filter(|_| !self.halting) {
                 self.next_tick = Some(self.next_tick.map_or(at, |t| t.min(at)));
             }
-            if self.next_tick.is_some_and(|t| t <= now) {
+            if !self.halting && self.next_tick.is_some_and(|t| t <= now) {
                 self.tick(now);
             }
             match self.round(&mut quiet) {
