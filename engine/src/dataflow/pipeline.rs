@@ -449,6 +449,15 @@ impl RunningPipeline {
         self.threads.iter().all(JoinHandle::is_finished)
     }
 
+    /// How long reading the restored checkpoint took (its parts read, checked and merged,
+    /// before any operator took its state), if this run restored.
+    #[must_use]
+    pub fn restore_read(&self) -> Option<Duration> {
+        self.coordinator
+            .as_ref()
+            .and_then(|(c, _)| *c.restore_read.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
+
     /// The checkpoint this run restored from, if it did.
     #[must_use]
     pub fn restored_from(&self) -> Option<CheckpointId> {
