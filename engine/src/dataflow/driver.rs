@@ -181,6 +181,7 @@ impl Driver {
                 if stopped_at != 0 && self.completed.get() >= stopped_at && !self.halting {
                     self.halting = true;
                     self.ended.fill(true);
+                    self.pending.retain(|p| p.borrow().flush_before_halt());
                     self.next_tick = None;
                 }
             }

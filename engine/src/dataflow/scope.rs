@@ -29,6 +29,13 @@ pub(crate) trait Pending {
     /// Tries to hand everything over; `Ready` once nothing is pending. When `Pending`, a
     /// wake-up of `cx` is arranged for when progress may be possible.
     fn poll_flush(&mut self, cx: &mut Context<'_>) -> Poll<()>;
+    /// Whether a shard halting after a stopping savepoint waits for this to flush: a sink
+    /// does (it delivers or commits what the savepoint covers); an exchange does not (what
+    /// it still holds was made after the savepoint's barrier, for shards that have stopped
+    /// reading).
+    fn flush_before_halt(&self) -> bool {
+        false
+    }
 }
 
 /// A processing-time participant: early window firings, processing-time timers, idle

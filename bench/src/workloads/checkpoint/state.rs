@@ -89,9 +89,12 @@ pub struct StateReport {
     pub savepoint_checkpoint: CheckpointFigures,
     /// From asking for the savepoint to it being durable in its directory, milliseconds.
     pub savepoint_ms: f64,
-    /// The part of `savepoint_ms` spent copying the checkpoint into the savepoint's
+    /// The part of `savepoint_ms` spent putting the checkpoint into the savepoint's
     /// directory, synced, milliseconds.
     pub savepoint_export_ms: f64,
+    /// Whether its parts were hard-linked (the savepoint's directory on the checkpoints'
+    /// file system) rather than copied.
+    pub savepoint_linked: bool,
     /// `savepoint_ms` over the full checkpoint's duration.
     pub savepoint_ratio: f64,
     /// The checkpoint the second pipeline restored from.
@@ -142,9 +145,10 @@ impl StateReport {
             format!("savepoint ({} keys)", s.keys),
             format!("{:.1}", self.savepoint_ms),
             format!(
-                "ms, {:.2}x the full checkpoint; its checkpoint {:.1} ms, copy {:.1} ms, {:.1} MiB",
+                "ms, {:.2}x the full checkpoint; its checkpoint {:.1} ms, {} {:.1} ms, {:.1} MiB",
                 self.savepoint_ratio,
                 s.duration_ms,
+                if self.savepoint_linked { "linked in" } else { "copied in" },
                 self.savepoint_export_ms,
                 mib(s.bytes)
             ),
@@ -276,6 +280,7 @@ pub(super) fn run(job: &StateJob) -> anyhow::Result<StateRun> {
         savepoint_checkpoint: CheckpointFigures::from(&savepoint.checkpoint),
         savepoint_ms: ms(savepoint.duration),
         savepoint_export_ms: ms(savepoint.export),
+        savepoint_linked: savepoint.linked,
         savepoint_ratio: savepoint.duration.as_secs_f64() / full.duration.as_secs_f64().max(1e-9),
         restored_from: restored_from.get(),
         restore_ms: ms(restore),

@@ -517,10 +517,11 @@ fn finish_savepoint(
         Err(e) => return fail_savepoint(coordinator, Some(request), format!("resolving its path: {e}")),
     };
     match super::savepoint::export(store.root(), checkpoint.id, &dir) {
-        Ok(_) => {
+        Ok(linked) => {
             let savepoint = Savepoint {
                 dir: request.dir.clone(),
                 checkpoint,
+                linked,
                 export: exporting.elapsed(),
                 duration: request.requested.elapsed(),
             };

@@ -5,10 +5,13 @@
 //! A savepoint is an ordinary checkpoint of the running job first (so its sinks commit
 //! what it covers, and a crash after it restores from it), forced whole
 //! ([`CheckpointCoordinator::full`](super::CheckpointCoordinator)); once its manifest is
-//! durable the coordinator copies its parts and then its manifest into
-//! `dir/chk-{id}/`, each synced, the manifest last (written as `MANIFEST.tmp`, synced,
-//! renamed): the savepoint directory is then a checkpoint store holding that one
-//! completed checkpoint. Nothing in it names a path (parts are named `shard-{s}`, bases
+//! durable the coordinator puts its parts and then its manifest into `dir/chk-{id}/`, the
+//! manifest last (written as `MANIFEST.tmp`, synced, renamed): the savepoint directory is
+//! then a checkpoint store holding that one completed checkpoint. A part is hard-linked
+//! when `dir` is on the job's file system (a part file is never written again once its
+//! checkpoint is completed, and the job's pruning only unlinks its own name, so the
+//! savepoint's stays whole), and copied and synced otherwise: a savepoint of any size then
+//! costs the job's checkpoint plus a few file-system operations. Nothing in it names a path (parts are named `shard-{s}`, bases
 //! are none), so the directory can be moved or copied to another machine and restored
 //! from there ([`CheckpointConfig::restore_from`](super::CheckpointConfig::restore_from)).
 
@@ -33,8 +36,11 @@ pub struct Savepoint {
     pub dir: PathBuf,
     /// The checkpoint it is (of the job that took it).
     pub checkpoint: CheckpointStats,
-    /// Copying the checkpoint into [`Savepoint::dir`], synced.
+    /// Putting the checkpoint into [`Savepoint::dir`], synced.
     pub export: Duration,
+    /// Whether the parts were hard-linked ([`Savepoint::dir`] on the job's file system)
+    /// rather than copied.
+    pub linked: bool,
     /// From the request to the savepoint being durable in its directory.
     pub duration: Duration,
 }
@@ -77,10 +83,16 @@ fn sync(path: &Path) -> std::io::Result<()> {
     std::fs::File::open(path)?.sync_all()
 }
 
-/// Copies completed checkpoint `id` of the store at `root` into `dir` (see the module
-/// docs); returns the bytes copied. Runs on the coordinator's thread, which takes no
-/// other checkpoint meanwhile (so the store cannot prune `id` during the copy).
-pub(crate) fn export(root: &Path, id: CheckpointId, dir: &Path) -> Result<u64, String> {
+/// Puts completed checkpoint `id` of the store at `root` into `dir` (see the module docs);
+/// returns whether every part was hard-linked. Runs on the coordinator's thread, which
+/// takes no other checkpoint meanwhile (so the store cannot prune `id` during the copy).
+pub(crate) fn export(root: &Path, id: CheckpointId, dir: &Path) -> Result<bool, String> {
+    export_parts(root, id, dir, true)
+}
+
+/// [`export`], copying every part when `link` is false (what a link across file systems
+/// falls back to).
+fn export_parts(root: &Path, id: CheckpointId, dir: &Path, link: bool) -> Result<bool, String> {
     let io = |what: &str, path: &Path, e: std::io::Error| format!("{what} {}: {e}", path.display());
     if holds_checkpoint(dir).map_err(|e| io("reading", dir, e))? {
         return Err("the directory holds a checkpoint already: a savepoint needs an empty or new directory".into());
@@ -88,7 +100,7 @@ pub(crate) fn export(root: &Path, id: CheckpointId, dir: &Path) -> Result<u64, S
     let from = checkpoint_dir(root, id);
     let to = checkpoint_dir(dir, id);
     std::fs::create_dir_all(&to).map_err(|e| io("creating", &to, e))?;
-    let mut bytes = 0;
+    let mut linked = true;
     let mut names = Vec::new();
     for entry in std::fs::read_dir(&from).map_err(|e| io("reading", &from, e))? {
         let name = entry.map_err(|e| io("reading", &from, e))?.file_name();
@@ -98,19 +110,23 @@ pub(crate) fn export(root: &Path, id: CheckpointId, dir: &Path) -> Result<u64, S
     }
     for name in names {
         let (src, dst) = (from.join(&name), to.join(&name));
-        bytes += std::fs::copy(&src, &dst).map_err(|e| io("copying", &src, e))?;
-        sync(&dst).map_err(|e| io("syncing", &dst, e))?;
+        // The part is durable already; only the new name needs the directory's sync below.
+        if !link || std::fs::hard_link(&src, &dst).is_err() {
+            linked = false;
+            std::fs::copy(&src, &dst).map_err(|e| io("copying", &src, e))?;
+            sync(&dst).map_err(|e| io("syncing", &dst, e))?;
+        }
     }
     // The manifest last, as the store writes it: durable under its temporary name, then
     // renamed, so the savepoint is complete exactly when its MANIFEST exists.
     let (manifest, tmp) = (to.join(MANIFEST_FILE), to.join(MANIFEST_TMP_FILE));
-    bytes += std::fs::copy(from.join(MANIFEST_FILE), &tmp).map_err(|e| io("copying the manifest to", &tmp, e))?;
+    std::fs::copy(from.join(MANIFEST_FILE), &tmp).map_err(|e| io("copying the manifest to", &tmp, e))?;
     sync(&tmp).map_err(|e| io("syncing", &tmp, e))?;
     sync(&to).map_err(|e| io("syncing", &to, e))?;
     std::fs::rename(&tmp, &manifest).map_err(|e| io("renaming", &tmp, e))?;
     sync(&to).map_err(|e| io("syncing", &to, e))?;
     sync(dir).map_err(|e| io("syncing", dir, e))?;
-    Ok(bytes)
+    Ok(linked)
 }
 
 #[cfg(test)]
@@ -126,13 +142,25 @@ mod tests {
         std::fs::create_dir_all(&chk).unwrap();
         std::fs::write(chk.join("shard-0.part"), b"part bytes").unwrap();
         std::fs::write(chk.join(MANIFEST_FILE), b"manifest").unwrap();
-        assert_eq!(export(&root, CheckpointId(4), &dir).unwrap(), 18);
+        // Same file system: linked, so deleting the job's copy leaves the savepoint whole.
+        assert!(export(&root, CheckpointId(4), &dir).unwrap());
+        std::fs::remove_dir_all(&root).unwrap();
         let out = checkpoint_dir(&dir, CheckpointId(4));
         assert_eq!(std::fs::read(out.join("shard-0.part")).unwrap(), b"part bytes");
         assert_eq!(std::fs::read(out.join(MANIFEST_FILE)).unwrap(), b"manifest");
         assert!(!out.join(MANIFEST_TMP_FILE).exists());
+        std::fs::create_dir_all(&chk).unwrap();
         let err = export(&root, CheckpointId(4), &dir).unwrap_err();
         assert!(err.contains("holds a checkpoint already"), "{err}");
+        // Copied (as across file systems): the same files, the job's untouched.
+        let copy = tmp.join("copy");
+        std::fs::write(chk.join("shard-0.part"), b"part bytes").unwrap();
+        std::fs::write(chk.join(MANIFEST_FILE), b"manifest").unwrap();
+        assert!(!export_parts(&root, CheckpointId(4), &copy, false).unwrap());
+        let out = checkpoint_dir(&copy, CheckpointId(4));
+        assert_eq!(std::fs::read(out.join("shard-0.part")).unwrap(), b"part bytes");
+        assert_eq!(std::fs::read(out.join(MANIFEST_FILE)).unwrap(), b"manifest");
+        assert_eq!(std::fs::read(chk.join("shard-0.part")).unwrap(), b"part bytes");
         std::fs::remove_dir_all(&tmp).unwrap();
     }
 }
