@@ -170,7 +170,11 @@ impl Pipeline {
     /// # Errors
     ///
     /// A bad config (no shards, no key groups, fewer key groups than shards, empty batches)
-    /// or a shard that could not start.
+    /// or a shard that could not start. [`EngineError::Checkpoint`] when the checkpoints
+    /// cannot be opened or read, or the graph is refused once every shard has built it
+    /// (no shard has started then): a uid given twice, state of an operator the job lacks,
+    /// a changed key or state type, state that does not decode, or an operator or source
+    /// that cannot be checkpointed (see [`CheckpointError`]).
     pub fn spawn<F>(&self, build: F) -> Result<RunningPipeline>
     where
         F: Fn(&Scope) + Send + Sync + 'static,
