@@ -408,3 +408,53 @@ fn uid_on_a_source_keeps_its_positions_when_a_source_is_added_before_it() {
     assert_eq!(sorted(&out), want, "\"numbers\" resumed where it stopped");
     assert_eq!(*extra.lock().unwrap(), 1000, "the new source starts from its beginning");
 }
+
+#[test]
+fn savepoint_stop_commits_the_sinks_transactions_before_the_job_ends() {
+    // A two-phase-commit sink (an upsert table) and a plain callback see the same results:
+    // once stop_with_savepoint returns, the table holds exactly what the job fired before
+    // the savepoint (committed, nothing after it), and the resumed job completes it.
+    let dir = common::data_dir("savepoint", "commits");
+    let savepoint = dir.join("savepoint");
+    let table = Arc::new(Mutex::new(BTreeMap::new()));
+    let build = |out: Results, table: Arc<Mutex<BTreeMap<(u64, i64), u64>>>| {
+        move |scope: &Scope| {
+            let counts = numbers(scope, N)
+                .key_by(|i| i % 5)
+                .window(Windows::tumbling(Duration::from_millis(100)))
+                .count()
+                .uid("sums");
+            let out = out.clone();
+            counts.clone().for_each(move |e| {
+                out.lock().unwrap().push((e.value.key, e.value.window.start.millis(), e.value.value));
+            });
+            let table = table.clone();
+            counts.map(|r| ((r.key, r.window.start.millis()), r.value)).to_two_phase_commit(
+                sluice_engine::dataflow::Upsert::new(move |k: (u64, i64), v: u64| {
+                    table.lock().unwrap().insert(k, v);
+                    Ok(())
+                }),
+            );
+        }
+    };
+    let fired = Results::default();
+    let running = Pipeline::new(PipelineConfig::with_shards(2))
+        .checkpointing(CheckpointConfig::new(dir.join("v1")).interval(Duration::from_millis(20)))
+        .spawn(build(fired.clone(), table.clone()))
+        .unwrap();
+    running.wait_for_checkpoint(CheckpointId(0), Duration::from_secs(20)).expect("a checkpoint");
+    running.stop_with_savepoint(&savepoint).unwrap();
+    let committed: Vec<(u64, i64, u64)> = table.lock().unwrap().iter().map(|(&(k, s), &c)| (k, s, c)).collect();
+    assert!(!committed.is_empty() && committed.len() < 150, "{} results committed", committed.len());
+    assert_eq!(committed, sorted(&fired), "committed at the stop: exactly what fired before the savepoint");
+
+    Pipeline::new(PipelineConfig::with_shards(1))
+        .checkpointing(CheckpointConfig::new(dir.join("v2")).restore_from(&savepoint))
+        .run(build(fired.clone(), table.clone()))
+        .unwrap();
+    let mut want = BTreeMap::new();
+    for i in 0..N {
+        *want.entry((i % 5, ((i / 100) / 100 * 100) as i64)).or_insert(0u64) += 1;
+    }
+    assert_eq!(*table.lock().unwrap(), want);
+}
