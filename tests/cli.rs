@@ -428,3 +428,58 @@ fn topic_alter_changes_settings_by_kafkas_names_and_describe_shows_them() {
     let out = ok(&sluice(&["topic", "add-partitions", "t", "--data-dir", d, "--partitions", "3"], ""));
     assert_eq!(out.trim(), "topic t now has 3 partitions");
 }
+
+#[test]
+fn count_stops_with_a_savepoint_on_sigterm_and_resumes_from_it() {
+    let dir = data_dir("count-savepoint");
+    let d = dir.to_str().unwrap();
+    let savepoint = dir.join("savepoint");
+    let sp = savepoint.to_str().unwrap();
+    ok(&sluice(&["topic", "create", "clicks", "--data-dir", d, "--partitions", "2", "--fsync", "never"], ""));
+    // Two batches more than a window apart: at least two one-second windows.
+    let batch = |from: usize| -> String { (from..from + 300).map(|i| format!("page{}\tclick {i}\n", i % 3)).collect() };
+    ok(&sluice(&["produce", "clicks", "--data-dir", d], &batch(0)));
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    ok(&sluice(&["produce", "clicks", "--data-dir", d], &batch(300)));
+    let lines = |out: &str| -> Vec<String> {
+        let mut lines: Vec<String> = out.lines().map(str::to_string).collect();
+        lines.sort();
+        lines
+    };
+    let want = lines(&ok(&sluice(&["count", "clicks", "--data-dir", d, "--window-ms", "1000"], "")));
+    assert!(want.len() >= 6, "{want:?}");
+
+    // A following count, stopped with SIGTERM once the first window fired: the windows
+    // still open go into the savepoint.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["count", "clicks", "--data-dir", d, "--window-ms", "1000", "--follow", "--savepoint-dir", sp])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("count --follow");
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut first).unwrap();
+    // SAFETY: kill(2) on a child we started and have not reaped, with SIGTERM.
+    let rc = unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    assert_eq!(rc, 0);
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("stopped with savepoint"), "{stderr}");
+    let mut got = lines(&(first + &rest));
+    assert!(got.len() < want.len(), "the first run stopped before the last window: {got:?}");
+
+    // Resumed from the savepoint (to the end of the topic): the remaining windows.
+    let resumed = ok(&sluice(&["count", "clicks", "--data-dir", d, "--window-ms", "1000", "--from-savepoint", sp], ""));
+    got.extend(lines(&resumed));
+    got.sort();
+    assert_eq!(got, want, "the stopped run and the resumed one count each window once");
+    fails(
+        &sluice(&["count", "clicks", "--data-dir", d, "--from-savepoint", dir.join("none").to_str().unwrap()], ""),
+        "no such directory",
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

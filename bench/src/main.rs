@@ -38,7 +38,7 @@ enum Workload {
     /// embedded log, and produce-to-consume latency with confluent-kafka at a fixed rate
     Kafka(kafka::KafkaArgs),
     /// Result latency of the windowed keyed count with checkpoints every second against
-    /// none, and (--state-keys N) the time to checkpoint and restore N keys of state
+    /// none, and (--state-keys N) the time to checkpoint, savepoint and restore N keys of state
     Checkpoint(sluice_bench::workloads::checkpoint::CheckpointArgs),
     /// Time to create and to reopen a topic of many partitions, its bytes on disk and the
     /// resident memory it holds, and a record through every partition

@@ -107,10 +107,15 @@ fn the_state_mode_checkpoints_every_key_and_restores_them() {
         assert_eq!(state.changed_checkpoint.keys, 1000);
         assert!(state.full_checkpoint.bytes > 0 && state.changed_checkpoint.bytes < state.full_checkpoint.bytes);
         assert!(state.restored_from >= state.changed_checkpoint.id);
+        // The savepoint is whole: every key, whatever the incremental chain.
+        assert_eq!(state.savepoint_checkpoint.keys, 20_000);
+        assert!(state.savepoint_ms >= state.savepoint_export_ms && state.savepoint_ratio > 0.0);
+        assert_eq!(state.restored_from, state.savepoint_checkpoint.id, "the latest checkpoint is the savepoint's");
         assert!(report.checkpoints >= 2 && report.latency_us.is_none());
         let json = serde_json::to_value(&report).expect("serialize");
         assert!(json["state"]["restore_ms"].is_f64(), "{json}");
-        assert!(report.table().to_string().contains("restore from checkpoint"));
+        let table = report.table().to_string();
+        assert!(table.contains("restore from checkpoint") && table.contains("savepoint (20000 keys)"), "{table}");
     }
 }
 

@@ -354,4 +354,66 @@ pub enum CheckpointError {
         /// The pipeline's.
         has: u32,
     },
+    /// The job has an operator or source whose state cannot be checkpointed (a
+    /// `ChannelSource`: what it read is gone from its channels, so no checkpoint or
+    /// savepoint could replay it), so it cannot run with checkpoints nor restore.
+    #[error(
+        "checkpoints cannot include {what}: run it without checkpoints, or use a source that resumes from a position (a topic, a generator)"
+    )]
+    NotCheckpointable {
+        /// What cannot be checkpointed.
+        what: String,
+    },
+    /// Two operators of one job were given the same uid.
+    #[error("operator uid `{uid}` is given to two operators of the job: uids must be unique")]
+    DuplicateUid {
+        /// The uid.
+        uid: String,
+    },
+    /// The checkpoint holds state of an operator the job does not have (removed, or its
+    /// uid changed), and the job does not allow dropping it.
+    #[error(
+        "checkpoint {id} holds state of operator {operator}, which this job does not have: give the operator that should take it that uid, or allow non-restored state (CheckpointConfig::allow_non_restored_state) to drop it"
+    )]
+    UnknownOperator {
+        /// The checkpoint.
+        id: CheckpointId,
+        /// The operator: `uid "name"`, or `#n` (the n-th stateful operator) when it had none.
+        operator: String,
+    },
+    /// An operator's stored state has another key type, state type or operator kind than
+    /// the job's operator of that uid.
+    #[error(
+        "checkpoint {id}: operator {operator} changed its {what} from `{had}` to `{has}`: its state cannot be restored"
+    )]
+    IncompatibleState {
+        /// The checkpoint.
+        id: CheckpointId,
+        /// The operator (as in [`CheckpointError::UnknownOperator`]).
+        operator: String,
+        /// `key type`, `state type` or `operator kind`.
+        what: &'static str,
+        /// What the checkpoint holds.
+        had: String,
+        /// What the job's operator has.
+        has: String,
+    },
+    /// An operator's state was found but does not decode.
+    #[error("checkpoint {id}: restoring operator {operator}: {source}")]
+    RestoreState {
+        /// The checkpoint.
+        id: CheckpointId,
+        /// The operator.
+        operator: String,
+        /// Why.
+        source: StateError,
+    },
+    /// A savepoint could not be taken or read.
+    #[error("savepoint {}: {reason}", dir.display())]
+    Savepoint {
+        /// The savepoint's directory.
+        dir: PathBuf,
+        /// Why.
+        reason: String,
+    },
 }

@@ -14,6 +14,7 @@ use checkpoint_job::{JobConfig, committed_output, diff, engine, expected, input,
 use futures_lite::future::block_on;
 use std::sync::{Arc, Mutex};
 
+use sluice_engine::dataflow::checkpoint::CheckpointError;
 use sluice_engine::dataflow::topic::{StartFrom, TopicRecord, TopicSource};
 use sluice_engine::dataflow::{
     ChannelSource, CheckpointConfig, Generator, Pipeline, PipelineConfig, WatermarkStrategy, Windows,
@@ -221,7 +222,10 @@ fn pipelines_that_cannot_checkpoint_are_refused_with_the_reason() {
                 .for_each(|_| {});
         })
         .unwrap_err();
-    assert!(matches!(&err, EngineError::Pipeline(m) if m.contains("cannot resume")), "{err}");
+    assert!(
+        matches!(&err, EngineError::Checkpoint(CheckpointError::NotCheckpointable { what }) if what.contains("cannot resume")),
+        "{err}"
+    );
     // A zero interval is a bad config.
     let err = Pipeline::new(PipelineConfig::with_shards(1))
         .checkpointing(CheckpointConfig::new(dir.join("b")).interval(Duration::ZERO))

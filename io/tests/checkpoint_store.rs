@@ -385,3 +385,19 @@ fn checkpoint_commit_refuses_what_cannot_complete() {
         assert!(latest_is(&store, &m2).await.is_empty());
     });
 }
+
+#[test]
+fn checkpoint_ids_advance_past_a_savepoint() {
+    run(|| async {
+        let root = temp_dir("chk-advance");
+        let mut store = CheckpointStore::open(UringStorage, &root, 3).await.unwrap();
+        // A job that starts from savepoint 7 numbers its checkpoints after it.
+        store.advance_past(CheckpointId(7));
+        assert_eq!(store.next_id(), CheckpointId(8));
+        let m = checkpoint(&mut store, &[("s0", None, b"x")], b"").await;
+        assert_eq!(m.id, CheckpointId(8));
+        // Never backwards.
+        store.advance_past(CheckpointId(3));
+        assert_eq!(store.next_id(), CheckpointId(9));
+    });
+}

@@ -19,6 +19,8 @@
 //! **State mode** (`--state-keys N`, module `state`): N keys of window state, one record each in
 //! one long window; the first checkpoint holding all of them is timed, then
 //! `--changed-percent` of the keys get a second record and the next checkpoint is timed;
+//! then a savepoint of the same state is timed (a whole checkpoint copied into a directory
+//! of its own, against the full checkpoint: the target is at most 2x);
 //! then a new pipeline restores from the directory and the time until every shard has
 //! rebuilt its state is measured, after which it drains, and every restored count is
 //! checked.

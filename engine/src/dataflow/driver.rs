@@ -93,6 +93,11 @@ struct Driver {
     coordinator: Option<Arc<CheckpointCoordinator>>,
     injected: CheckpointId,
     completed: CheckpointId,
+    /// A stopping savepoint is durable (and completed here): the shard reads no input
+    /// and runs no timer any more; it ends once its sinks have flushed (committed what
+    /// the savepoint covers). Its streams are not ended, so no operator sees an end and
+    /// nothing fires after the savepoint's barrier.
+    halting: bool,
 }
 
 /// Runs one shard's part of the pipeline until all its inputs have ended and nothing is
@@ -123,6 +128,7 @@ pub(crate) async fn run(scope: Scope, stop: Arc<StopFlag>) {
         coordinator,
         injected: CheckpointId(0),
         completed: CheckpointId(0),
+        halting: false,
     };
     while !poll_fn(|cx| driver.poll_step(cx)).await {
         glommio::yield_if_needed().await;
@@ -153,30 +159,12 @@ impl Driver {
                     input.stop(drain);
                 }
             }
-            if let Some(coordinator) = &self.coordinator {
-                let trigger = coordinator.trigger();
-                if trigger > self.injected {
-                    // Sources inject the barrier before they read anything more.
-                    self.injected = trigger;
-                    for (input, ended) in self.inputs.iter_mut().zip(&self.ended) {
-                        if !ended {
-                            input.inject_barrier(Barrier { id: trigger });
-                        }
-                    }
-                }
-                let completed = coordinator.completed();
-                if completed > self.completed {
-                    self.completed = completed;
-                    for input in &mut self.inputs {
-                        input.checkpoint_completed(completed);
-                    }
-                }
-            }
+            let holding = self.follow_checkpoints();
             let now = Instant::now();
-            if let Some(at) = self.tick_request.take() {
+            if let Some(at) = self.tick_request.take().filter(|_| !self.halting) {
                 self.next_tick = Some(self.next_tick.map_or(at, |t| t.min(at)));
             }
-            if self.next_tick.is_some_and(|t| t <= now) {
+            if !self.halting && !holding && self.next_tick.is_some_and(|t| t <= now) {
                 self.tick(now);
             }
             match self.round(&mut quiet) {
@@ -206,7 +194,10 @@ impl Driver {
                 }
                 Round::Idle => {}
             }
-            let wake_at = self.next_tick.map_or(now + STOP_POLL, |t| t.min(now + STOP_POLL));
+            let wake_at = match self.next_tick {
+                Some(t) if !holding && !self.halting => t.min(now + STOP_POLL),
+                _ => now + STOP_POLL,
+            };
             let timer = match &mut self.timer {
                 // A timer already set for no later than needed will do (an early wake-up
                 // costs one idle round); replacing it on every park would churn timers.
@@ -221,6 +212,41 @@ impl Driver {
             }
             return Poll::Pending;
         }
+    }
+
+    /// Passes a new checkpoint's barrier to the inputs and a completed one's news, and
+    /// starts halting once a stopping savepoint is durable. Returns whether the shard holds
+    /// at a stopping savepoint's barrier: from there on no processing-time duty runs (idle
+    /// detection, processing-time watermarks, early firings, timers), so nothing fires
+    /// after the barrier; if the savepoint fails, they go on.
+    fn follow_checkpoints(&mut self) -> bool {
+        let Some(coordinator) = &self.coordinator else { return false };
+        let trigger = coordinator.trigger();
+        if trigger > self.injected {
+            // Sources inject the barrier before they read anything more.
+            self.injected = trigger;
+            for (input, ended) in self.inputs.iter_mut().zip(&self.ended) {
+                if !ended {
+                    input.inject_barrier(Barrier { id: trigger });
+                }
+            }
+        }
+        let completed = coordinator.completed();
+        if completed > self.completed {
+            self.completed = completed;
+            for input in &mut self.inputs {
+                input.checkpoint_completed(completed);
+            }
+        }
+        let stopped_at = coordinator.stop_done.load(std::sync::atomic::Ordering::Acquire);
+        if stopped_at != 0 && self.completed.get() >= stopped_at && !self.halting {
+            self.halting = true;
+            self.ended.fill(true);
+            self.pending.retain(|p| p.borrow().flush_before_halt());
+            self.next_tick = None;
+        }
+        let at = coordinator.stop_at.load(std::sync::atomic::Ordering::Acquire);
+        at != 0 && at == self.injected.get()
     }
 
     /// One pass over the pending outputs and the inputs, polled with `cx`.

@@ -55,7 +55,7 @@ mod twophase;
 mod watermark;
 pub mod window;
 
-pub use checkpoint::{Barrier, CheckpointConfig, CheckpointMode, CheckpointStats, Data};
+pub use checkpoint::{Barrier, CheckpointConfig, CheckpointMode, CheckpointStats, Data, Savepoint};
 pub use event::Event;
 pub use exchange::{key_group, shard_of_group};
 pub use metrics::Metrics;

@@ -7,7 +7,10 @@ use sluice_io::{CheckpointId, EventTime};
 
 use super::{
     Output, Scope, Stream,
-    checkpoint::{self, CheckpointConfig, CheckpointCoordinator, CheckpointStats, ShardCheckpoint, run_coordinator},
+    checkpoint::{
+        self, CheckpointConfig, CheckpointCoordinator, CheckpointError, CheckpointStats, ShardCheckpoint,
+        run_coordinator,
+    },
     driver::{self, StopFlag},
     metrics::Metrics,
     scope::Shared,
@@ -167,7 +170,11 @@ impl Pipeline {
     /// # Errors
     ///
     /// A bad config (no shards, no key groups, fewer key groups than shards, empty batches)
-    /// or a shard that could not start.
+    /// or a shard that could not start. [`EngineError::Checkpoint`] when the checkpoints
+    /// cannot be opened or read, or the graph is refused once every shard has built it
+    /// (no shard has started then): a uid given twice, state of an operator the job lacks,
+    /// a changed key or state type, state that does not decode, or an operator or source
+    /// that cannot be checkpointed (see [`CheckpointError`]).
     pub fn spawn<F>(&self, build: F) -> Result<RunningPipeline>
     where
         F: Fn(&Scope) + Send + Sync + 'static,
@@ -190,6 +197,9 @@ impl Pipeline {
         };
         let full_every = self.checkpoints.as_ref().map_or(1, |c| c.full_every);
         let mode = self.checkpoints.as_ref().map(|c| c.mode).unwrap_or_default();
+        let allow_non_restored = self.checkpoints.as_ref().is_some_and(|c| c.allow_non_restored_state);
+        let gate = Arc::new(BuildGate::new(config.shards));
+        let outcomes = std::sync::mpsc::channel();
         let config = Arc::new(config);
         let build = Arc::new(build);
         let shared = Arc::new(Shared::default());
@@ -201,48 +211,52 @@ impl Pipeline {
                 Some(&cpu) if config.pin => glommio::Placement::Fixed(cpu),
                 _ => glommio::Placement::Unbound,
             };
-            let (config, build, shared, stop) = (config.clone(), build.clone(), shared.clone(), stop.clone());
-            let checkpoint = coordinator.as_ref().map(|(c, _)| {
-                ShardCheckpoint::new(shard, config.shards, config.key_groups, c.clone(), full_every, mode)
-            });
+            let (config, build, shared, shard_stop) = (config.clone(), build.clone(), shared.clone(), stop.clone());
+            // Made on the shard's thread (it holds the operators' restores, which are not
+            // `Send`).
+            let checkpoint = coordinator.as_ref().map(|(c, _)| (c.clone(), full_every, mode));
+            let ctx = ShardStart { shard, allow_non_restored, gate: gate.clone(), outcomes: outcomes.0.clone() };
             let handle = glommio::LocalExecutorBuilder::new(placement)
                 .name(&format!("sluice-pipeline-{shard}"))
                 .io_memory(IO_MEMORY)
                 .ring_depth(32)
-                .spawn(move || async move {
-                    // A panic in a user function (or a graph built differently here) fails
-                    // the whole pipeline: the other shards stop instead of waiting forever
-                    // for this one's records.
-                    let built = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                        let scope = Scope::new(shard, config, shared, checkpoint);
-                        build(&scope);
-                        if let Some(c) = scope.checkpoint() {
-                            let c = c.borrow();
-                            if !c.unsupported.is_empty() {
-                                panic!("checkpoints cannot include {}", c.unsupported.join(", "));
-                            }
-                            c.coordinator.built.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-                        }
-                        scope
-                    }));
-                    let ran = match built {
-                        Ok(scope) => AssertUnwindSafe(driver::run(scope, stop.clone())).catch_unwind().await,
-                        Err(panic) => Err(panic),
-                    };
-                    ran.map_err(|panic| {
-                        stop.fail();
-                        let message = panic
-                            .downcast_ref::<&str>()
-                            .map(|s| (*s).to_string())
-                            .or_else(|| panic.downcast_ref::<String>().cloned())
-                            .unwrap_or_else(|| "a panic without a message".into());
-                        ShardFailure { shard, message }
-                    })
-                })
-                .map_err(|e| EngineError::InvalidConfig(format!("starting pipeline shard {shard}: {e}")))?;
+                .spawn(move || async move { run_shard(ctx, config, build, shared, shard_stop, checkpoint).await });
+            let handle = match handle {
+                Ok(handle) => handle,
+                Err(e) => {
+                    // The shards started wait for this one's build: let them go, failed.
+                    gate.abandon();
+                    stop.fail();
+                    return Err(EngineError::InvalidConfig(format!("starting pipeline shard {shard}: {e}")));
+                }
+            };
             threads.push(std::thread::spawn(move || {
                 handle.join().map_err(|e| ShardFailure { shard, message: e.to_string() }).and_then(|ran| ran)
             }));
+        }
+        drop(outcomes.0);
+        // Every shard reports its build once (the senders drop with the threads, should a
+        // shard's executor fail before it does).
+        let mut refused = None;
+        for _ in 0..config.shards {
+            match outcomes.1.recv() {
+                Ok(Some(e)) => {
+                    refused.get_or_insert(e);
+                }
+                Ok(None) => {}
+                Err(_) => break,
+            }
+        }
+        if let Some(e) = refused {
+            stop.fail();
+            for thread in threads {
+                let _ = thread.join();
+            }
+            if let Some((coordinator, thread)) = coordinator {
+                coordinator.stop();
+                let _ = thread.join();
+            }
+            return Err(EngineError::Checkpoint(e));
         }
         Ok(RunningPipeline { threads, stop, shared, coordinator })
     }
@@ -259,6 +273,123 @@ impl Pipeline {
     {
         self.spawn(build)?.join()
     }
+}
+
+/// What a shard's thread needs besides the pipeline's shared parts.
+struct ShardStart {
+    shard: usize,
+    allow_non_restored: bool,
+    gate: Arc<BuildGate>,
+    /// Where the shard reports its build: `None` when it built (or panicked: `join`
+    /// reports that), the error when its restore was refused.
+    outcomes: std::sync::mpsc::Sender<Option<CheckpointError>>,
+}
+
+/// Holds every shard after its build until all have built, so that no shard starts
+/// (reads a source, recovers a sink's transactions) in a pipeline another shard refused.
+#[derive(Debug)]
+struct BuildGate {
+    shards: usize,
+    state: std::sync::Mutex<(usize, bool)>,
+    all: std::sync::Condvar,
+}
+
+impl BuildGate {
+    fn new(shards: usize) -> BuildGate {
+        BuildGate { shards, state: std::sync::Mutex::new((0, true)), all: std::sync::Condvar::new() }
+    }
+
+    /// A shard could not start: every shard waiting is let go, as failed.
+    fn abandon(&self) {
+        let mut state = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *state = (self.shards, false);
+        self.all.notify_all();
+    }
+
+    /// Reports this shard's build (`ok`) and waits for every shard's: whether all built.
+    fn arrive(&self, ok: bool) -> bool {
+        let mut state = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        state.0 += 1;
+        state.1 &= ok;
+        self.all.notify_all();
+        while state.0 < self.shards {
+            state = self.all.wait(state).unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+        state.1
+    }
+}
+
+/// One shard's life: builds its graph, restores its operators' state, waits for the
+/// other shards' builds, then runs.
+async fn run_shard<F>(
+    ctx: ShardStart,
+    config: Arc<PipelineConfig>,
+    build: Arc<F>,
+    shared: Arc<Shared>,
+    stop: Arc<StopFlag>,
+    checkpoint: Option<(Arc<CheckpointCoordinator>, u32, checkpoint::CheckpointMode)>,
+) -> std::result::Result<(), ShardFailure>
+where
+    F: Fn(&Scope) + Send + Sync + 'static,
+{
+    let shard = ctx.shard;
+    // A panic in a user function (or a graph built differently here) fails the whole
+    // pipeline: the other shards stop instead of waiting forever for this one's records.
+    let built = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        let checkpoint = checkpoint.map(|(coordinator, full_every, mode)| {
+            ShardCheckpoint::new(shard, config.shards, config.key_groups, coordinator, full_every, mode)
+        });
+        let scope = Scope::new(shard, config, shared, checkpoint);
+        build(&scope);
+        let unsupported = scope.checkpoint().map(|c| c.borrow().unsupported.clone()).unwrap_or_default();
+        let restored = if unsupported.is_empty() {
+            scope.finish_build(ctx.allow_non_restored)
+        } else {
+            Err(CheckpointError::NotCheckpointable { what: unsupported.join(", ") })
+        };
+        (scope, restored)
+    }));
+    let failure = |message: String| {
+        stop.fail();
+        ShardFailure { shard, message }
+    };
+    let scope = match built {
+        Ok((scope, Ok(()))) => {
+            let _ = ctx.outcomes.send(None);
+            if !ctx.gate.arrive(true) {
+                return Err(failure("another shard's build failed".into()));
+            }
+            scope
+        }
+        Ok((_, Err(e))) => {
+            let message = e.to_string();
+            let _ = ctx.outcomes.send(Some(e));
+            ctx.gate.arrive(false);
+            return Err(failure(message));
+        }
+        Err(panic) => {
+            let _ = ctx.outcomes.send(None);
+            ctx.gate.arrive(false);
+            return Err(failure(panic_message(panic.as_ref())));
+        }
+    };
+    drop(ctx.outcomes);
+    if let Some(c) = scope.checkpoint() {
+        c.borrow().coordinator.built.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+    AssertUnwindSafe(driver::run(scope, stop.clone()))
+        .catch_unwind()
+        .await
+        .map_err(|panic| failure(panic_message(panic.as_ref())))
+}
+
+/// A panic's message.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
 }
 
 impl RunningPipeline {
@@ -322,10 +453,64 @@ impl RunningPipeline {
         self.threads.iter().all(JoinHandle::is_finished)
     }
 
+    /// How long reading the restored checkpoint took (its parts read, checked and merged,
+    /// before any operator took its state), if this run restored.
+    #[must_use]
+    pub fn restore_read(&self) -> Option<Duration> {
+        self.coordinator
+            .as_ref()
+            .and_then(|(c, _)| *c.restore_read.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
+
     /// The checkpoint this run restored from, if it did.
     #[must_use]
     pub fn restored_from(&self) -> Option<CheckpointId> {
         self.coordinator.as_ref().and_then(|(c, _)| c.restored.as_ref().map(|r| r.id))
+    }
+
+    /// Takes a savepoint into `dir` (a new or empty directory) and returns once it is
+    /// durable there: a checkpoint of the job, whole (not built on the job's incremental
+    /// chain), copied into `dir`, and kept until deleted; the directory can be moved to
+    /// another machine. A job restores from it with [`CheckpointConfig::restore_from`],
+    /// at any shard count, with its operators matched by uid ([`Stream::uid`]).
+    ///
+    /// # Errors
+    ///
+    /// The pipeline does not checkpoint, another savepoint is being taken, its checkpoint
+    /// was aborted (timed out, failed), or copying it into `dir` failed.
+    pub fn savepoint(&self, dir: impl Into<std::path::PathBuf>) -> Result<checkpoint::Savepoint> {
+        self.request_savepoint(dir.into(), false)
+    }
+
+    /// Stops the job with a savepoint: every source reads nothing after the savepoint's
+    /// barrier, the savepoint is taken into `dir` (as [`RunningPipeline::savepoint`]),
+    /// the sinks commit what it covers, and the sources end without draining (open
+    /// windows stay in the savepoint, not fired). Returns once every shard has finished.
+    ///
+    /// # Errors
+    ///
+    /// As [`RunningPipeline::savepoint`] (the job then goes on running: stop it with
+    /// [`RunningPipeline::stop`]), and as [`RunningPipeline::join`].
+    pub fn stop_with_savepoint(self, dir: impl Into<std::path::PathBuf>) -> Result<checkpoint::Savepoint> {
+        let savepoint = self.request_savepoint(dir.into(), true)?;
+        self.join()?;
+        Ok(savepoint)
+    }
+
+    fn request_savepoint(&self, dir: std::path::PathBuf, stop: bool) -> Result<checkpoint::Savepoint> {
+        let Some((coordinator, _)) = &self.coordinator else {
+            return Err(EngineError::InvalidConfig("a savepoint needs a pipeline that checkpoints".into()));
+        };
+        let (reply, answer) = std::sync::mpsc::channel();
+        let requested = std::time::Instant::now();
+        coordinator.request_savepoint(checkpoint::SavepointRequest { dir: dir.clone(), stop, requested, reply });
+        match answer.recv() {
+            Ok(result) => result.map_err(EngineError::Checkpoint),
+            Err(_) => Err(EngineError::Checkpoint(CheckpointError::Savepoint {
+                dir,
+                reason: "the checkpoint coordinator stopped".into(),
+            })),
+        }
     }
 
     /// Asks every shard to stop its sources. With `drain`, the sources end as if their
@@ -370,13 +555,20 @@ impl Scope {
         let out = Output::port();
         let config = self.config();
         if self.checkpointing() && source.positions().is_none() {
-            self.not_checkpointable("a source that cannot resume from a position");
+            self.not_checkpointable("a source that cannot resume from a position (such as a ChannelSource)");
         }
         let input = SourceInput::new(source, strategy, config.batch_records, config.processing_tick, out.clone());
+        let mut origin = None;
         match self.checkpoint() {
-            Some(c) => self.add_input(Box::new(input.checkpointed(c))),
+            Some(c) => {
+                let (input, id) = input.checkpointed(c);
+                origin = Some(super::scope::Origin::Source(id));
+                self.add_input(Box::new(input));
+            }
             None => self.add_input(Box::new(input)),
         }
-        self.stream(out, "source")
+        let mut stream = self.stream(out, "source");
+        stream.origin = origin;
+        stream
     }
 }

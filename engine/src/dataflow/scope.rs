@@ -17,7 +17,7 @@ use std::{
 
 use super::{
     PipelineConfig, Stream,
-    checkpoint::{Barrier, ShardCheckpoint, StateHandle},
+    checkpoint::{Barrier, CheckpointError, ShardCheckpoint, StateHandle, StateTypes},
     metrics::Metrics,
 };
 use crate::ring::{Mesh, ShardRings};
@@ -29,6 +29,13 @@ pub(crate) trait Pending {
     /// Tries to hand everything over; `Ready` once nothing is pending. When `Pending`, a
     /// wake-up of `cx` is arranged for when progress may be possible.
     fn poll_flush(&mut self, cx: &mut Context<'_>) -> Poll<()>;
+    /// Whether a shard halting after a stopping savepoint waits for this to flush: a sink
+    /// does (it delivers or commits what the savepoint covers); an exchange does not (what
+    /// it still holds was made after the savepoint's barrier, for shards that have stopped
+    /// reading).
+    fn flush_before_halt(&self) -> bool {
+        false
+    }
 }
 
 /// A processing-time participant: early window firings, processing-time timers, idle
@@ -58,6 +65,11 @@ pub(crate) trait Input {
     fn inject_barrier(&mut self, _barrier: Barrier) {}
     /// Checkpoint `completed` (and every one before it) has completed.
     fn checkpoint_completed(&mut self, _completed: sluice_io::CheckpointId) {}
+    /// Once the graph is built: a source takes its restored positions (by its uid, or its
+    /// build position among the sources).
+    fn restore(&mut self) -> Result<(), CheckpointError> {
+        Ok(())
+    }
 }
 
 /// What the shards of one running pipeline share: set-up-time registries only. Nothing
@@ -73,6 +85,15 @@ pub(crate) struct Shared {
     pub(crate) streams: Mutex<Vec<super::metrics::StreamEntry>>,
     /// Every exchange's rings, listed by their sending shards while the graph is built.
     pub(crate) rings: Mutex<Vec<super::metrics::RingEntry>>,
+}
+
+/// What makes a stream, for the checkpointed state a uid names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Origin {
+    /// A stateful operator (its build position among them).
+    Operator(u32),
+    /// A source (its build position among them).
+    Source(u32),
 }
 
 /// An earlier processing-time tick an operator asks for (a timer registered between
@@ -93,6 +114,12 @@ pub(crate) struct ScopeState {
     next_stream: usize,
     /// This shard's checkpointing, when the pipeline checkpoints.
     pub(crate) checkpoint: Option<Rc<RefCell<ShardCheckpoint>>>,
+    /// The uids given so far, and the first one given twice.
+    uids: std::collections::HashSet<String>,
+    duplicate_uid: Option<String>,
+    /// The stateful operator registered last (its build position), not yet claimed by the
+    /// stream of its output.
+    last_state: Option<u32>,
 }
 
 /// One shard's handle on the pipeline being built. Cheap to clone; not `Send`: it lives on
@@ -132,6 +159,9 @@ impl Scope {
                 next_exchange: 0,
                 next_stream: 0,
                 checkpoint: checkpoint.map(|c| Rc::new(RefCell::new(c))),
+                uids: std::collections::HashSet::new(),
+                duplicate_uid: None,
+                last_state: None,
             })),
         }
     }
@@ -171,9 +201,56 @@ impl Scope {
         self.state.borrow().checkpoint.clone()
     }
 
-    /// Registers a stateful operator with checkpointing (`None` when it is off).
-    pub(crate) fn state_handle(&self) -> Option<StateHandle> {
-        self.checkpoint().map(|c| StateHandle::register(&c, self.config.key_groups))
+    /// Registers a stateful operator of `kind`, keyed by `K` with state `S`, with
+    /// checkpointing (`None` when it is off). The stream made next with
+    /// [`Scope::stateful_stream`] is its output, which [`Stream::uid`] names.
+    pub(crate) fn state_handle<K: ?Sized, S: ?Sized>(&self, kind: &str) -> Option<StateHandle> {
+        let handle =
+            self.checkpoint().map(|c| StateHandle::register(&c, self.config.key_groups, StateTypes::of::<K, S>(kind)));
+        self.state.borrow_mut().last_state = handle.as_ref().map(StateHandle::id);
+        handle
+    }
+
+    /// The output stream of the stateful operator registered last.
+    pub(crate) fn stateful_stream<T: 'static>(&self, port: super::Port<T>, kind: &'static str) -> Stream<T> {
+        let state = self.state.borrow_mut().last_state.take();
+        let mut stream = Stream::from_port(self.clone(), port, kind);
+        stream.origin = state.map(Origin::Operator);
+        stream
+    }
+
+    /// Records `uid` as given to an operator (with `state`, its stateful operator's
+    /// position): a uid given twice fails the build.
+    pub(crate) fn give_uid(&self, uid: &str, origin: Option<Origin>) {
+        let mut st = self.state.borrow_mut();
+        if !st.uids.insert(uid.to_string()) && st.duplicate_uid.is_none() {
+            st.duplicate_uid = Some(uid.to_string());
+        }
+        if let Some(c) = &st.checkpoint {
+            match origin {
+                Some(Origin::Operator(id)) => c.borrow_mut().set_uid(id, uid),
+                Some(Origin::Source(id)) => c.borrow_mut().set_source_uid(id, uid),
+                None => {}
+            }
+        }
+    }
+
+    /// Ends the build: refuses a uid given twice, then checks the restored checkpoint
+    /// against the graph and hands every stateful operator its state.
+    pub(crate) fn finish_build(&self, allow_non_restored: bool) -> Result<(), CheckpointError> {
+        let (duplicate, checkpoint) = {
+            let st = self.state.borrow();
+            (st.duplicate_uid.clone(), st.checkpoint.clone())
+        };
+        if let Some(uid) = duplicate {
+            return Err(CheckpointError::DuplicateUid { uid });
+        }
+        let Some(c) = checkpoint else { return Ok(()) };
+        StateHandle::restore_all(&c, allow_non_restored)?;
+        let mut inputs = std::mem::take(&mut self.state.borrow_mut().inputs);
+        let restored = inputs.iter_mut().try_for_each(|input| input.restore());
+        self.state.borrow_mut().inputs = inputs;
+        restored
     }
 
     /// Records that an operator whose state is not checkpointed was built: a pipeline

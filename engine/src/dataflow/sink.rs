@@ -45,6 +45,11 @@ impl<T: 'static> Operator<T> for ChannelSink<T> {
 }
 
 impl<T: 'static> Pending for ChannelSink<T> {
+    /// What it holds was emitted before the shard halted: it reaches the host.
+    fn flush_before_halt(&self) -> bool {
+        true
+    }
+
     fn poll_flush(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         loop {
             if let Some(sending) = &mut self.sending {

@@ -21,7 +21,7 @@ use sluice_io::{CheckpointId, EventTime};
 use super::UserError;
 use super::{
     Event, Port,
-    checkpoint::{Barrier, ShardCheckpoint, SourcePart},
+    checkpoint::{Barrier, CheckpointError, ShardCheckpoint, SourcePart, StateError},
     scope::Input,
     watermark::{SourceClock, TimeSource, WatermarkKind, WatermarkStrategy},
 };
@@ -474,6 +474,9 @@ pub(crate) struct SourceInput<T, S, E> {
     batch_records: usize,
     out: Port<T>,
     stopped: Option<bool>,
+    /// Held after the barrier of a stopping savepoint: reads nothing more, and ends once
+    /// the savepoint is durable (or goes on if it failed).
+    held: Option<CheckpointId>,
     processing_tick: Duration,
     /// With checkpoints: the shard's checkpointing and this source's id there.
     checkpoint: Option<(Rc<RefCell<ShardCheckpoint>>, u32)>,
@@ -501,6 +504,7 @@ impl<T: 'static, S: Source<T>, E: Fn(&T) -> EventTime + 'static> SourceInput<T, 
             batch_records: batch_records.max(1),
             out,
             stopped: None,
+            held: None,
             processing_tick,
             checkpoint: None,
             exhausted: false,
@@ -508,28 +512,14 @@ impl<T: 'static, S: Source<T>, E: Fn(&T) -> EventTime + 'static> SourceInput<T, 
         }
     }
 
-    /// Takes part in the shard's checkpoints, resuming from the restored positions if the
-    /// pipeline restores.
-    pub(crate) fn checkpointed(mut self, checkpoint: Rc<RefCell<ShardCheckpoint>>) -> Self {
+    /// Takes part in the shard's checkpoints (resuming from the restored positions, if
+    /// the pipeline restores, once the graph is built: [`Input::restore`]); returns its
+    /// build position among the shard's sources.
+    pub(crate) fn checkpointed(mut self, checkpoint: Rc<RefCell<ShardCheckpoint>>) -> (Self, u32) {
         let id = checkpoint.borrow_mut().add_source();
-        {
-            let c = checkpoint.borrow();
-            c.coordinator.sources.fetch_add(1, Ordering::AcqRel);
-            if let Some(restored) = &c.coordinator.restored {
-                let empty = HashMap::new();
-                let positions = restored.sources.get(&id).unwrap_or(&empty);
-                self.source
-                    .restore(positions)
-                    .unwrap_or_else(|e| panic!("restoring source {id} from checkpoint {}: {e}", restored.id));
-                if let Some(bounds) = restored.source_bounds.get(&id) {
-                    self.source.restore_bounds(bounds).unwrap_or_else(|e| {
-                        panic!("restoring the ends of source {id} from checkpoint {}: {e}", restored.id)
-                    });
-                }
-            }
-        }
+        checkpoint.borrow().coordinator.sources.fetch_add(1, Ordering::AcqRel);
         self.checkpoint = Some((checkpoint, id));
-        self
+        (self, id)
     }
 
     fn emit_progress(&mut self) {
@@ -559,6 +549,16 @@ impl<T: 'static, S: Source<T>, E: Fn(&T) -> EventTime + 'static> Input for Sourc
     fn poll_input(&mut self, cx: &mut Context<'_>, _budget: usize) -> Poll<bool> {
         if let Some(drain) = self.stopped {
             return self.finish(drain);
+        }
+        if let (Some(at), Some((c, _))) = (self.held, &self.checkpoint) {
+            // Once the savepoint is durable the driver halts the shard (see `driver.rs`);
+            // until then, or if it failed, the source waits or goes on.
+            let coordinator = c.borrow().coordinator.clone();
+            if coordinator.stop_at.load(Ordering::Acquire) != at.get() {
+                self.held = None;
+            } else {
+                return Poll::Pending;
+            }
         }
         // Records are stamped as they come (`Source::poll_events`); processing time is
         // read once, when the first record is stamped.
@@ -658,8 +658,30 @@ impl<T: 'static, S: Source<T>, E: Fn(&T) -> EventTime + 'static> Input for Sourc
         let positions = self.source.positions().unwrap_or_default();
         self.reported.push_back((barrier.id, positions.clone()));
         let bounds = self.source.bounds().unwrap_or_default();
-        c.borrow_mut().report_source(barrier.id, SourcePart { id: *id, positions, bounds });
+        c.borrow_mut().report_source(barrier.id, SourcePart { id: *id, uid: None, positions, bounds });
         self.out.borrow_mut().barrier(barrier);
+        if c.borrow().coordinator.stop_at.load(Ordering::Acquire) == barrier.id.get() {
+            self.held = Some(barrier.id);
+        }
+    }
+
+    fn restore(&mut self) -> Result<(), CheckpointError> {
+        let Some((c, id)) = &self.checkpoint else { return Ok(()) };
+        let c = c.borrow();
+        let Some(restored) = &c.coordinator.restored else { return Ok(()) };
+        let key = c.source_key(*id);
+        let failed = |what: &str, e: super::UserError| CheckpointError::RestoreState {
+            id: restored.id,
+            operator: format!("source {key}"),
+            source: StateError(format!("{what}: {e}")),
+        };
+        let empty = HashMap::new();
+        let positions = restored.sources.get(&key).unwrap_or(&empty);
+        self.source.restore(positions).map_err(|e| failed("its positions", e))?;
+        if let Some(bounds) = restored.source_bounds.get(&key) {
+            self.source.restore_bounds(bounds).map_err(|e| failed("its ends", e))?;
+        }
+        Ok(())
     }
 
     fn checkpoint_completed(&mut self, completed: CheckpointId) {

@@ -16,6 +16,9 @@ use super::{
 pub struct Stream<T> {
     pub(crate) scope: Scope,
     pub(crate) port: Port<T>,
+    /// The stateful operator or source whose output this is, when the pipeline
+    /// checkpoints.
+    pub(crate) origin: Option<super::scope::Origin>,
 }
 
 impl<T> std::fmt::Debug for Stream<T> {
@@ -28,7 +31,7 @@ impl<T> std::fmt::Debug for Stream<T> {
 impl<T: Clone + 'static> Clone for Stream<T> {
     fn clone(&self) -> Self {
         self.port.borrow_mut().allow_copies();
-        Stream { scope: self.scope.clone(), port: self.port.clone() }
+        Stream { scope: self.scope.clone(), port: self.port.clone(), origin: self.origin }
     }
 }
 
@@ -154,7 +157,26 @@ impl<T: 'static> Operator<T> for UnionInput<T> {
 impl<T: 'static> Stream<T> {
     pub(crate) fn from_port(scope: Scope, port: Port<T>, kind: &'static str) -> Self {
         scope.measure(&port, kind);
-        Stream { scope, port }
+        Stream { scope, port, origin: None }
+    }
+
+    /// Names the operator that makes this stream, for its checkpointed state: a stateful
+    /// operator (a window, a join, a process function) stores its state under its uid and
+    /// takes back the state stored under that uid, wherever the operator now sits in the
+    /// job. So a job may add, remove or reorder operators between a savepoint and its
+    /// restore, as long as each stateful operator keeps its uid. An operator without a
+    /// uid is matched by its build position among the stateful operators, which any
+    /// stateful operator added or removed before it shifts.
+    ///
+    /// A source's positions are stored by its uid likewise (by its build position among
+    /// the sources without one). Stateless operators (`map`, `filter`, ...) accept a uid
+    /// too (it names nothing stored). Uids must be unique in a job: a uid given twice fails
+    /// [`Pipeline::spawn`](super::Pipeline::spawn) with
+    /// [`CheckpointError::DuplicateUid`](super::checkpoint::CheckpointError::DuplicateUid).
+    #[must_use]
+    pub fn uid(self, uid: &str) -> Self {
+        self.scope.give_uid(uid, self.origin);
+        self
     }
 
     /// The scope this stream is built in.
@@ -317,5 +339,14 @@ impl<K: 'static, T: 'static, KS: Fn(&T) -> K + 'static> KeyedStream<K, T, KS> {
     #[must_use]
     pub fn scope(&self) -> &Scope {
         &self.stream.scope
+    }
+
+    /// Names the exchange that partitions the stream ([`Stream::uid`]). An exchange's
+    /// in-flight records (unaligned checkpoints) stay matched by its build position among
+    /// the job's exchanges.
+    #[must_use]
+    pub fn uid(mut self, uid: &str) -> Self {
+        self.stream = self.stream.uid(uid);
+        self
     }
 }

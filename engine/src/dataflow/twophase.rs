@@ -137,6 +137,10 @@ impl<T: 'static, S: TwoPhaseCommitSink<T>> Pending for TwoPhase<T, S> {
         self.commit_completed();
         Poll::Ready(())
     }
+
+    fn flush_before_halt(&self) -> bool {
+        true
+    }
 }
 
 impl<T: 'static> Stream<T> {

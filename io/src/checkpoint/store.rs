@@ -156,6 +156,15 @@ impl<S: Storage> CheckpointStore<S> {
         self.next_id
     }
 
+    /// Makes every id [`CheckpointStore::begin`] hands out from now on greater than `id`
+    /// (a job that starts from a savepoint numbers its checkpoints after it, so that ids
+    /// keep increasing along the job's history).
+    pub fn advance_past(&mut self, id: CheckpointId) {
+        if self.next_id <= id {
+            self.next_id = id.next();
+        }
+    }
+
     /// Completed checkpoints on disk, oldest first (not verified: see
     /// [`CheckpointStore::latest_valid`]).
     #[must_use]

@@ -14,11 +14,15 @@
 //! 2. the sources send a second record for keys `0..changed` (`--changed-percent`), and the
 //!    first checkpoint triggered after that is the *changed* figure: window state is
 //!    incremental, so it holds only the changed keys;
-//! 3. the run stops, and a new pipeline starts on the same directory: *restore* runs from
-//!    the call to `spawn` (which reads and decodes the last checkpoint's parts) until every
-//!    shard has built its graph (each window operator rebuilds its keys while it is built),
-//!    so records can flow;
-//! 4. the restored pipeline drains: its window fires, and every count is checked (1 per
+//! 3. a *savepoint* of the same state (every key, changes included) is taken into a
+//!    directory of its own: a whole checkpoint, then copied; its time from the request to
+//!    being durable there is compared with the full checkpoint's (the target: at
+//!    most 2x);
+//! 4. the run stops, and a new pipeline starts on the same directory (restoring the
+//!    savepoint's checkpoint, the latest): *restore* is the call to `spawn`, which reads
+//!    and decodes the last checkpoint's parts and returns once every shard has built its
+//!    graph and rebuilt its keys, so records can flow;
+//! 5. the restored pipeline drains: its window fires, and every count is checked (1 per
 //!    key, 2 for the changed keys). A restore that lost or doubled anything fails the run.
 
 use std::{
@@ -81,13 +85,25 @@ pub struct StateReport {
     pub full_checkpoint: CheckpointFigures,
     /// The first checkpoint after `changed_keys` keys changed.
     pub changed_checkpoint: CheckpointFigures,
+    /// The savepoint of the same state: its checkpoint (whole: every key).
+    pub savepoint_checkpoint: CheckpointFigures,
+    /// From asking for the savepoint to it being durable in its directory, milliseconds.
+    pub savepoint_ms: f64,
+    /// The part of `savepoint_ms` spent putting the checkpoint into the savepoint's
+    /// directory, synced, milliseconds.
+    pub savepoint_export_ms: f64,
+    /// Whether its parts were hard-linked (the savepoint's directory on the checkpoints'
+    /// file system) rather than copied.
+    pub savepoint_linked: bool,
+    /// `savepoint_ms` over the full checkpoint's duration.
+    pub savepoint_ratio: f64,
     /// The checkpoint the second pipeline restored from.
     pub restored_from: u64,
-    /// From `spawn` to every shard having rebuilt its state and built its graph,
-    /// milliseconds.
+    /// `spawn`: reading the checkpoint, then every shard building its graph and rebuilding
+    /// its state, milliseconds.
     pub restore_ms: f64,
-    /// The part of `restore_ms` spent in `spawn`: reading and decoding every part of the
-    /// checkpoint, milliseconds.
+    /// The part of `restore_ms` spent reading and decoding every part of the checkpoint,
+    /// milliseconds.
     pub restore_read_ms: f64,
     /// From stopping the restored pipeline with a drain to every window result at the
     /// sink, milliseconds (not part of the restore).
@@ -123,6 +139,19 @@ impl StateReport {
             format!("after {} keys changed ({} written)", self.changed_keys, c.keys),
             format!("{:.1}", c.duration_ms),
             format!("ms, {:.1} MiB (incremental)", mib(c.bytes)),
+        );
+        let s = &self.savepoint_checkpoint;
+        table.row(
+            format!("savepoint ({} keys)", s.keys),
+            format!("{:.1}", self.savepoint_ms),
+            format!(
+                "ms, {:.2}x the full checkpoint; its checkpoint {:.1} ms, {} {:.1} ms, {:.1} MiB",
+                self.savepoint_ratio,
+                s.duration_ms,
+                if self.savepoint_linked { "linked in" } else { "copied in" },
+                self.savepoint_export_ms,
+                mib(s.bytes)
+            ),
         );
         table.row(format!("restore from checkpoint {}", self.restored_from), format!("{:.1}", self.restore_ms), "ms");
         table.row("  of which reading the parts", format!("{:.1}", self.restore_read_ms), "ms");
@@ -178,37 +207,48 @@ pub(super) fn run(job: &StateJob) -> anyhow::Result<StateRun> {
         .checkpointing(
             CheckpointConfig::new(&job.dir).interval(job.interval.max(ingest_allowance(job.keys))).mode(job.mode),
         )
-        .spawn(build(job.clone(), progress.clone(), ends.clone(), None))
+        .spawn(build(job.clone(), progress.clone(), ends.clone()))
         .context("starting the pipeline that fills the state")?;
     let metrics = running.metric_source("checkpoint-fill");
     crate::harness::metrics::register(&metrics);
     let measured = fill_and_checkpoint(job, &running, &progress, started);
+    // 3: a savepoint of the same state.
+    let savepoint = measured.as_ref().ok().map(|_| running.savepoint(job.dir.with_extension("savepoint")));
     running.stop(false);
     let checkpoints = running.checkpoints();
     // A failed shard's error says more than the wait that noticed it.
     running.join().context("the pipeline that fills the state")?;
     let (ingest, full, changed) = measured?;
+    let savepoint = savepoint.context("no savepoint")?.context("the savepoint")?;
+    ensure!(
+        savepoint.checkpoint.keys == job.keys,
+        "savepoint {} holds {} keys, expected all {} (a savepoint is whole)",
+        savepoint.checkpoint.id,
+        savepoint.checkpoint.keys,
+        job.keys
+    );
 
-    // 3: restore. No checkpoint is due while it is measured and drained.
+    // 4: restore. No checkpoint is due while it is measured and drained.
     let ends = Arc::new(Mutex::new(Vec::new()));
-    let built = Arc::new(Mutex::new(Vec::new()));
     let progress = Arc::new(Progress::default());
     progress.begin.store(true, Ordering::Release);
     let started = Instant::now();
     let running = Pipeline::new(config)
         .checkpointing(CheckpointConfig::new(&job.dir).interval(WINDOW).mode(job.mode))
-        .spawn(build(job.clone(), progress.clone(), ends.clone(), Some(built.clone())))
+        .spawn(build(job.clone(), progress.clone(), ends.clone()))
         .context("starting the restored pipeline")?;
+    // `spawn` returns once every shard has built its graph and rebuilt its state.
+    let restore = started.elapsed();
     let metrics = running.metric_source("checkpoint-restore");
     crate::harness::metrics::register(&metrics);
-    let read = started.elapsed();
-    let restored = restore_and_drain(job, &running, &progress, &built, &ends, started);
+    let read = running.restore_read().unwrap_or_default();
+    let restored = drain(job, &running, &progress, &ends);
     let restored_from = running.restored_from();
     if restored.is_err() {
         running.stop(false);
     }
     running.join().context("the restored pipeline")?;
-    let (restore, drain, tally) = restored?;
+    let (drain, tally) = restored?;
     let restored_from = restored_from.context("the second pipeline did not restore a checkpoint")?;
     ensure!(
         restored_from >= changed.id,
@@ -237,6 +277,11 @@ pub(super) fn run(job: &StateJob) -> anyhow::Result<StateRun> {
         ingest_ms: ms(ingest),
         full_checkpoint: CheckpointFigures::from(&full),
         changed_checkpoint: CheckpointFigures::from(&changed),
+        savepoint_checkpoint: CheckpointFigures::from(&savepoint.checkpoint),
+        savepoint_ms: ms(savepoint.duration),
+        savepoint_export_ms: ms(savepoint.export),
+        savepoint_linked: savepoint.linked,
+        savepoint_ratio: savepoint.duration.as_secs_f64() / full.duration.as_secs_f64().max(1e-9),
         restored_from: restored_from.get(),
         restore_ms: ms(restore),
         restore_read_ms: ms(read),
@@ -304,18 +349,13 @@ fn next_checkpoint(running: &RunningPipeline, progress: &Arc<Progress>) -> anyho
     Ok(running.checkpoints()[completed + 1])
 }
 
-/// Steps 3 and 4: the restore time, the drain time and what the sinks saw.
-fn restore_and_drain(
+/// Step 5: the drain time and what the sinks saw.
+fn drain(
     job: &StateJob,
     running: &RunningPipeline,
     progress: &Arc<Progress>,
-    built: &Mutex<Vec<Instant>>,
     ends: &Mutex<Vec<(Tally, Instant)>>,
-    started: Instant,
-) -> anyhow::Result<(Duration, Duration, Tally)> {
-    let lock = |m: &Mutex<Vec<Instant>>| m.lock().unwrap_or_else(PoisonError::into_inner).clone();
-    wait_for("every shard to restore", progress, || lock(built).len() >= job.shards)?;
-    let restored = lock(built).iter().max().map(|at| at.saturating_duration_since(started)).unwrap_or_default();
+) -> anyhow::Result<(Duration, Tally)> {
     let draining = Instant::now();
     running.stop(true);
     let ended = || ends.lock().unwrap_or_else(PoisonError::into_inner).clone();
@@ -328,7 +368,7 @@ fn restore_and_drain(
         tally.sum += t.sum;
         tally.wrong += t.wrong;
     }
-    Ok((restored, drain, tally))
+    Ok((drain, tally))
 }
 
 /// Polls `done` every millisecond for up to [`PHASE_TIMEOUT`]. `progress` is also held by
@@ -349,22 +389,17 @@ fn wait_for(what: &str, progress: &Arc<Progress>, mut done: impl FnMut() -> bool
 }
 
 /// The graph every shard builds: holding source -> key_by(i) -> one-hour tumbling count ->
-/// checking sink. With `built`, each shard records when its graph (and restored state) is
-/// ready.
+/// checking sink.
 fn build(
     job: StateJob,
     progress: Arc<Progress>,
     ends: Arc<Mutex<Vec<(Tally, Instant)>>>,
-    built: Option<Arc<Mutex<Vec<Instant>>>>,
 ) -> impl Fn(&Scope) + Send + Sync + 'static {
     move |scope: &Scope| {
         let source = HoldingSource::new(scope.shard(), scope.shards(), job.keys, job.changed, progress.clone());
         let strategy = WatermarkStrategy::bounded_out_of_orderness(Duration::ZERO, |_: &u64| EventTime::from_millis(0));
         let sink = StateSink { changed: job.changed, tally: Tally::default(), ends: ends.clone() };
         scope.source(source, strategy).key_by(|i| *i).window(Windows::tumbling(WINDOW)).count().attach(sink);
-        if let Some(built) = &built {
-            built.lock().unwrap_or_else(PoisonError::into_inner).push(Instant::now());
-        }
     }
 }
 

@@ -13,7 +13,10 @@ use std::{
 use sluice_io::{CheckpointId, CheckpointStore, Manifest, PartInfo, UringStorage};
 
 use super::{
-    CheckpointConfig, CheckpointError, CheckpointStats, Restored, ShardPart, decode_part, encode_part, part_name,
+    CheckpointConfig, CheckpointError, CheckpointStats, Restored, ShardPart, decode_part, encode_part,
+    legacy::PART_FORMAT,
+    part_name,
+    savepoint::{Savepoint, SavepointRequest},
 };
 
 /// A shard's answer for one checkpoint: its part, or why it has none.
@@ -44,6 +47,18 @@ pub(crate) struct CheckpointCoordinator {
     pub(crate) completed: AtomicU64,
     /// The final checkpoint of bounded inputs has completed: sources may end.
     pub(crate) final_done: AtomicBool,
+    /// A checkpoint every shard snapshots whole (a savepoint; 0: none); set before its
+    /// trigger.
+    pub(crate) full: AtomicU64,
+    /// A savepoint after whose barrier the sources read nothing more and end once it has
+    /// completed (`stop_with_savepoint`; 0: none). Set before its trigger, cleared if it
+    /// fails (the sources then go on).
+    pub(crate) stop_at: AtomicU64,
+    /// The stopping savepoint that is durable in its directory: sources held at its barrier
+    /// end (0: none).
+    pub(crate) stop_done: AtomicU64,
+    /// The savepoint asked for and not yet begun.
+    savepoint: Mutex<Option<SavepointRequest>>,
     /// Sources registered, over all shards, and those that ran out.
     pub(crate) sources: AtomicUsize,
     pub(crate) exhausted: AtomicUsize,
@@ -76,6 +91,10 @@ impl CheckpointCoordinator {
             final_trigger: AtomicU64::new(0),
             completed: AtomicU64::new(0),
             final_done: AtomicBool::new(false),
+            full: AtomicU64::new(0),
+            stop_at: AtomicU64::new(0),
+            stop_done: AtomicU64::new(0),
+            savepoint: Mutex::new(None),
             sources: AtomicUsize::new(0),
             exhausted: AtomicUsize::new(0),
             built: AtomicUsize::new(0),
@@ -128,11 +147,31 @@ impl CheckpointCoordinator {
         }
     }
 
-    /// Marks the coordinator's loop as ended and wakes every waiter.
+    /// Marks the coordinator's loop as ended and wakes every waiter; a savepoint asked for
+    /// and not begun fails.
     fn finish(&self) {
+        {
+            let mut request = self.savepoint.lock().unwrap_or_else(PoisonError::into_inner);
+            self.done.store(true, Ordering::Release);
+            if let Some(request) = request.take() {
+                request.fail("the pipeline took no more checkpoints");
+            }
+        }
         let _stats = self.stats.lock().unwrap_or_else(PoisonError::into_inner);
-        self.done.store(true, Ordering::Release);
         self.changed.notify_all();
+    }
+
+    /// Asks for a savepoint; it fails at once when another is pending or the coordinator
+    /// has stopped.
+    pub(crate) fn request_savepoint(&self, request: SavepointRequest) {
+        let mut slot = self.savepoint.lock().unwrap_or_else(PoisonError::into_inner);
+        if self.done.load(Ordering::Acquire) {
+            request.fail("the pipeline takes no more checkpoints");
+        } else if slot.is_some() {
+            request.fail("another savepoint is being taken");
+        } else {
+            *slot = Some(request);
+        }
     }
 
     /// Every completed checkpoint's figures, in order.
@@ -173,6 +212,15 @@ pub(crate) async fn open_store(
         .await
         .map_err(|source| CheckpointError::Store { dir: dir.clone(), source })?;
     let completed = store.completed();
+    if completed.is_empty()
+        && let Some(savepoint) = &config.restore_from
+    {
+        // The job has no checkpoint of its own yet: it starts from the savepoint.
+        let restored = read_savepoint(savepoint).await?;
+        let mut store = store;
+        store.advance_past(restored.id);
+        return Ok((store, Some(restored)));
+    }
     let mut failures = Vec::new();
     for &id in completed.iter().rev() {
         match read_checkpoint(&store, id).await {
@@ -194,6 +242,27 @@ pub(crate) async fn open_store(
     if failures.is_empty() { Ok((store, None)) } else { Err(CheckpointError::NoneReadable { dir, failures }) }
 }
 
+/// Reads the savepoint in `dir` (a store holding one completed checkpoint).
+async fn read_savepoint(dir: &std::path::Path) -> Result<Restored, CheckpointError> {
+    let fail = |reason: String| CheckpointError::Savepoint { dir: dir.to_path_buf(), reason };
+    let abs = std::path::absolute(dir).map_err(|e| fail(e.to_string()))?;
+    if !abs.is_dir() {
+        return Err(fail("no such directory".into()));
+    }
+    let store = CheckpointStore::open(UringStorage, &abs, 1).await.map_err(|e| fail(e.to_string()))?;
+    let Some(&id) = store.completed().last() else {
+        return Err(fail("it holds no completed savepoint".into()));
+    };
+    let read = read_checkpoint(&store, id).await.map_err(|e| fail(e.to_string()))?;
+    eprintln!(
+        "sluice: restoring savepoint {id} from {} ({} parts read, taken at {} shards)",
+        abs.display(),
+        read.parts,
+        read.restored.shards
+    );
+    Ok(read.restored)
+}
+
 struct ReadCheckpoint {
     restored: Restored,
     parts: usize,
@@ -212,17 +281,18 @@ async fn read_checkpoint(
         // The part, and the same shard's parts it is a delta on, back to a whole one.
         let mut chain = Vec::new();
         let (mut at, mut info) = (id, info.clone());
+        let mut current = manifest.metadata == PART_FORMAT;
         loop {
             let body = store.read_part(at, &info).await.map_err(io(at))?;
             parts += 1;
-            let part = decode_part(body).map_err(|source| CheckpointError::Decode {
-                id: at,
-                part: info.name.clone(),
-                source,
-            })?;
+            // A checkpoint of the first format (no metadata) keys its operators by
+            // position only.
+            let part = if current { decode_part(body) } else { super::legacy::decode_v1(&body) };
+            let part = part.map_err(|source| CheckpointError::Decode { id: at, part: info.name.clone(), source })?;
             chain.push(part);
             let Some(base) = info.base else { break };
             let older = store.manifest(base).await.map_err(io(base))?;
+            current = older.metadata == PART_FORMAT;
             info = older.part(&info.name).cloned().ok_or_else(|| CheckpointError::MissingBase {
                 id: base,
                 part: info.name.clone(),
@@ -255,6 +325,8 @@ pub(crate) async fn run_coordinator(
 enum Next {
     /// Take a checkpoint; `true` when it is the final one of bounded inputs.
     Take(bool),
+    /// Take a savepoint.
+    Savepoint(SavepointRequest),
     /// The pipeline is stopping.
     Stop,
 }
@@ -268,6 +340,9 @@ async fn wait_for_next(coordinator: &CheckpointCoordinator, interval: Duration) 
         }
         if coordinator.all_exhausted() {
             return Next::Take(true);
+        }
+        if let Some(request) = coordinator.savepoint.lock().unwrap_or_else(PoisonError::into_inner).take() {
+            return Next::Savepoint(request);
         }
         let now = Instant::now();
         if now >= due {
@@ -348,15 +423,19 @@ async fn take_checkpoints(
     mut store: CheckpointStore<UringStorage>,
 ) {
     loop {
-        let last = match wait_for_next(coordinator, config.interval).await {
+        let (last, savepoint) = match wait_for_next(coordinator, config.interval).await {
             Next::Stop => return,
-            Next::Take(last) => last,
+            Next::Take(last) => (last, None),
+            Next::Savepoint(request) => (false, Some(request)),
         };
         let started = Instant::now();
         let id = match store.begin().await {
             Ok(id) => id,
             Err(e) => {
                 eprintln!("sluice: cannot begin a checkpoint: {e}");
+                if let Some(request) = savepoint {
+                    request.fail(format!("cannot begin its checkpoint: {e}"));
+                }
                 sleep(config.interval).await;
                 continue;
             }
@@ -365,11 +444,18 @@ async fn take_checkpoints(
         if last {
             coordinator.final_trigger.store(id.0, Ordering::Release);
         }
+        if let Some(request) = &savepoint {
+            coordinator.full.store(id.0, Ordering::Release);
+            if request.stop {
+                coordinator.stop_at.store(id.0, Ordering::Release);
+            }
+        }
         coordinator.trigger.store(id.0, Ordering::Release);
         let got = match collect_parts(coordinator, &mut store, id, started + config.timeout, config.timeout).await {
             Collect::Done(got) => got,
             Collect::Stopped => {
                 let _ = store.abort(id).await;
+                fail_savepoint(coordinator, savepoint, "the pipeline stopped");
                 return;
             }
             Collect::Failed(reason) => {
@@ -377,11 +463,12 @@ async fn take_checkpoints(
                 if let Err(e) = store.abort(id).await {
                     eprintln!("sluice: removing aborted checkpoint {id} failed: {e}");
                 }
+                fail_savepoint(coordinator, savepoint, format!("its checkpoint {id} was aborted: {reason}"));
                 continue;
             }
         };
         let bytes = got.parts.values().map(|(_, b)| b).sum();
-        let manifest = Manifest::new(id, got.parts.into_values().map(|(info, _)| info).collect(), Vec::new());
+        let manifest = Manifest::new(id, got.parts.into_values().map(|(info, _)| info).collect(), PART_FORMAT.to_vec());
         match store.commit(&manifest).await {
             Ok(_) => {
                 coordinator.completed.store(id.0, Ordering::Release);
@@ -392,12 +479,60 @@ async fn take_checkpoints(
                 *coordinator.last_completed_at.lock().unwrap_or_else(PoisonError::into_inner) =
                     Some(std::time::Instant::now());
                 coordinator.changed.notify_all();
+                if let Some(request) = savepoint {
+                    finish_savepoint(coordinator, &store, request, stats);
+                }
                 if last {
                     coordinator.final_done.store(true, Ordering::Release);
                     return;
                 }
             }
-            Err(e) => eprintln!("sluice: checkpoint {id} failed to commit: {e}"),
+            Err(e) => {
+                eprintln!("sluice: checkpoint {id} failed to commit: {e}");
+                fail_savepoint(coordinator, savepoint, format!("its checkpoint {id} failed to commit: {e}"));
+            }
         }
+    }
+}
+
+/// A savepoint's checkpoint failed: the sources a stopping savepoint held go on.
+fn fail_savepoint(coordinator: &CheckpointCoordinator, request: Option<SavepointRequest>, reason: impl Into<String>) {
+    if let Some(request) = request {
+        coordinator.stop_at.store(0, Ordering::Release);
+        request.fail(reason);
+    }
+}
+
+/// A savepoint's checkpoint completed: copies it into the savepoint's directory and
+/// answers the request.
+fn finish_savepoint(
+    coordinator: &CheckpointCoordinator,
+    store: &CheckpointStore<UringStorage>,
+    request: SavepointRequest,
+    checkpoint: CheckpointStats,
+) {
+    let exporting = Instant::now();
+    let dir = match std::path::absolute(&request.dir) {
+        Ok(dir) => dir,
+        Err(e) => return fail_savepoint(coordinator, Some(request), format!("resolving its path: {e}")),
+    };
+    match super::savepoint::export(store.root(), checkpoint.id, &dir) {
+        Ok(linked) => {
+            let savepoint = Savepoint {
+                dir: request.dir.clone(),
+                checkpoint,
+                linked,
+                export: exporting.elapsed(),
+                duration: request.requested.elapsed(),
+            };
+            eprintln!("sluice: savepoint {} taken in {}", checkpoint.id, dir.display());
+            if request.stop {
+                coordinator.stop_done.store(checkpoint.id.0, Ordering::Release);
+            }
+            let _ = request.reply.send(Ok(savepoint));
+        }
+        // The checkpoint completed (its sinks commit), but the savepoint is not there:
+        // a stopping job goes on.
+        Err(reason) => fail_savepoint(coordinator, Some(request), reason),
     }
 }

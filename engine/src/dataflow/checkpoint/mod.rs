@@ -60,6 +60,9 @@
 
 mod codec;
 mod coordinator;
+mod identity;
+mod legacy;
+mod savepoint;
 mod shard;
 
 use std::{collections::HashMap, path::PathBuf, sync::Arc, time::Duration};
@@ -70,6 +73,9 @@ use sluice_io::CheckpointId;
 pub use crate::error::CheckpointError;
 pub use codec::{Data, EntryWriter, StateError, read_entries, take};
 pub(crate) use coordinator::{CheckpointCoordinator, open_store, run_coordinator};
+pub(crate) use identity::{OperatorKey, StateTypes};
+pub use savepoint::Savepoint;
+pub(crate) use savepoint::SavepointRequest;
 pub(crate) use shard::{ChannelHandle, GroupWriter, ShardCheckpoint, StateHandle};
 
 use crate::error::{EngineError, Result};
@@ -139,6 +145,19 @@ pub struct CheckpointConfig {
     /// Aligned or unaligned barriers. Default [`CheckpointMode::Aligned`]. A checkpoint
     /// taken in either mode restores in either.
     pub mode: CheckpointMode,
+    /// A savepoint ([`RunningPipeline::savepoint`]) to start from when [`dir`] holds no
+    /// completed checkpoint. Once this job has completed a checkpoint of its own, a
+    /// restart restores from that (the newer state), not from the savepoint again.
+    /// Default none.
+    ///
+    /// [`RunningPipeline::savepoint`]: crate::dataflow::RunningPipeline::savepoint
+    /// [`dir`]: CheckpointConfig::dir
+    pub restore_from: Option<PathBuf>,
+    /// Lets a restore drop the state of operators the job no longer has (their uid, or
+    /// build position, is not in the job); without it, such a restore is refused with
+    /// [`CheckpointError::UnknownOperator`]. Flink's `allowNonRestoredState`. Default
+    /// false.
+    pub allow_non_restored_state: bool,
 }
 
 impl CheckpointConfig {
@@ -151,7 +170,23 @@ impl CheckpointConfig {
             keep: 3,
             timeout: Duration::from_secs(60),
             mode: CheckpointMode::Aligned,
+            restore_from: None,
+            allow_non_restored_state: false,
         }
+    }
+
+    /// Sets [`CheckpointConfig::restore_from`]: start from the savepoint in `dir`.
+    #[must_use]
+    pub fn restore_from(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.restore_from = Some(dir.into());
+        self
+    }
+
+    /// Sets [`CheckpointConfig::allow_non_restored_state`].
+    #[must_use]
+    pub fn allow_non_restored_state(mut self, allow: bool) -> Self {
+        self.allow_non_restored_state = allow;
+        self
     }
 
     /// Sets [`CheckpointConfig::interval`].
@@ -257,7 +292,16 @@ pub(crate) struct ChannelPart {
 /// One stateful operator's state on one shard, by key group.
 #[derive(Debug, Default, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub(crate) struct OperatorPart {
+    /// The operator's build position among the job's stateful operators.
     pub(crate) id: u32,
+    /// The operator's uid, when it was given one: it is then restored by uid, else by
+    /// position.
+    pub(crate) uid: Option<String>,
+    /// The operator's kind, key type and state type (`std::any::type_name`), which a
+    /// restore checks.
+    pub(crate) kind: String,
+    pub(crate) key_type: String,
+    pub(crate) state_type: String,
     /// The operator's watermark when the barrier passed it.
     pub(crate) watermark: i64,
     /// The entries are changes since the part's base (upserts, and deletions as the
@@ -278,7 +322,10 @@ pub(crate) struct GroupPart {
 /// (split key, end position).
 #[derive(Debug, Default, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub(crate) struct SourcePart {
+    /// The source's build position among the job's sources.
     pub(crate) id: u32,
+    /// The source's uid, when it was given one: it is then restored by uid.
+    pub(crate) uid: Option<String>,
     pub(crate) positions: Vec<(u64, i64)>,
     pub(crate) bounds: Vec<(u64, i64)>,
 }
@@ -306,14 +353,25 @@ pub(crate) struct Restored {
     pub(crate) shards: u32,
     pub(crate) key_groups: u32,
     /// Per operator: the least watermark over the shards, and every key group's entries.
-    pub(crate) operators: HashMap<u32, (i64, Vec<RestoredGroup>)>,
-    pub(crate) sources: HashMap<u32, HashMap<u64, i64>>,
+    pub(crate) operators: HashMap<OperatorKey, RestoredOperator>,
+    pub(crate) sources: HashMap<OperatorKey, HashMap<u64, i64>>,
     /// Per bounded source: where each split stops (absent for unbounded sources).
-    pub(crate) source_bounds: HashMap<u32, HashMap<u64, i64>>,
+    pub(crate) source_bounds: HashMap<OperatorKey, HashMap<u64, i64>>,
     pub(crate) sinks: HashMap<u32, Vec<PendingTxn>>,
     pub(crate) sink_txns: HashMap<u32, Vec<Vec<u8>>>,
     /// Per exchange: the in-flight records of every key group.
     pub(crate) channels: HashMap<u32, Vec<RestoredGroup>>,
+}
+
+/// One operator's restored state, merged over the shards.
+#[derive(Debug, Clone)]
+pub(crate) struct RestoredOperator {
+    /// The least watermark over the shards.
+    pub(crate) watermark: i64,
+    /// The operator's kind, key and state types (`None`: a checkpoint of the format before
+    /// they were stored).
+    pub(crate) types: Option<StateTypes>,
+    pub(crate) groups: Vec<RestoredGroup>,
 }
 
 /// One key group's restored entries ([`EntryWriter`]): a range of the part body they were
@@ -332,8 +390,8 @@ impl RestoredGroup {
         &self.body[self.range.clone()]
     }
 
-    /// A group holding a copy of `bytes` (parts built in memory, as tests do).
-    #[cfg(test)]
+    /// A group holding a copy of `bytes` (parts built in memory, as tests do, and parts of
+    /// the legacy format).
     pub(crate) fn owned(key_group: u32, entries: u64, bytes: &[u8]) -> RestoredGroup {
         let mut body = AlignedVec::with_capacity(bytes.len());
         body.extend_from_slice(bytes);
@@ -358,7 +416,8 @@ pub(crate) struct ReadPart {
 /// An [`OperatorPart`] as read back.
 #[derive(Debug)]
 pub(crate) struct ReadOperator {
-    pub(crate) id: u32,
+    pub(crate) key: OperatorKey,
+    pub(crate) types: Option<StateTypes>,
     pub(crate) watermark: i64,
     pub(crate) delta: bool,
     pub(crate) groups: Vec<RestoredGroup>,
@@ -368,16 +427,21 @@ impl Restored {
     /// Takes in one shard's chain of parts, oldest first: the last whole snapshot of each
     /// operator and the deltas after it, in order.
     pub(crate) fn merge_chain(&mut self, chain: Vec<ReadPart>) {
-        let mut operators: HashMap<u32, (i64, Vec<RestoredGroup>)> = HashMap::new();
+        let mut operators: HashMap<OperatorKey, RestoredOperator> = HashMap::new();
         let mut last = None;
         for part in chain {
             for op in part.operators {
-                let slot = operators.entry(op.id).or_insert((i64::MAX, Vec::new()));
+                let slot = operators.entry(op.key).or_insert(RestoredOperator {
+                    watermark: i64::MAX,
+                    types: None,
+                    groups: Vec::new(),
+                });
                 if !op.delta {
-                    slot.1.clear();
+                    slot.groups.clear();
                 }
-                slot.0 = op.watermark;
-                slot.1.extend(op.groups);
+                slot.watermark = op.watermark;
+                slot.types = op.types;
+                slot.groups.extend(op.groups);
             }
             // In-flight records are whole in every part: only the newest part's count.
             last = Some((part.shards, part.key_groups, part.sources, part.sinks, part.channels));
@@ -388,15 +452,20 @@ impl Restored {
         }
         self.shards = shards;
         self.key_groups = key_groups;
-        for (id, (watermark, groups)) in operators {
-            let slot = self.operators.entry(id).or_insert((i64::MAX, Vec::new()));
-            slot.0 = slot.0.min(watermark);
-            slot.1.extend(groups);
+        for (key, op) in operators {
+            let slot = self.operators.entry(key).or_insert(RestoredOperator {
+                watermark: i64::MAX,
+                types: op.types.clone(),
+                groups: Vec::new(),
+            });
+            slot.watermark = slot.watermark.min(op.watermark);
+            slot.groups.extend(op.groups);
         }
         for source in sources {
-            self.sources.entry(source.id).or_default().extend(source.positions);
+            let key = source.uid.map_or(OperatorKey::Position(source.id), OperatorKey::Uid);
+            self.sources.entry(key.clone()).or_default().extend(source.positions);
             if !source.bounds.is_empty() {
-                self.source_bounds.entry(source.id).or_default().extend(source.bounds);
+                self.source_bounds.entry(key).or_default().extend(source.bounds);
             }
         }
         for sink in sinks {
@@ -444,7 +513,15 @@ pub(crate) fn decode_part(body: AlignedVec<16>) -> std::result::Result<ReadPart,
         .operators
         .iter()
         .map(|op| ReadOperator {
-            id: op.id.to_native(),
+            key: match op.uid.as_ref() {
+                Some(uid) => OperatorKey::Uid(uid.to_string()),
+                None => OperatorKey::Position(op.id.to_native()),
+            },
+            types: Some(StateTypes {
+                kind: op.kind.to_string(),
+                key: op.key_type.to_string(),
+                state: op.state_type.to_string(),
+            }),
             watermark: op.watermark.to_native(),
             delta: op.delta,
             groups: groups(&op.groups),

@@ -13,8 +13,8 @@ use std::{
 use sluice_io::{CheckpointId, EventTime};
 
 use super::{
-    Barrier, ChannelPart, CheckpointMode, Data, EntryWriter, GroupPart, OperatorPart, ShardPart, SinkPart, SourcePart,
-    StateError,
+    Barrier, ChannelPart, CheckpointError, CheckpointMode, Data, EntryWriter, GroupPart, OperatorKey, OperatorPart,
+    ShardPart, SinkPart, SourcePart, StateError, StateTypes,
     coordinator::{Ack, CheckpointCoordinator},
 };
 use crate::dataflow::{Event, key_group, shard_of_group};
@@ -29,6 +29,17 @@ struct InProgress {
     inflight: u64,
 }
 
+/// A stateful operator's restore, run once the whole graph is built (when every uid is
+/// known).
+type Restore = Box<dyn FnOnce(&StateHandle) -> Result<(), StateError>>;
+
+/// A stateful operator registered on this shard, in build order.
+struct OperatorSlot {
+    uid: Option<String>,
+    types: StateTypes,
+    restore: Option<Restore>,
+}
+
 /// One shard's checkpointing: who takes part, and the snapshot in progress.
 pub(crate) struct ShardCheckpoint {
     shard: usize,
@@ -36,8 +47,9 @@ pub(crate) struct ShardCheckpoint {
     key_groups: u32,
     pub(crate) coordinator: Arc<CheckpointCoordinator>,
     participants: u32,
-    next_operator: u32,
-    next_source: u32,
+    operators: Vec<OperatorSlot>,
+    /// Each source's uid, by build position among the sources.
+    sources: Vec<Option<String>>,
     next_sink: u32,
     next_channel: u32,
     mode: CheckpointMode,
@@ -67,8 +79,8 @@ impl ShardCheckpoint {
             key_groups,
             coordinator,
             participants: 0,
-            next_operator: 0,
-            next_source: 0,
+            operators: Vec::new(),
+            sources: Vec::new(),
             next_sink: 0,
             next_channel: 0,
             mode,
@@ -93,10 +105,36 @@ impl ShardCheckpoint {
         shard_of_group(group, self.key_groups, self.shards) == self.shard
     }
 
+    /// The key the state of operator `id` (its build position) is stored under.
+    fn key_of(&self, id: u32) -> OperatorKey {
+        match &self.operators[id as usize].uid {
+            Some(uid) => OperatorKey::Uid(uid.clone()),
+            None => OperatorKey::Position(id),
+        }
+    }
+
+    /// Gives stateful operator `id` its uid.
+    pub(crate) fn set_uid(&mut self, id: u32, uid: &str) {
+        self.operators[id as usize].uid = Some(uid.to_string());
+    }
+
     pub(crate) fn add_source(&mut self) -> u32 {
         self.participants += 1;
-        self.next_source += 1;
-        self.next_source - 1
+        self.sources.push(None);
+        (self.sources.len() - 1) as u32
+    }
+
+    /// Gives source `id` its uid.
+    pub(crate) fn set_source_uid(&mut self, id: u32, uid: &str) {
+        self.sources[id as usize] = Some(uid.to_string());
+    }
+
+    /// The key source `id`'s positions are stored under.
+    pub(crate) fn source_key(&self, id: u32) -> OperatorKey {
+        match &self.sources[id as usize] {
+            Some(uid) => OperatorKey::Uid(uid.clone()),
+            None => OperatorKey::Position(id),
+        }
     }
 
     pub(crate) fn add_sink(&mut self) -> u32 {
@@ -111,9 +149,11 @@ impl ShardCheckpoint {
             //
             // Incremental state builds on the last completed checkpoint, if this run's
             // shard has a part there, until a whole snapshot is due.
+            // A savepoint is whole: it must not reference the job's chain.
             let completed = self.coordinator.completed();
+            let whole = self.coordinator.full.load(Ordering::Acquire) == id.get();
             let base = match self.first_snapshot {
-                Some(first) if completed >= first && self.deltas + 1 < self.full_every => Some(completed),
+                Some(first) if !whole && completed >= first && self.deltas + 1 < self.full_every => Some(completed),
                 _ => None,
             };
             self.first_snapshot.get_or_insert(id);
@@ -149,7 +189,8 @@ impl ShardCheckpoint {
         self.reported();
     }
 
-    pub(crate) fn report_source(&mut self, id: CheckpointId, part: SourcePart) {
+    pub(crate) fn report_source(&mut self, id: CheckpointId, mut part: SourcePart) {
+        part.uid = self.sources[part.id as usize].clone();
         self.entry(id).part.sources.push(part);
         self.reported();
     }
@@ -231,15 +272,58 @@ impl GroupWriter {
 }
 
 impl StateHandle {
-    /// Registers a stateful operator with the shard's checkpointing.
-    pub(crate) fn register(shard: &Rc<RefCell<ShardCheckpoint>>, key_groups: u32) -> StateHandle {
+    /// Registers a stateful operator whose state is `types` with the shard's
+    /// checkpointing.
+    pub(crate) fn register(shard: &Rc<RefCell<ShardCheckpoint>>, key_groups: u32, types: StateTypes) -> StateHandle {
         let id = {
             let mut s = shard.borrow_mut();
             s.participants += 1;
-            s.next_operator += 1;
-            s.next_operator - 1
+            s.operators.push(OperatorSlot { uid: None, types, restore: None });
+            (s.operators.len() - 1) as u32
         };
         StateHandle { id, key_groups, shard: shard.clone() }
+    }
+
+    /// The operator's build position among the shard's stateful operators.
+    pub(crate) fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// Sets how the operator takes in its restored state: `restore` runs once the graph is
+    /// built (so the operator's uid, given after it was built, is known), and only when
+    /// the pipeline restores.
+    pub(crate) fn on_restore(&self, restore: impl FnOnce(&StateHandle) -> Result<(), StateError> + 'static) {
+        self.shard.borrow_mut().operators[self.id as usize].restore = Some(Box::new(restore));
+    }
+
+    /// Checks the restored checkpoint against the shard's operators (see
+    /// [`super::identity::check_restored`]) and runs their restores, in build order.
+    pub(crate) fn restore_all(
+        shard: &Rc<RefCell<ShardCheckpoint>>,
+        allow_non_restored: bool,
+    ) -> Result<(), CheckpointError> {
+        let (key_groups, restores, job, sources, restored) = {
+            let mut s = shard.borrow_mut();
+            let sources: std::collections::HashSet<OperatorKey> =
+                (0..s.sources.len() as u32).map(|id| s.source_key(id)).collect();
+            let keys: Vec<OperatorKey> = (0..s.operators.len() as u32).map(|id| s.key_of(id)).collect();
+            let job = keys.iter().cloned().zip(s.operators.iter().map(|o| o.types.clone())).collect();
+            let restores: Vec<_> =
+                keys.into_iter().zip(s.operators.iter_mut().map(|o| o.restore.take())).enumerate().collect();
+            (s.key_groups, restores, job, sources, s.coordinator.restored.clone())
+        };
+        let Some(restored) = restored else { return Ok(()) };
+        super::identity::check_restored(&restored, &job, &sources, allow_non_restored)?;
+        for (id, (key, restore)) in restores {
+            let Some(restore) = restore else { continue };
+            let handle = StateHandle { id: id as u32, key_groups, shard: shard.clone() };
+            restore(&handle).map_err(|source| CheckpointError::RestoreState {
+                id: restored.id,
+                operator: key.to_string(),
+                source,
+            })?;
+        }
+        Ok(())
     }
 
     /// Calls `each` with every restored entry of the key groups this shard owns, and
@@ -264,11 +348,11 @@ impl StateHandle {
     ) -> Result<Option<EventTime>, StateError> {
         let shard = self.shard.borrow();
         let Some(restored) = shard.coordinator.restored.as_ref() else { return Ok(None) };
-        let Some((watermark, groups)) = restored.operators.get(&self.id) else { return Ok(None) };
-        for group in groups.iter().filter(|g| shard.owns(g.key_group)) {
+        let Some(op) = restored.operators.get(&shard.key_of(self.id)) else { return Ok(None) };
+        for group in op.groups.iter().filter(|g| shard.owns(g.key_group)) {
             super::codec::read_entries_raw(group.bytes(), |input| each(group.key_group, input))?;
         }
-        Ok(Some(EventTime::from_millis(*watermark)))
+        Ok(Some(EventTime::from_millis(op.watermark)))
     }
 
     /// How many entries the restore will hand over per key group this shard owns (the
@@ -276,9 +360,9 @@ impl StateHandle {
     pub(crate) fn restored_entries(&self) -> Vec<(u32, u64)> {
         let shard = self.shard.borrow();
         let Some(restored) = shard.coordinator.restored.as_ref() else { return Vec::new() };
-        let Some((_, groups)) = restored.operators.get(&self.id) else { return Vec::new() };
+        let Some(op) = restored.operators.get(&shard.key_of(self.id)) else { return Vec::new() };
         let mut counts: BTreeMap<u32, u64> = BTreeMap::new();
-        for group in groups.iter().filter(|g| shard.owns(g.key_group)) {
+        for group in op.groups.iter().filter(|g| shard.owns(g.key_group)) {
             *counts.entry(group.key_group).or_default() += group.entries;
         }
         counts.into_iter().collect()
@@ -312,8 +396,17 @@ impl StateHandle {
     /// changes since [`StateHandle::base`].
     pub(crate) fn report_delta(&self, barrier: Barrier, watermark: EventTime, writer: GroupWriter, delta: bool) {
         let mut keys = 0;
+        let (uid, types) = {
+            let s = self.shard.borrow();
+            let slot = &s.operators[self.id as usize];
+            (slot.uid.clone(), slot.types.clone())
+        };
         let part = OperatorPart {
             id: self.id,
+            uid,
+            kind: types.kind,
+            key_type: types.key,
+            state_type: types.state,
             watermark: watermark.millis(),
             delta,
             groups: writer

@@ -133,6 +133,7 @@ where
     type Left = L;
     type Right = R;
     type Out = O;
+    const KIND: &'static str = "interval join";
 
     fn left(&mut self, event: Event<L>, out: &mut Vec<Event<O>>) -> bool {
         if event.time <= self.watermark {

@@ -137,6 +137,8 @@ trait JoinCore: 'static {
     type Left: 'static;
     type Right: 'static;
     type Out: 'static;
+    /// The operator kind its checkpointed state is tagged with.
+    const KIND: &'static str;
     /// A left record; `false` if it was late and dropped.
     fn left(&mut self, event: Event<Self::Left>, out: &mut Vec<Event<Self::Out>>) -> bool;
     /// A right record; `false` if it was late and dropped.
@@ -324,36 +326,38 @@ impl<C: JoinCore> Operator<C::Right> for RightInput<C> {
 fn attach<K, KL, KR, C: JoinCore>(
     left: KeyedStream<K, C::Left, KL>,
     right: KeyedStream<K, C::Right, KR>,
-    mut core: C,
+    core: C,
 ) -> Stream<C::Out> {
     let scope = left.stream.scope.clone();
-    let state = scope.state_handle();
-    let mut watermark = EventTime::MIN;
-    if let Some(state) = &state {
-        let restored = state
-            .restore_grouped(|_, input| core.restore(input))
-            .unwrap_or_else(|e| panic!("restoring a join's state: {e}"));
-        if let Some(restored) = restored {
-            watermark = restored;
-            let mut nothing = Vec::new();
-            core.advance(restored, &mut nothing);
-            debug_assert!(nothing.is_empty(), "a restored join's records are all after its watermark");
-        }
-    }
+    let state = scope.state_handle::<K, (C::Left, C::Right)>(C::KIND);
     let out = Output::port();
     let joint = Rc::new(RefCell::new(Joint {
         core,
         progress: Progress::new(2),
-        watermark,
+        watermark: EventTime::MIN,
         results: Vec::new(),
         out: out.clone(),
         metrics: scope.shared.metrics.clone(),
-        state,
+        state: state.clone(),
         align: Align::new(2),
         held_left: VecDeque::new(),
         held_right: VecDeque::new(),
     }));
+    if let Some(state) = state {
+        let joint = joint.clone();
+        state.on_restore(move |state| {
+            let mut joint = joint.borrow_mut();
+            let core = &mut joint.core;
+            if let Some(restored) = state.restore_grouped(|_, input| core.restore(input))? {
+                let mut nothing = Vec::new();
+                core.advance(restored, &mut nothing);
+                debug_assert!(nothing.is_empty(), "a restored join's records are all after its watermark");
+                joint.watermark = restored;
+            }
+            Ok(())
+        });
+    }
     left.stream.port.borrow_mut().attach(Box::new(LeftInput(joint.clone())));
     right.stream.port.borrow_mut().attach(Box::new(RightInput(joint)));
-    scope.stream(out, "join")
+    scope.stateful_stream(out, "join")
 }

@@ -117,6 +117,7 @@ where
     type Left = L;
     type Right = R;
     type Out = O;
+    const KIND: &'static str = "window join";
 
     fn left(&mut self, event: Event<L>, _: &mut Vec<Event<O>>) -> bool {
         let key = (self.left_key)(&event.value);

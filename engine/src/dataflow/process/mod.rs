@@ -120,16 +120,21 @@ impl<K: Hash + Eq + Clone + Data, T: 'static, KS: Fn(&T) -> K + 'static> KeyedSt
         let scope = self.stream.scope.clone();
         let out = Output::port();
         let config = scope.config();
+        let state = scope.state_handle::<K, F::State>("process");
         let operator = Rc::new(RefCell::new(ProcessOperator::new(
             function,
             self.key_fn(),
             out.clone(),
             config.batch_records,
             scope.tick_request(),
-            scope.state_handle(),
+            state.clone(),
         )));
+        if let Some(state) = state {
+            let operator = operator.clone();
+            state.on_restore(move |state| operator.borrow_mut().restore(state));
+        }
         self.stream.port.borrow_mut().attach(Box::new(Shared(operator.clone())));
         scope.add_ticker(operator);
-        scope.stream(out, "process")
+        scope.stateful_stream(out, "process")
     }
 }

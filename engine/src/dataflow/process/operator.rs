@@ -20,7 +20,7 @@ use sluice_io::{CheckpointId, EventTime};
 use super::{KeyedProcessFunction, KeyedState, ProcessContext, TimeDomain, Timer, context::Timers, timers::TimerQueue};
 use crate::dataflow::{
     Event, Operator, Port,
-    checkpoint::{Barrier, Data, GroupWriter, StateHandle},
+    checkpoint::{Barrier, Data, GroupWriter, StateError, StateHandle},
     scope::{TickRequest, Ticker, request_tick},
 };
 
@@ -64,7 +64,7 @@ where
         tick: TickRequest,
         state: Option<StateHandle>,
     ) -> Self {
-        let mut op = ProcessOperator {
+        ProcessOperator {
             function,
             key,
             states: FxHashMap::default(),
@@ -78,22 +78,18 @@ where
             dirty: state.as_ref().map(|_| FxHashSet::default()),
             history: std::collections::VecDeque::new(),
             state,
-        };
-        op.restore();
-        op
+        }
     }
 
-    /// Takes in the restored state of the keys this shard owns, if any.
-    fn restore(&mut self) {
-        let Some(handle) = self.state.clone() else { return };
+    /// Takes in the restored state of the keys this shard owns, if any (run once the graph
+    /// is built: [`StateHandle::on_restore`]).
+    pub(crate) fn restore(&mut self, handle: &StateHandle) -> Result<(), StateError> {
         // Entries come oldest first (a whole snapshot, then deltas): the last for a key
         // wins, and a deletion removes it.
         let mut keys: FxHashMap<K, Option<KeyEntry<F::State>>> = FxHashMap::default();
-        let watermark = handle
-            .restore(|key: K, entry: Option<KeyEntry<F::State>>| {
-                keys.insert(key, entry);
-            })
-            .unwrap_or_else(|e| panic!("restoring a process operator: {e}"));
+        let watermark = handle.restore(|key: K, entry: Option<KeyEntry<F::State>>| {
+            keys.insert(key, entry);
+        })?;
         for (key, entry) in keys {
             let Some((state, event, processing)) = entry else { continue };
             for t in event {
@@ -107,6 +103,7 @@ where
         if let Some(w) = watermark {
             self.watermark = w;
         }
+        Ok(())
     }
 
     /// Writes the keys in `keys` (every key when `None`) to `w`: each key's state and

@@ -260,6 +260,10 @@ impl Pending for Appender {
         }
         if behind { Poll::Pending } else { Poll::Ready(()) }
     }
+    /// Its transactions commit what a stopping savepoint covers.
+    fn flush_before_halt(&self) -> bool {
+        true
+    }
 }
 
 /// The operator end of the sink: encodes records into the shared [`Appender`].

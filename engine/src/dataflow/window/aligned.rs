@@ -126,8 +126,8 @@ pub(crate) fn attach<K, T, F, KS>(
     F::Acc: Data,
     KS: Fn(&T) -> K + 'static,
 {
-    let state = scope.state_handle();
-    let mut op = Aligned {
+    let state = scope.state_handle::<K, F::Acc>("window(tumbling/sliding)");
+    let op = Aligned {
         key,
         windows,
         function,
@@ -141,8 +141,7 @@ pub(crate) fn attach<K, T, F, KS>(
             history: VecDeque::new(),
         }),
     };
-    let watermark = state.as_ref().map_or(EventTime::MIN, |state| op.restore(state));
-    skeleton::attach(scope, input, op, state, watermark);
+    skeleton::attach(scope, input, op, state);
 }
 
 impl<K, T, F, KS> Aligned<K, T, F, KS>
@@ -155,7 +154,7 @@ where
 {
     /// Rebuilds the windows from the restored snapshot's entries; returns the restored
     /// watermark.
-    fn restore(&mut self, state: &StateHandle) -> EventTime {
+    fn restore_windows(&mut self, state: &StateHandle) -> Result<Option<EventTime>, StateError> {
         // Entries come oldest first within each key group (a whole snapshot, then deltas):
         // later ones win. A dropped window drops the keys of its own group only: restored
         // at another shard count, a window's other groups come from other shards' parts,
@@ -171,25 +170,23 @@ where
         for (group, entries) in state.restored_entries() {
             groups.entry(group).or_default().reserve(usize::try_from(entries).unwrap_or(0));
         }
-        let watermark = state
-            .restore_grouped(|group, input| {
-                let (kind, start, end) = <(u8, i64, i64)>::decode(input)?;
-                let window = Window { start: EventTime::from_millis(start), end: EventTime::from_millis(end) };
-                match kind {
-                    KEY_ENTRY => {
-                        let (fired, key, acc) = <(bool, K, F::Acc)>::decode(input)?;
-                        groups.entry(group).or_default().push((window, fired, key, acc));
-                    }
-                    DROPPED_WINDOW => {
-                        if let Some(entries) = groups.get_mut(&group) {
-                            entries.retain(|e| e.0 != window);
-                        }
-                    }
-                    other => return Err(StateError(format!("unknown window entry kind {other}"))),
+        let watermark = state.restore_grouped(|group, input| {
+            let (kind, start, end) = <(u8, i64, i64)>::decode(input)?;
+            let window = Window { start: EventTime::from_millis(start), end: EventTime::from_millis(end) };
+            match kind {
+                KEY_ENTRY => {
+                    let (fired, key, acc) = <(bool, K, F::Acc)>::decode(input)?;
+                    groups.entry(group).or_default().push((window, fired, key, acc));
                 }
-                Ok(())
-            })
-            .unwrap_or_else(|e| panic!("restoring a window operator: {e}"));
+                DROPPED_WINDOW => {
+                    if let Some(entries) = groups.get_mut(&group) {
+                        entries.retain(|e| e.0 != window);
+                    }
+                }
+                other => return Err(StateError(format!("unknown window entry kind {other}"))),
+            }
+            Ok(())
+        })?;
         // Per window: whether it fired, and how many entries will fill it. A window fired
         // in some groups and not in others (possible only when restored at another shard
         // count from unaligned snapshots, with allowed lateness) is taken as not fired: it
@@ -234,7 +231,7 @@ where
             b.fresh = false;
         }
         self.hint = self.buckets.len().saturating_sub(1);
-        watermark.unwrap_or(EventTime::MIN)
+        Ok(watermark)
     }
 }
 
@@ -513,6 +510,10 @@ where
         state.report_delta(barrier, watermark, w, delta);
     }
 
+    fn restore(&mut self, state: &StateHandle) -> Result<Option<EventTime>, StateError> {
+        self.restore_windows(state)
+    }
+
     fn early(&mut self) {
         for bucket in self.buckets.iter().filter(|b| !b.fired) {
             for (key, acc) in &bucket.keys {
@@ -532,7 +533,10 @@ mod tests {
     use super::{DROPPED_WINDOW, KEY_ENTRY};
     use crate::dataflow::{
         CheckpointMode, Output, PipelineConfig, Scope, Windows,
-        checkpoint::{CheckpointCoordinator, Data, EntryWriter, Restored, RestoredGroup, ShardCheckpoint},
+        checkpoint::{
+            CheckpointCoordinator, Data, EntryWriter, OperatorKey, Restored, RestoredGroup, RestoredOperator,
+            ShardCheckpoint,
+        },
         key_group,
         scope::Shared,
         shard_of_group,
@@ -561,6 +565,7 @@ mod tests {
             .window(Windows::tumbling(Duration::from_millis(100)))
             .count()
             .for_each(move |e| sink.borrow_mut().push((e.value.window.start.0, e.value.key, e.value.value)));
+        scope.finish_build(false).unwrap();
         input.borrow_mut().watermark_to(EventTime::from_millis(until_ms));
         let mut got = results.borrow().clone();
         got.sort_unstable();
@@ -598,7 +603,9 @@ mod tests {
         let mut restored =
             Restored { id: sluice_io::CheckpointId(3), shards: 1, key_groups: groups, ..Restored::default() };
         let all: Vec<RestoredGroup> = whole.into_iter().map(part).chain(delta.into_iter().map(part)).collect();
-        restored.operators.insert(0, (50, all));
+        restored
+            .operators
+            .insert(OperatorKey::Position(0), RestoredOperator { watermark: 50, types: None, groups: all });
         let got = fire_restored(restored, 300);
         let want: Vec<(i64, u64, u64)> =
             (0..keys).map(|k| (0, k, if k % 7 == 0 { 9 } else { 1 })).chain((0..keys).map(|k| (100, k, 2))).collect();
@@ -632,9 +639,8 @@ mod tests {
         let mut restored =
             Restored { id: sluice_io::CheckpointId(3), shards: 2, key_groups: groups, ..Restored::default() };
         // Shard 0's chain, then shard 1's: its whole part, then the delta dropping the window.
-        restored
-            .operators
-            .insert(0, (50, vec![part(g0, key_entry(k0, 4)), part(g1, key_entry(k1, 2)), part(g1, dropped)]));
+        let groups = vec![part(g0, key_entry(k0, 4)), part(g1, key_entry(k1, 2)), part(g1, dropped)];
+        restored.operators.insert(OperatorKey::Position(0), RestoredOperator { watermark: 50, types: None, groups });
         assert_eq!(fire_restored(restored, 200), [(0, k0, 4)]);
     }
 }

@@ -15,7 +15,7 @@ use super::{
 };
 use crate::dataflow::{
     Event, Port, Scope,
-    checkpoint::{Barrier, Data, StateHandle},
+    checkpoint::{Barrier, Data, StateError, StateHandle},
 };
 
 /// What a trigger decides after a record joins a key's global window.
@@ -67,17 +67,8 @@ pub(crate) fn attach<K, T, F>(
     F: WindowFunction<K, T>,
     F::Acc: Data,
 {
-    let state = scope.state_handle();
-    let mut keys = FxHashMap::default();
-    if let Some(state) = &state {
-        state
-            .restore(|(count, key): (u64, K), acc: F::Acc| {
-                keys.insert(key, (acc, count));
-            })
-            .unwrap_or_else(|e| panic!("restoring a global window operator: {e}"));
-    }
-    // The global window never fires on the watermark: the restored one does not matter.
-    skeleton::attach(scope, input, Global { trigger, function, emit, keys }, state, EventTime::MIN);
+    let state = scope.state_handle::<K, (u64, F::Acc)>("window(global)");
+    skeleton::attach(scope, input, Global { trigger, function, emit, keys: FxHashMap::default() }, state);
 }
 
 impl<K: Hash + Eq + Clone + Data, T: 'static, F: WindowFunction<K, T>> WindowKind<T> for Global<K, T, F>
@@ -125,6 +116,15 @@ where
             });
         }
         state.report(barrier, EventTime::MIN, w);
+    }
+
+    fn restore(&mut self, state: &StateHandle) -> Result<Option<EventTime>, StateError> {
+        let keys = &mut self.keys;
+        state.restore(|(count, key): (u64, K), acc: F::Acc| {
+            keys.insert(key, (acc, count));
+        })?;
+        // The global window never fires on the watermark: the restored one does not matter.
+        Ok(None)
     }
 
     fn early(&mut self) {

@@ -349,6 +349,6 @@ where
                 global::attach(&scope, &keyed.stream.port, trigger, function, emit);
             }
         }
-        scope.stream(out, "window")
+        scope.stateful_stream(out, "window")
     }
 }

@@ -19,7 +19,7 @@ use super::{
 };
 use crate::dataflow::{
     Event, Port, Scope,
-    checkpoint::{Barrier, Data, StateHandle},
+    checkpoint::{Barrier, Data, StateError, StateHandle},
 };
 
 struct Session<A> {
@@ -46,31 +46,38 @@ where
     F: WindowFunction<K, T>,
     F::Acc: Data,
 {
-    let state = scope.state_handle();
-    let mut op =
+    let state = scope.state_handle::<K, F::Acc>("window(session)");
+    let op =
         Sessions { gap, function, emit, keys: FxHashMap::default(), due: BTreeMap::new(), cleanup: BTreeMap::new() };
-    let mut watermark = EventTime::MIN;
-    if let Some(state) = &state {
+    skeleton::attach(scope, input, op, state);
+}
+
+impl<K: Hash + Eq + Clone + Data, T: 'static, F: WindowFunction<K, T>> Sessions<K, T, F>
+where
+    F::Acc: Data,
+{
+    /// Takes in the restored sessions; returns the restored watermark.
+    fn restore_sessions(&mut self, state: &StateHandle) -> Result<Option<EventTime>, StateError> {
         let mut restored: Vec<(WindowEntry<K>, F::Acc)> = Vec::new();
-        let restored_watermark = state
-            .restore(|key, acc| restored.push((key, acc)))
-            .unwrap_or_else(|e| panic!("restoring a session window operator: {e}"));
-        let lateness = op.emit.spec.lateness;
+        let watermark = state.restore(|key, acc| restored.push((key, acc)))?;
+        let lateness = self.emit.spec.lateness;
         for ((start, end, fired, key), acc) in restored {
             let window = Window { start: EventTime::from_millis(start), end: EventTime::from_millis(end) };
             let max = window.max_timestamp();
             if fired {
-                op.cleanup.entry(EventTime::from_millis(max.0.saturating_add(lateness))).or_default().push(key.clone());
+                self.cleanup
+                    .entry(EventTime::from_millis(max.0.saturating_add(lateness)))
+                    .or_default()
+                    .push(key.clone());
             } else {
-                op.due.entry(max).or_default().push(key.clone());
+                self.due.entry(max).or_default().push(key.clone());
             }
-            let sessions = op.keys.entry(key).or_default();
+            let sessions = self.keys.entry(key).or_default();
             let at = sessions.partition_point(|s| s.window.start < window.start);
             sessions.insert(at, Session { window, acc, fired });
         }
-        watermark = restored_watermark.unwrap_or(EventTime::MIN);
+        Ok(watermark)
     }
-    skeleton::attach(scope, input, op, state, watermark);
 }
 
 /// Whether two windows share an instant (half-open: `[s, e)` and `[e, ..)` do not).
@@ -217,6 +224,10 @@ where
             }
         }
         state.report(barrier, watermark, w);
+    }
+
+    fn restore(&mut self, state: &StateHandle) -> Result<Option<EventTime>, StateError> {
+        self.restore_sessions(state)
     }
 
     fn early(&mut self) {

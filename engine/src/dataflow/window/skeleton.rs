@@ -18,7 +18,7 @@ use sluice_io::EventTime;
 use super::emit::Emit;
 use crate::dataflow::{
     Event, Operator, Port, Scope,
-    checkpoint::{Barrier, StateHandle},
+    checkpoint::{Barrier, StateError, StateHandle},
     operator::Shared,
     scope::Ticker,
 };
@@ -45,6 +45,11 @@ pub(crate) trait WindowKind<T: 'static>: 'static {
 
     /// Emits the current result of every window still open, marked early.
     fn early(&mut self);
+
+    /// Takes in the state `state` restores (the key groups this shard owns), and returns
+    /// the watermark to start at (`None`: nothing restored, or a kind that does not fire
+    /// on the watermark).
+    fn restore(&mut self, state: &StateHandle) -> Result<Option<EventTime>, StateError>;
 }
 
 /// A window operator: a [`WindowKind`] and the watermark it has reached.
@@ -55,17 +60,28 @@ pub(crate) struct WindowOperator<T, W> {
     _input: PhantomData<fn(T)>,
 }
 
-/// Attaches `kind` to `input` as an operator that starts at `watermark` (a restored
-/// one, or `EventTime::MIN`), with early firings if its emitter asks for them.
+/// Attaches `kind` to `input` as an operator, with early firings if its emitter asks for
+/// them. With checkpoints on, its state is restored once the graph is built
+/// ([`StateHandle::on_restore`]), and it starts at the restored watermark.
 pub(crate) fn attach<T: 'static, W: WindowKind<T>>(
     scope: &Scope,
     input: &Port<T>,
     mut kind: W,
     state: Option<StateHandle>,
-    watermark: EventTime,
 ) {
     let early = kind.emit().spec.early;
-    let op = Rc::new(RefCell::new(WindowOperator { kind, watermark, state, _input: PhantomData }));
+    let watermark = EventTime::MIN;
+    let op = Rc::new(RefCell::new(WindowOperator { kind, watermark, state: state.clone(), _input: PhantomData }));
+    if let Some(state) = state {
+        let op = op.clone();
+        state.on_restore(move |state| {
+            let mut op = op.borrow_mut();
+            if let Some(watermark) = op.kind.restore(state)? {
+                op.watermark = watermark;
+            }
+            Ok(())
+        });
+    }
     if early.is_some() {
         scope.add_ticker(op.clone());
     }
