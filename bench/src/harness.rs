@@ -31,6 +31,7 @@ mod plot;
 mod progress;
 mod rate_search;
 mod run_args;
+mod scaling;
 mod shards;
 mod table;
 mod time_bound;
@@ -44,6 +45,7 @@ pub use plot::{Curve, axis_percentile, curve_of, percentile_axis, write_percenti
 pub use progress::{Progress, progress_text};
 pub use rate_search::{KEEP_UP_SHARE, RateSearch, RateStep, SearchOutputs, find_max_rate};
 pub use run_args::{RunArgs, RunInfo, fill_seeded};
+pub use scaling::Scaling;
 pub use shards::{ShardConfig, run_on_shards, run_on_shards_with};
 pub use table::Table;
 pub use time_bound::TimeBound;

@@ -690,6 +690,33 @@ fn the_throughput_mode_follows_with_a_latency_phase() {
 }
 
 #[test]
+fn scaling_runs_one_shard_and_n_alternately() {
+    for query in ["q5", "q7"] {
+        let line = ["--query", query, "--events", "20000", "--window-ms", "500", "--slide-ms", "100"];
+        let more = ["--latency-seconds", "0", "--scaling", "--shards", "2", "--rounds", "2"];
+        let args = args(&[&line[..], &more].concat());
+        let report = within(&format!("sluice-bench nexmark {line:?}"), move || workload::run(&args)).expect("run");
+        let scaling = &report.scaling;
+        assert_eq!((report.shards, report.rounds, scaling.scaling_shards), (2, 2, Some(2)), "{report:?}");
+        assert_eq!((report.round_events_per_sec.len(), scaling.round_single_shard_events_per_sec.len()), (2, 2));
+        let one = scaling.single_shard_events_per_sec.expect("a one-shard figure");
+        assert_eq!(scaling.scaling_efficiency, Some(report.events_per_sec / (2.0 * one)));
+        assert!(scaling.round_scaling_efficiency.iter().all(|e| *e > 0.0), "{scaling:?}");
+        assert!(serde_json::to_value(&report).unwrap()["scaling_efficiency"].is_number());
+        assert!(report.table().to_string().contains("scaling efficiency, 1 -> 2 shards"));
+    }
+    // N is --shards, or the CPU count; --scaling to one shard, or beside --rate, is refused.
+    let cores = core_affinity::get_core_ids().map_or(1, |ids| ids.len().max(1));
+    let scaling = args(&["--query", "q7", "--scaling"]);
+    assert_eq!((scaling.shards(), scaling.rounds()), (cores, 3));
+    assert_eq!((args(&["--query", "q7"]).shards(), args(&["--query", "q7"]).rounds()), (1, 1));
+    let one = ["--query", "q7", "--events", "100", "--latency-seconds", "0", "--scaling", "--shards", "1"];
+    assert!(workload::run(&args(&one)).unwrap_err().to_string().contains("--shards 2 or more"));
+    let paced = ["--query", "q7", "--events", "100", "--rate", "1000", "--scaling", "--shards", "2"];
+    assert!(workload::run(&args(&paced)).unwrap_err().to_string().contains("without --rate"));
+}
+
+#[test]
 fn bad_options_are_refused() {
     let line = ["--query", "q5", "--events", "100", "--window-ms", "100", "--slide-ms", "200"];
     assert!(workload::run(&args(&line)).is_err());

@@ -40,11 +40,12 @@ fn both_sides_count_every_window_on_one_and_two_shards() {
         assert_eq!(report.workload, "pipeline");
         assert_eq!(report.shards.to_string(), shards);
         assert_eq!((report.events, report.results, report.results_sum), (1_050_000, 2 * KEYS, 1_050_000));
-        assert_eq!(report.baseline, Some(Baseline::Timely));
-        assert_eq!((report.round_events_per_sec.len(), report.round_baseline_events_per_sec.len()), (2, 2));
-        let baseline = report.baseline_events_per_sec.expect("a baseline figure");
+        assert_eq!(report.compare, [Baseline::Timely]);
+        assert_eq!((report.round_events_per_sec.len(), report.round_timely_events_per_sec.len()), (2, 2));
+        let baseline = report.timely_events_per_sec.expect("a baseline figure");
         assert!(report.events_per_sec > 0.0 && baseline > 0.0, "{report:?}");
-        assert_eq!(report.ratio_to_baseline, Some(report.events_per_sec / baseline));
+        assert_eq!(report.ratio_to_timely, Some(report.events_per_sec / baseline));
+        assert_eq!((report.bare_events_per_sec, report.scaling.scaling_efficiency), (None, None));
         assert_eq!(report.latency_us, None);
         let table = report.table().to_string();
         assert!(table.contains("sluice / timely") && table.contains("ok"), "{table}");
@@ -66,7 +67,7 @@ fn fewer_events_than_keys_or_shards_still_add_up() {
             "--latency-seconds",
             "0",
         ];
-        let report = pipeline::run(&args(&[&line[..], &["--compare", "timely"]].concat())).expect("run");
+        let report = pipeline::run(&args(&[&line[..], &["--compare", "timely,bare"]].concat())).expect("run");
         let events: u64 = events.parse().unwrap();
         assert_eq!((report.results, report.results_sum), (events, events), "{report:?}");
     }
@@ -126,13 +127,50 @@ fn the_baseline_is_a_throughput_comparison_only() {
     let err = pipeline::run(&args(&["--events", "10", "--rate", "1000", "--compare", "timely"]))
         .expect_err("--compare with --rate");
     assert!(err.to_string().contains("without --rate"), "{err}");
+    let err = pipeline::run(&args(&["--events", "10", "--rate", "1000", "--scaling", "--shards", "2"]))
+        .expect_err("--scaling with --rate");
+    assert!(err.to_string().contains("without --rate"), "{err}");
+    let err = pipeline::run(&args(&["--events", "10", "--latency-seconds", "0", "--scaling", "--shards", "1"]))
+        .expect_err("--scaling to one shard");
+    assert!(err.to_string().contains("--shards 2 or more"), "{err}");
+}
+
+#[test]
+fn the_bare_loop_and_the_scaling_rounds_run_beside_sluice() {
+    // Both flag spellings: a list, and the flag repeated (a repeat counts once).
+    let repeated = ["--compare", "bare", "--compare", "timely", "--compare", "bare", "--latency-seconds", "0"];
+    let report = pipeline::run(&args(&[&repeated[..], &["--events", "5000", "--rounds", "1"]].concat())).expect("run");
+    assert_eq!(report.compare, [Baseline::Bare, Baseline::Timely]);
+    {
+        let line = ["--events", "1050000", "--shards", "2", "--rounds", "2", "--latency-seconds", "0", "--scaling"];
+        let report = pipeline::run(&args(&[&line[..], &["--compare", "timely,bare"]].concat())).expect("run");
+        assert_eq!(report.compare.len(), 2, "{:?}", report.compare);
+        assert_eq!((report.results, report.results_sum), (2 * KEYS, 1_050_000));
+        let rounds = |rates: &[f64]| rates.len() == 2 && rates.iter().all(|r| *r > 0.0);
+        assert!(rounds(&report.round_bare_events_per_sec) && rounds(&report.round_timely_events_per_sec));
+        let scaling = &report.scaling;
+        assert!(rounds(&scaling.round_single_shard_events_per_sec), "{scaling:?}");
+        let (bare, one) = (report.bare_events_per_sec.unwrap(), scaling.single_shard_events_per_sec.unwrap());
+        assert_eq!(report.ratio_to_bare, Some(report.events_per_sec / (2.0 * bare)));
+        assert_eq!(report.single_shard_ratio_to_bare, Some(one / bare));
+        assert_eq!(scaling.scaling_efficiency, Some(report.events_per_sec / (2.0 * one)));
+        assert_eq!((scaling.scaling_shards, scaling.round_scaling_efficiency.len()), (Some(2), 2));
+        let json = serde_json::to_value(&report).unwrap();
+        for field in ["bare_events_per_sec", "scaling_efficiency", "round_scaling_efficiency", "timely_events_per_sec"]
+        {
+            assert!(json[field].is_number() || json[field].is_array(), "{field}: {json}");
+        }
+        let table = report.table().to_string();
+        assert!(table.contains("bare loop") && table.contains("scaling efficiency, 1 -> 2 shards"), "{table}");
+        assert!(table.contains("rounds (sluice/timely/bare/1 shard)"), "{table}");
+    }
 }
 
 #[test]
 fn the_defaults_are_the_specified_job() {
     let a = args(&[]);
     let cores = core_affinity::get_core_ids().map_or(1, |ids| ids.len().max(1));
-    assert_eq!((a.events, a.shards(), a.run.rate, a.compare), (20_000_000, cores, None, None));
+    assert_eq!((a.events, a.shards(), a.run.rate, a.compare, a.scaling), (1_000_000_000, cores, None, vec![], false));
     assert!(a.latency_seconds > 0.0, "the default run also reports latency");
     assert!(Cli::try_parse_from(["pipeline", "--compare", "flink"]).is_err());
     assert!(Cli::try_parse_from(["pipeline", "--shards", "0"]).is_err());
@@ -143,11 +181,11 @@ fn the_json_report_has_the_documented_fields() {
     let line = ["--events", "5000", "--rounds", "1", "--compare", "timely", "--latency-seconds", "0"];
     let report = pipeline::run(&args(&line)).expect("run");
     let json = serde_json::to_value(&report).expect("serialize");
-    for field in ["workload", "shards", "events", "events_per_sec", "latency_us", "baseline_events_per_sec"] {
+    for field in ["workload", "shards", "events", "events_per_sec", "latency_us", "timely_events_per_sec"] {
         assert!(json.get(field).is_some(), "missing {field}: {json}");
     }
     assert_eq!(json["workload"], "pipeline");
-    assert_eq!(json["baseline"], "timely");
+    assert_eq!(json["compare"], serde_json::json!(["timely"]));
     assert!(json["latency_us"].is_null(), "{json}");
 }
 

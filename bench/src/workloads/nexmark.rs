@@ -18,6 +18,10 @@
 //! they end on the schedule are counted apart (`incomplete_results`), not as latencies;
 //! the latency phase lasts at least two window spans and a second so that some complete.
 //!
+//! `--scaling` runs the throughput mode at one shard and at N (`--shards`, or the CPU
+//! count) alternately, `--rounds` times, and reports `scaling_efficiency` (see
+//! [`Scaling`]).
+//!
 //! The shared options: `--duration S` bounds a throughput run by time (each shard's source
 //! stops after S seconds) or makes a `--rate` run `R x S` events; `--warmup W` runs a
 //! discarded W-second throughput run first, or discards the results due in the first W
@@ -38,7 +42,7 @@ use serde::Serialize;
 use sluice_engine::dataflow::{Pipeline, PipelineConfig};
 
 use crate::{
-    harness::{Curve, LatencyRecorder, LatencySummary, RateSearch, RunArgs, RunInfo, Table, TimeBound},
+    harness::{Curve, LatencyRecorder, LatencySummary, RateSearch, RunArgs, RunInfo, Scaling, Table, TimeBound},
     nexmark::{
         NexmarkConfig, NexmarkGenerator, NexmarkSource, Query, QueryParams, ResultSink, SinkEnd, sink::HLOG_INTERVAL,
     },
@@ -48,7 +52,7 @@ use crate::{
 const PACED_START_DELAY: Duration = Duration::from_millis(50);
 
 /// What `nexmark` makes of the shared options (`--help`).
-const SHARED_HELP: &str = "Shared options here: --shards defaults to 1. Without --rate the run is the closed loop \
+const SHARED_HELP: &str = "Shared options here: --shards defaults to 1 (with --scaling, one per CPU). Without --rate the run is the closed loop \
 (--max): --events events (or --duration seconds) as fast as the pipeline takes them, after a discarded --warmup \
 run, then a latency phase of --latency-seconds at half that rate (its latencies go to --plot and --hlog). --rate R \
 releases the events on the wall clock at R per second (event time advancing at the same rate) for --events events or \
@@ -95,14 +99,30 @@ pub struct NexmarkArgs {
     /// with --find-max-rate and no --duration, each step's seconds
     #[arg(long, default_value_t = 2.0, value_name = "SECONDS")]
     pub latency_seconds: f64,
+    /// Throughput runs, each side's best its figure [default: 1, or 3 with --scaling]
+    #[arg(long, value_name = "N", value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
+    pub rounds: Option<usize>,
+    /// Also run the query at one shard in each throughput round, alternating with the
+    /// --shards run (default with this: one per CPU), and report scaling_efficiency =
+    /// rate(N) / (N x rate(1))
+    #[arg(long)]
+    pub scaling: bool,
     #[command(flatten)]
     pub run: RunArgs,
 }
 
 impl NexmarkArgs {
-    /// `--shards` (default 1).
+    /// `--shards` (default 1; with `--scaling`, one per CPU this process may run on).
     pub fn shards(&self) -> usize {
-        self.run.shards_or(1)
+        match self.scaling {
+            true => self.run.shards.unwrap_or_else(|| core_affinity::get_core_ids().map_or(1, |ids| ids.len().max(1))),
+            false => self.run.shards_or(1),
+        }
+    }
+
+    /// `--rounds` (default 1; 3 with `--scaling`).
+    pub fn rounds(&self) -> usize {
+        self.rounds.unwrap_or(if self.scaling { 3 } else { 1 })
     }
 }
 
@@ -150,6 +170,13 @@ pub struct NexmarkReport {
     /// `--find-max-rate`: the bound, every step, and the highest rate within it.
     #[serde(flatten)]
     pub search: RateSearch,
+    /// Throughput rounds run (`--rounds`; 1 with `--rate`).
+    pub rounds: usize,
+    /// Events per second at `--shards` in every throughput round, in order.
+    pub round_events_per_sec: Vec<f64>,
+    /// `--scaling`: the one-shard rates and `scaling_efficiency`.
+    #[serde(flatten)]
+    pub scaling: Scaling,
 }
 
 /// One run of a query.
@@ -196,7 +223,14 @@ pub fn run(args: &NexmarkArgs) -> anyhow::Result<NexmarkReport> {
         batch_records: args.batch,
         latency_curve: None,
         search: RateSearch::default(),
+        rounds: 1,
+        round_events_per_sec: Vec::new(),
+        scaling: Scaling::default(),
     };
+    ensure!(
+        (opts.rate.is_none() && !opts.find_max_rate) || (!args.scaling && args.rounds.is_none()),
+        "--scaling and --rounds measure throughput: run them without --rate and --find-max-rate"
+    );
     if opts.find_max_rate {
         return find_max_rate(args, &params, report);
     }
@@ -213,22 +247,7 @@ pub fn run(args: &NexmarkArgs) -> anyhow::Result<NexmarkReport> {
         keep_latency(args, &mut report, &run, rate)?;
         return Ok(report);
     }
-    let generator = NexmarkGenerator::new(config(args, report.event_rate))?;
-    if opts.warmup > 0.0 {
-        // A discarded throughput run of --warmup seconds.
-        run_query(args.query, generator, &params, UNBOUNDED_EVENTS, shards, args.batch, None, Some(opts.warmup()))
-            .context("the warm-up run")?;
-    }
-    let run = match opts.duration() {
-        Some(limit) => {
-            run_query(args.query, generator, &params, UNBOUNDED_EVENTS, shards, args.batch, None, Some(limit))?
-        }
-        None => run_query(args.query, generator, &params, args.events, shards, args.batch, None, None)?,
-    };
-    report.events = run.events;
-    report.events_per_sec = run.events as f64 / run.elapsed.as_secs_f64().max(1e-9);
-    report.events_per_sec_per_shard = report.events_per_sec / shards as f64;
-    report.results = run.results;
+    throughput_rounds(args, &params, &mut report)?;
     if args.latency_seconds > 0.0 {
         let rate = ((report.events_per_sec / 2.0) as u64).max(1);
         let seconds = latency_seconds(args, &params, args.latency_seconds);
@@ -238,6 +257,41 @@ pub fn run(args: &NexmarkArgs) -> anyhow::Result<NexmarkReport> {
         opts.refuse_latency_files("--latency-seconds 0 skips the latency phase")?;
     }
     Ok(report)
+}
+
+/// The throughput rounds: each runs the query at `--shards` and (`--scaling`) at one shard;
+/// the best round is the figure.
+fn throughput_rounds(args: &NexmarkArgs, params: &QueryParams, report: &mut NexmarkReport) -> anyhow::Result<()> {
+    let (opts, shards) = (&args.run, report.shards);
+    if args.scaling {
+        report.scaling = Scaling::to(shards)?;
+    }
+    let generator = NexmarkGenerator::new(config(args, report.event_rate))?;
+    let run = |shards: usize, limit: Option<Duration>| match limit {
+        Some(limit) => {
+            run_query(args.query, generator, params, UNBOUNDED_EVENTS, shards, args.batch, None, Some(limit))
+        }
+        None => run_query(args.query, generator, params, args.events, shards, args.batch, None, None),
+    };
+    let rate = |run: &QueryRun| run.events as f64 / run.elapsed.as_secs_f64().max(1e-9);
+    if opts.warmup > 0.0 {
+        // A discarded throughput run of --warmup seconds.
+        run(shards, Some(opts.warmup())).context("the warm-up run")?;
+    }
+    report.rounds = args.rounds();
+    for _ in 0..report.rounds {
+        let many = run(shards, opts.duration())?;
+        (report.events, report.results) = (many.events, many.results);
+        report.round_events_per_sec.push(rate(&many));
+        if report.scaling.is_on() {
+            let one = run(1, opts.duration()).context("the one-shard run of --scaling")?;
+            report.scaling.push(rate(&many), rate(&one));
+        }
+    }
+    report.events_per_sec = report.round_events_per_sec.iter().copied().fold(0.0, f64::max);
+    report.events_per_sec_per_shard = report.events_per_sec / shards as f64;
+    report.scaling.finish(report.events_per_sec);
+    Ok(())
 }
 
 /// The generator's configuration at `events_per_sec`, seeded by `--seed`.
@@ -399,6 +453,11 @@ impl NexmarkReport {
         let name = if self.rate.is_some() { "events (achieved)" } else { "events" };
         table.row(name, format!("{:.0}", self.events_per_sec), "events/s");
         table.row("per shard", format!("{:.0}", self.events_per_sec_per_shard), "events/s");
+        if self.round_events_per_sec.len() > 1 {
+            let rounds: Vec<String> = self.round_events_per_sec.iter().map(|r| format!("{:.2}", r / 1e6)).collect();
+            table.row("rounds", rounds.join(" "), "M events/s");
+        }
+        self.scaling.rows(&mut table);
         table.row("results", self.results, "");
         if let Some(l) = &self.latency_us {
             if self.rate.is_none()

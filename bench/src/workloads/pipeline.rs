@@ -6,8 +6,11 @@
 //! tumbling window counts 100 events per key), bounded-out-of-orderness watermarks, and a
 //! counting sink that checks every result. The sluice side ([`pipeline_sluice`]) runs on
 //! `--shards` pinned shards; with `--compare timely` the baseline ([`pipeline_timely`])
-//! runs on as many timely workers pinned to the same CPUs, round after round with sluice, so
-//! both see the same spells of noise. Each side's figure is its best round.
+//! runs on as many timely workers pinned to the same CPUs, and with `--compare bare` the
+//! hand-written single-threaded loop ([`sluice_bench_bare`]) on the first CPU, round after
+//! round with sluice, so all see the same spells of noise; `--scaling` also runs sluice at
+//! one shard in each round and reports `scaling_efficiency`
+//! ([`Scaling`](crate::harness::Scaling)). Each side's figure is its best round.
 //!
 //! With `--rate R` the run measures latency instead: an open-loop source sends event `i` at
 //! `i / R` seconds (its event time too), and each window result's latency runs from the
@@ -26,14 +29,14 @@ use sluice_engine::dataflow::PipelineConfig;
 
 use super::{pipeline_job::Job, pipeline_sluice, pipeline_timely};
 use crate::harness::{
-    Curve, LatencyRecorder, LatencySummary, RateSearch, RunArgs, RunInfo, Table, WAKE_ROWS, WakeProbe,
+    Curve, LatencyRecorder, LatencySummary, RateSearch, RunArgs, RunInfo, Scaling, Table, WAKE_ROWS, WakeProbe,
 };
 
 /// What `pipeline` makes of the shared options (`--help`).
 const SHARED_HELP: &str = "Shared options here: --shards defaults to one per CPU this process may run on. Without \
 --rate the run is the closed loop (--max): --rounds throughput rounds of --events events (or of --duration seconds \
 each), after one discarded round of --warmup seconds, then a latency phase of --latency-seconds at half the best rate \
-(its latencies go to --plot and --hlog). --rate R is the open loop: R events/s for --events events or --duration \
+(its latencies go to --plot and --hlog); --compare and --scaling run their sides in each throughput round. --rate R is the open loop: R events/s for --events events or --duration \
 seconds, after --warmup seconds whose events are counted but not measured. --find-max-rate ramps --rate (default \
 100 000) with steps of --duration (default --latency-seconds). The job is deterministic (event i has key i mod \
 10 000, and every result is checked against that closed form): --seed is recorded, not used.";
@@ -42,8 +45,9 @@ seconds, after --warmup seconds whose events are counted but not measured. --fin
 #[derive(Debug, Clone, Args)]
 #[command(after_help = SHARED_HELP)]
 pub struct PipelineArgs {
-    /// Events to generate (per round, and per --rate run unless --duration)
-    #[arg(long, default_value_t = 20_000_000, value_name = "N", conflicts_with = "duration",
+    /// Events to generate (per round, and per --rate run unless --duration); the default
+    /// makes each throughput round run for seconds (about 5 s at one shard here)
+    #[arg(long, default_value_t = DEFAULT_EVENTS, value_name = "N", conflicts_with = "duration",
           value_parser = clap::value_parser!(u64).range(1..))]
     pub events: u64,
     /// How far the watermark trails the largest event time seen, in milliseconds
@@ -63,9 +67,14 @@ pub struct PipelineArgs {
     #[arg(long, default_value_t = 3, value_name = "N",
           value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
     pub rounds: usize,
-    /// Also run the same job with this baseline, side by side (throughput mode only)
-    #[arg(long, value_name = "BASELINE")]
-    pub compare: Option<Baseline>,
+    /// Also run the same job with these baselines, side by side in each round (throughput
+    /// mode only): `timely`, `bare`, or both (`timely,bare`, or the flag repeated)
+    #[arg(long, value_name = "BASELINE", value_delimiter = ',')]
+    pub compare: Vec<Baseline>,
+    /// Also run sluice at one shard in each throughput round, alternating with the
+    /// --shards run, and report scaling_efficiency = rate(N) / (N x rate(1))
+    #[arg(long)]
+    pub scaling: bool,
     /// Open loop: shard 0's source sends nothing for this long from 1.5 s into the
     /// measured schedule, then sends what it held back, late. With --idle-timeout-ms it
     /// shows what the idle timeout trades: result latency against records dropped as late
@@ -107,12 +116,20 @@ fn default_shards() -> usize {
 /// time for four months).
 const UNBOUNDED_EVENTS: u64 = 10_000_000_000_000;
 
+/// `--events`' default: a billion events, so that a throughput round lasts seconds even at
+/// several hundred million events per second (one shard runs it in about 5 s on the
+/// project's machines), and its rate does not hang on a tenth of a second's noise.
+pub const DEFAULT_EVENTS: u64 = 1_000_000_000;
+
 /// A baseline to compare against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Baseline {
-    /// The same job written with the `timely` dataflow crate.
+    /// The same job written with the `timely` dataflow crate, on as many workers as sluice
+    /// has shards.
     Timely,
+    /// The job as one hand-written single-threaded loop, no engine (`sluice_bench_bare`).
+    Bare,
 }
 
 /// Result of `sluice-bench pipeline`; this is the `--json` schema.
@@ -166,16 +183,30 @@ pub struct PipelineReport {
     /// highest rate within it (`max_rate_within_slo`).
     #[serde(flatten)]
     pub search: RateSearch,
-    /// `--compare`.
-    pub baseline: Option<Baseline>,
-    /// Events per second through the baseline, in its best round.
-    pub baseline_events_per_sec: Option<f64>,
-    /// `events_per_sec / baseline_events_per_sec`.
-    pub ratio_to_baseline: Option<f64>,
+    /// `--compare`: the baselines run, in order.
+    pub compare: Vec<Baseline>,
+    /// Events per second through timely (`--compare timely`), in its best round.
+    pub timely_events_per_sec: Option<f64>,
+    /// `events_per_sec / timely_events_per_sec`.
+    pub ratio_to_timely: Option<f64>,
+    /// Events per second through the bare single-threaded loop (`--compare bare`), in its
+    /// best round.
+    pub bare_events_per_sec: Option<f64>,
+    /// Sluice's events per second per shard over the bare loop's: 1.0 is each shard as
+    /// fast as the loop with no engine (with `--scaling`, the one-shard run's figure is
+    /// `single_shard_ratio_to_bare`).
+    pub ratio_to_bare: Option<f64>,
+    /// With `--scaling --compare bare`: `single_shard_events_per_sec / bare_events_per_sec`.
+    pub single_shard_ratio_to_bare: Option<f64>,
     /// Sluice's events per second in every round, in order.
     pub round_events_per_sec: Vec<f64>,
-    /// The baseline's events per second in every round, in order.
-    pub round_baseline_events_per_sec: Vec<f64>,
+    /// Timely's events per second in every round, in order.
+    pub round_timely_events_per_sec: Vec<f64>,
+    /// The bare loop's events per second in every round, in order.
+    pub round_bare_events_per_sec: Vec<f64>,
+    /// `--scaling`: the one-shard rates and `scaling_efficiency`.
+    #[serde(flatten)]
+    pub scaling: Scaling,
 }
 
 /// Runs the workload as `args` say.
@@ -208,12 +239,22 @@ pub fn run(args: &PipelineArgs) -> anyhow::Result<PipelineReport> {
         latency_curve: None,
         machine_wake_latency_us: None,
         search: RateSearch::default(),
-        baseline: args.compare,
-        baseline_events_per_sec: None,
-        ratio_to_baseline: None,
+        compare: Vec::new(),
+        timely_events_per_sec: None,
+        ratio_to_timely: None,
+        bare_events_per_sec: None,
+        ratio_to_bare: None,
+        single_shard_ratio_to_bare: None,
         round_events_per_sec: Vec::new(),
-        round_baseline_events_per_sec: Vec::new(),
+        round_timely_events_per_sec: Vec::new(),
+        round_bare_events_per_sec: Vec::new(),
+        scaling: Scaling::default(),
     };
+    for baseline in &args.compare {
+        if !report.compare.contains(baseline) {
+            report.compare.push(*baseline);
+        }
+    }
     ensure!(
         opts.rate.is_some() || opts.find_max_rate || (args.pause_ms == 0 && args.idle_timeout_ms.is_none()),
         "--pause-ms and --idle-timeout-ms apply to the open loop: add --rate"
@@ -224,42 +265,7 @@ pub fn run(args: &PipelineArgs) -> anyhow::Result<PipelineReport> {
     if let Some(rate) = opts.rate {
         return rate_run(args, report, rate);
     }
-    let cpus: Vec<usize> = core_affinity::get_core_ids()
-        .filter(|ids| !ids.is_empty())
-        .context("reading the CPUs this process may run on")?
-        .into_iter()
-        .map(|core| core.id)
-        .collect();
-    let job = Job::new(args.events, None, args.out_of_orderness_ms, args.batch)?.with_pin(!args.no_pin);
-    let unbounded = Job::new(UNBOUNDED_EVENTS, None, args.out_of_orderness_ms, args.batch)?.with_pin(!args.no_pin);
-    if opts.warmup > 0.0 {
-        // A discarded round of --warmup seconds.
-        pipeline_sluice::run_bounded(&unbounded, shards, opts.warmup()).context("the warm-up round")?;
-    }
-    for _ in 0..args.rounds {
-        let sluice = match opts.duration() {
-            Some(limit) => pipeline_sluice::run_bounded(&unbounded, shards, limit)?,
-            None => pipeline_sluice::run(&job, shards, false)?,
-        };
-        report.events = sluice.events;
-        report.round_events_per_sec.push(sluice.events as f64 / sluice.elapsed.as_secs_f64().max(1e-9));
-        (report.results, report.results_sum) = (sluice.tally.results, sluice.tally.sum);
-        if let Some(Baseline::Timely) = args.compare {
-            // The same events sluice just counted (all of --events, or what --duration let
-            // through).
-            let job = Job::new(sluice.events, None, args.out_of_orderness_ms, args.batch)?.with_pin(!args.no_pin);
-            let timely = pipeline_timely::run(&job, shards, &cpus)?;
-            report.round_baseline_events_per_sec.push(sluice.events as f64 / timely.elapsed.as_secs_f64().max(1e-9));
-        }
-    }
-    let best = |rates: &[f64]| rates.iter().copied().fold(0.0, f64::max);
-    report.rounds = args.rounds;
-    report.events_per_sec = best(&report.round_events_per_sec);
-    if args.compare.is_some() {
-        let baseline = best(&report.round_baseline_events_per_sec);
-        report.baseline_events_per_sec = Some(baseline);
-        report.ratio_to_baseline = Some(report.events_per_sec / baseline);
-    }
+    throughput_rounds(args, &mut report)?;
     ensure!(args.latency_seconds.is_finite() && args.latency_seconds >= 0.0, "--latency-seconds must be 0 or more");
     if args.latency_seconds > 0.0 {
         // Half of what was just sustained, for the given time.
@@ -279,11 +285,79 @@ pub fn run(args: &PipelineArgs) -> anyhow::Result<PipelineReport> {
     Ok(report)
 }
 
+/// The throughput rounds: each runs sluice at `--shards`, then (`--scaling`) at one shard,
+/// then each `--compare` baseline over the events sluice just counted; each side's best
+/// round is its figure.
+fn throughput_rounds(args: &PipelineArgs, report: &mut PipelineReport) -> anyhow::Result<()> {
+    let (opts, shards) = (&args.run, report.shards);
+    let cpus: Vec<usize> = core_affinity::get_core_ids()
+        .filter(|ids| !ids.is_empty())
+        .context("reading the CPUs this process may run on")?
+        .into_iter()
+        .map(|core| core.id)
+        .collect();
+    if args.scaling {
+        report.scaling = Scaling::to(shards)?;
+    }
+    let job = Job::new(args.events, None, args.out_of_orderness_ms, args.batch)?.with_pin(!args.no_pin);
+    let unbounded = Job::new(UNBOUNDED_EVENTS, None, args.out_of_orderness_ms, args.batch)?.with_pin(!args.no_pin);
+    let sluice_round = |shards: usize| match opts.duration() {
+        Some(limit) => pipeline_sluice::run_bounded(&unbounded, shards, limit),
+        None => pipeline_sluice::run(&job, shards, false),
+    };
+    let rate = |events: u64, elapsed: std::time::Duration| events as f64 / elapsed.as_secs_f64().max(1e-9);
+    if opts.warmup > 0.0 {
+        // A discarded round of --warmup seconds.
+        pipeline_sluice::run_bounded(&unbounded, shards, opts.warmup()).context("the warm-up round")?;
+    }
+    for _ in 0..args.rounds {
+        let sluice = sluice_round(shards)?;
+        report.events = sluice.events;
+        report.round_events_per_sec.push(rate(sluice.events, sluice.elapsed));
+        (report.results, report.results_sum) = (sluice.tally.results, sluice.tally.sum);
+        if report.scaling.is_on() {
+            let one = sluice_round(1).context("the one-shard run of --scaling")?;
+            report.scaling.push(rate(sluice.events, sluice.elapsed), rate(one.events, one.elapsed));
+        }
+        // The baselines count the same events sluice just counted (all of --events, or
+        // what --duration let through).
+        let job = Job::new(sluice.events, None, args.out_of_orderness_ms, args.batch)?.with_pin(!args.no_pin);
+        for baseline in &report.compare {
+            match baseline {
+                Baseline::Timely => {
+                    let timely = pipeline_timely::run(&job, shards, &cpus)?;
+                    report.round_timely_events_per_sec.push(rate(job.events, timely.elapsed));
+                }
+                Baseline::Bare => {
+                    let bare = sluice_bench_bare::run(&job, (!args.no_pin).then_some(cpus[0]))?;
+                    report.round_bare_events_per_sec.push(rate(job.events, bare.elapsed));
+                }
+            }
+        }
+    }
+    let best = |rates: &[f64]| rates.iter().copied().fold(0.0, f64::max);
+    report.rounds = args.rounds;
+    report.events_per_sec = best(&report.round_events_per_sec);
+    report.scaling.finish(report.events_per_sec);
+    if report.compare.contains(&Baseline::Timely) {
+        let timely = best(&report.round_timely_events_per_sec);
+        (report.timely_events_per_sec, report.ratio_to_timely) = (Some(timely), Some(report.events_per_sec / timely));
+    }
+    if report.compare.contains(&Baseline::Bare) {
+        let bare = best(&report.round_bare_events_per_sec);
+        report.bare_events_per_sec = Some(bare);
+        report.ratio_to_bare = Some(report.events_per_sec / (shards as f64 * bare));
+        report.single_shard_ratio_to_bare = report.scaling.single_shard_events_per_sec.map(|one| one / bare);
+    }
+    Ok(())
+}
+
 /// `--rate R`: one open-loop run at `rate` for `--events` events (or `--duration`
 /// seconds) after `--warmup`'s, its latency in `report`.
 fn rate_run(args: &PipelineArgs, mut report: PipelineReport, rate: u64) -> anyhow::Result<PipelineReport> {
     let (opts, shards) = (&args.run, report.shards);
-    ensure!(args.compare.is_none(), "--compare measures throughput: run it without --rate");
+    ensure!(args.compare.is_empty(), "--compare measures throughput: run it without --rate");
+    ensure!(!args.scaling, "--scaling measures throughput: run it without --rate");
     let events = match opts.duration {
         Some(seconds) => ((rate as f64 * seconds) as u64).max(1),
         None => args.events,
@@ -324,7 +398,8 @@ fn achieved(job: &Job, elapsed: std::time::Duration) -> f64 {
 /// `--find-max-rate`: ramps the offered rate ([`RunArgs::find_max_rate`]) and reports the
 /// highest whose p99 stays within the bound (and which the pipeline keeps up with).
 fn find_max_rate(args: &PipelineArgs, mut report: PipelineReport) -> anyhow::Result<PipelineReport> {
-    ensure!(args.compare.is_none(), "--compare measures throughput: run it without --find-max-rate");
+    ensure!(args.compare.is_empty(), "--compare measures throughput: run it without --find-max-rate");
+    ensure!(!args.scaling, "--scaling measures throughput: run it without --find-max-rate");
     let opts = &args.run;
     let seconds = opts.duration.unwrap_or(args.latency_seconds);
     ensure!(seconds.is_finite() && seconds > 0.0, "--find-max-rate needs --duration (or --latency-seconds) > 0");
@@ -357,6 +432,39 @@ fn keep_latency(
 }
 
 impl PipelineReport {
+    /// The baselines' rows, and every side's rate in each round.
+    fn baseline_rows(&self, table: &mut Table) {
+        let shards = self.shards;
+        if let (Some(timely), Some(ratio)) = (self.timely_events_per_sec, self.ratio_to_timely) {
+            table.row(format!("timely ({shards} workers)"), format!("{timely:.0}"), "events/s");
+            table.row("sluice / timely", format!("{ratio:.2}"), "x");
+        }
+        if let (Some(bare), Some(ratio)) = (self.bare_events_per_sec, self.ratio_to_bare) {
+            table.row("bare loop (1 thread, no engine)", format!("{bare:.0}"), "events/s");
+            table.row("sluice per shard / bare", format!("{ratio:.2}"), "x");
+            if let Some(one) = self.single_shard_ratio_to_bare {
+                table.row("sluice 1 shard / bare", format!("{one:.2}"), "x");
+            }
+        }
+        let mut sides = vec![("sluice", &self.round_events_per_sec)];
+        sides.extend([("timely", &self.round_timely_events_per_sec), ("bare", &self.round_bare_events_per_sec)]);
+        sides.push(("1 shard", &self.scaling.round_single_shard_events_per_sec));
+        sides.retain(|(_, rates)| !rates.is_empty());
+        if self.round_events_per_sec.len() > 1 || sides.len() > 1 {
+            let names: Vec<&str> = sides.iter().map(|(name, _)| *name).collect();
+            let rounds: Vec<String> = (0..self.round_events_per_sec.len())
+                .map(|r| {
+                    sides
+                        .iter()
+                        .map(|(_, rates)| rates.get(r).map_or("-".into(), |v| format!("{:.1}", v / 1e6)))
+                        .collect::<Vec<_>>()
+                        .join("/")
+                })
+                .collect();
+            table.row(format!("rounds ({})", names.join("/")), rounds.join(" "), "M events/s");
+        }
+    }
+
     /// The human-readable form of the report.
     pub fn table(&self) -> Table {
         let Self { shards, events, batch_records, out_of_orderness_ms, rounds, .. } = self;
@@ -378,17 +486,8 @@ impl PipelineReport {
         let name = if self.rate.is_some() { "sluice (achieved)" } else { "sluice" };
         table.row(name, format!("{:.0}", self.events_per_sec), "events/s");
         table.row("sluice per shard", format!("{:.0}", self.events_per_sec / *shards as f64), "events/s");
-        if let (Some(baseline), Some(ratio)) = (self.baseline_events_per_sec, self.ratio_to_baseline) {
-            table.row(format!("timely ({shards} workers)"), format!("{baseline:.0}"), "events/s");
-            table.row("sluice / timely", format!("{ratio:.2}"), "x");
-            let rounds: Vec<String> = (self.round_events_per_sec.iter().zip(&self.round_baseline_events_per_sec))
-                .map(|(sluice, timely)| format!("{:.1}/{:.1}", sluice / 1e6, timely / 1e6))
-                .collect();
-            table.row("rounds (sluice/timely)", rounds.join(" "), "M events/s");
-        } else if self.round_events_per_sec.len() > 1 {
-            let rounds: Vec<String> = self.round_events_per_sec.iter().map(|r| format!("{:.1}", r / 1e6)).collect();
-            table.row("rounds", rounds.join(" "), "M events/s");
-        }
+        self.baseline_rows(&mut table);
+        self.scaling.rows(&mut table);
         if self.search.slo_p99_ms.is_none() {
             // (Each step of --find-max-rate checks its own results.)
             let ok = if self.pause_ms > 0 {
