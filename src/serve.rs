@@ -45,17 +45,18 @@ pub(crate) struct ServeArgs {
     /// certificate, whose subject names the principal (mutual TLS).
     #[arg(long, value_name = "PEM", requires = "tls_cert")]
     tls_client_ca: Option<std::path::PathBuf>,
-    /// `acl`: check every request against the data directory's ACLs (`sluice acl`; deny
-    /// wins, a resource no rule names is denied); `none` (the default): every client may do
-    /// everything, as a Kafka broker without an authorizer.
-    #[arg(long, value_name = "none|acl", default_value = "none", value_parser = ["none", "acl"])]
+    /// Whether requests are checked against the data directory's ACLs (`sluice acl`; deny
+    /// wins, a resource no rule names is denied): `auto` (the default) once there is a rule
+    /// or a super user, from the next request after the first rule is added; `acl` always
+    /// (with no rule, only super users may do anything); `none` never.
+    #[arg(long, value_name = "auto|acl|none", default_value = "auto", value_parser = ["auto", "acl", "none"])]
     authorizer: String,
     /// A principal the ACLs do not apply to (`User:NAME`; repeat for several; Kafka's
-    /// super.users). Needs --authorizer acl.
+    /// super.users). Giving one turns the ACLs on under `--authorizer auto`.
     #[arg(long = "super-user", value_name = "User:NAME")]
     super_users: Vec<String>,
     /// Let any principal do anything on a resource no rule names (Kafka's
-    /// allow.everyone.if.no.acl.found). Needs --authorizer acl.
+    /// allow.everyone.if.no.acl.found).
     #[arg(long)]
     allow_everyone_if_no_acl_found: bool,
     /// Serve clients that do not authenticate (PLAINTEXT, or SSL without client
@@ -213,11 +214,11 @@ impl std::str::FromStr for Listen {
     }
 }
 
-/// The ACL authorizer `--authorizer acl` asks for, with its super users.
+/// The ACL authorizer `--authorizer` asks for, with its super users.
 fn authorizer(a: &ServeArgs) -> Result<Option<Arc<Authorizer>>> {
-    if a.authorizer != "acl" {
+    if a.authorizer == "none" {
         if !a.super_users.is_empty() || a.allow_everyone_if_no_acl_found {
-            anyhow::bail!("--super-user and --allow-everyone-if-no-acl-found need --authorizer acl");
+            anyhow::bail!("--super-user and --allow-everyone-if-no-acl-found mean nothing with --authorizer none");
         }
         return Ok(None);
     }
@@ -230,5 +231,6 @@ fn authorizer(a: &ServeArgs) -> Result<Option<Arc<Authorizer>>> {
     }
     let store = AclStore::at(&a.dir.data_dir);
     let authorizer = Authorizer::new(store, supers, a.allow_everyone_if_no_acl_found).context("reading the ACLs")?;
+    let authorizer = if a.authorizer == "auto" { authorizer.only_with_rules() } else { authorizer };
     Ok(Some(Arc::new(authorizer)))
 }

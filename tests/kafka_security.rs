@@ -379,3 +379,24 @@ fn acls_decide_what_each_principal_may_do_deny_wins_and_they_survive_a_restart()
     assert_eq!(String::from_utf8_lossy(&listed.stdout).lines().count(), 6);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn acls_turn_on_with_the_first_rule_under_the_default_authorizer() {
+    let dir = common::data_dir("security", "acl-auto");
+    let (server, plain, _) = serve(&dir);
+    // No rule yet: everyone may do everything, as without an authorizer.
+    let out = kcat(&["-b", &plain, "-P", "-t", "open", "-K", ":"], "k:1\n");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // The first rule, added while the server runs, counts from the next request: the
+    // anonymous principal may read the topic now, and nothing else.
+    acl(&dir, &["add", "--principal", "User:ANONYMOUS", "--operation", "Read", "--topic", "open"]);
+    let out = kcat(&["-b", &plain, "-P", "-t", "open", "-K", ":", "-X", "message.timeout.ms=3000"], "k:2\n");
+    assert!(!out.status.success(), "written after the first rule");
+    assert_eq!(records(&plain, "open"), ["k=1"]);
+    // Removing it turns the checks off again.
+    acl(&dir, &["remove", "--principal", "User:ANONYMOUS", "--operation", "Read", "--topic", "open"]);
+    let out = kcat(&["-b", &plain, "-P", "-t", "open", "-K", ":"], "k:3\n");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    stop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}

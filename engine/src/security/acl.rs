@@ -330,6 +330,7 @@ pub struct Authorizer {
     acls: super::files::Watched<Acls>,
     super_users: Vec<Principal>,
     allow_if_no_acl: bool,
+    only_with_rules: bool,
 }
 
 /// Why a request was denied, for the log: who, what, on which resource.
@@ -363,7 +364,23 @@ impl Authorizer {
         allow_if_no_acl: bool,
     ) -> Result<Authorizer, SecurityError> {
         let acls = super::files::Watched::new(store.path())?;
-        Ok(Authorizer { store, acls, super_users, allow_if_no_acl })
+        Ok(Authorizer { store, acls, super_users, allow_if_no_acl, only_with_rules: false })
+    }
+
+    /// Applies the rules only once there are any (or super users): with neither, every
+    /// request passes, as without an authorizer. The first rule added, by `sluice acl add`
+    /// or CreateAcls, turns the checks on at the next request (`sluice serve`'s default,
+    /// `--authorizer auto`).
+    #[must_use]
+    pub fn only_with_rules(mut self) -> Authorizer {
+        self.only_with_rules = true;
+        self
+    }
+
+    /// Whether the rules are applied now (see [`only_with_rules`](Self::only_with_rules)).
+    #[must_use]
+    pub fn enforcing(&self, acls: &Acls) -> bool {
+        !(self.only_with_rules && self.super_users.is_empty() && acls.bindings.is_empty())
     }
 
     /// The rules now (read again if the file changed; the last good copy if it cannot be

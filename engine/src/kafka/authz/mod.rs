@@ -60,6 +60,9 @@ impl Authz {
         if let Some(e) = error {
             ctx.errors.report(format_args!("reading the ACLs (the last good copy is used): {e}"));
         }
+        if !authorizer.enforcing(&acls) {
+            return Authz { inner: None };
+        }
         let principal = session.principal().unwrap_or_else(Principal::anonymous);
         // Kafka's host in ACLs is the bare address; the session keeps Kafka's `/address`.
         let host = session.host.trim_start_matches('/').to_string();
