@@ -83,21 +83,21 @@ pub(crate) fn run(c: AclCommand) -> Result<()> {
     match c {
         AclCommand::Add(a) => {
             let b = a.binding()?;
-            if store(&a.dir)?.add(std::slice::from_ref(&b))? == 0 {
+            if AclStore::at(a.dir.existing()?).add(std::slice::from_ref(&b))? == 0 {
                 eprintln!("the rule was there already");
             }
             Ok(())
         }
         AclCommand::Remove(a) => {
             let b = a.binding()?;
-            let store = store(&a.dir)?;
+            let store = AclStore::at(a.dir.existing()?);
             if store.remove(|x| *x == b)?.is_empty() {
                 bail!("no such rule in {}", store.path().display());
             }
             Ok(())
         }
         AclCommand::List(a) => {
-            for b in store(&a.dir)?.load()?.bindings() {
+            for b in AclStore::at(a.dir.existing()?).load()?.bindings() {
                 println!(
                     "{:?}\t{:?}\t{}\t{}\t{}\t{}\t{:?}",
                     b.resource_type,
@@ -112,11 +112,4 @@ pub(crate) fn run(c: AclCommand) -> Result<()> {
             Ok(())
         }
     }
-}
-
-fn store(dir: &DataDir) -> Result<AclStore> {
-    if !dir.data_dir.is_dir() {
-        bail!("data directory {} does not exist (check --data-dir)", dir.data_dir.display());
-    }
-    Ok(AclStore::at(&dir.data_dir))
 }

@@ -64,6 +64,17 @@ pub(crate) struct DataDir {
     pub(crate) data_dir: PathBuf,
 }
 
+impl DataDir {
+    /// The directory, which must exist already (for the commands that change one of its
+    /// files without starting the engine).
+    pub(crate) fn existing(&self) -> Result<&std::path::Path> {
+        if !self.data_dir.is_dir() {
+            bail!("data directory {} does not exist (check --data-dir)", self.data_dir.display());
+        }
+        Ok(&self.data_dir)
+    }
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,

@@ -57,7 +57,7 @@ pub(crate) struct ListArgs {
 pub(crate) fn run(c: UserCommand) -> Result<()> {
     match c {
         UserCommand::Add(a) => {
-            let store = store(&a.dir)?;
+            let store = UserStore::at(a.dir.existing()?);
             let mechanisms = if a.mechanisms.is_empty() { Mechanism::ALL.to_vec() } else { a.mechanisms };
             store
                 .upsert(&a.name, &a.password, &mechanisms, a.iterations)
@@ -67,7 +67,7 @@ pub(crate) fn run(c: UserCommand) -> Result<()> {
             Ok(())
         }
         UserCommand::Delete(a) => {
-            let store = store(&a.dir)?;
+            let store = UserStore::at(a.dir.existing()?);
             let removed = if a.mechanisms.is_empty() {
                 store.remove(&a.name, None)?
             } else {
@@ -83,7 +83,7 @@ pub(crate) fn run(c: UserCommand) -> Result<()> {
             Ok(())
         }
         UserCommand::List(a) => {
-            let store = store(&a.dir)?;
+            let store = UserStore::at(a.dir.existing()?);
             for (name, mechanisms) in store.load()?.list() {
                 for (m, iterations) in mechanisms {
                     println!("{name}\t{m}\t{iterations}");
@@ -92,11 +92,4 @@ pub(crate) fn run(c: UserCommand) -> Result<()> {
             Ok(())
         }
     }
-}
-
-fn store(dir: &DataDir) -> Result<UserStore> {
-    if !dir.data_dir.is_dir() {
-        bail!("data directory {} does not exist (check --data-dir)", dir.data_dir.display());
-    }
-    Ok(UserStore::at(&dir.data_dir))
 }

@@ -17,26 +17,35 @@ fn sluice(args: &[&str], dir: &Path) -> Output {
     Command::new(env!("CARGO_BIN_EXE_sluice")).args(args).arg("--data-dir").arg(dir).output().expect("sluice runs")
 }
 
-/// Starts `sluice serve` with a plaintext listener and a SASL_PLAINTEXT one; returns the
-/// child and both addresses.
-fn serve(dir: &Path) -> (Child, String, String) {
+/// Starts `sluice serve --shards 1` with `options`; returns the child and each
+/// listener's address, in `--listen` order, its protocol prefix left out.
+fn serve_with(dir: &Path, options: &[&str]) -> (Child, Vec<String>) {
     let mut server = Command::new(env!("CARGO_BIN_EXE_sluice"))
         .args(["serve", "--data-dir"])
         .arg(dir)
-        .args(["--shards", "1", "--listen", "127.0.0.1:0", "--listen", "SASL_PLAINTEXT://127.0.0.1:0"])
+        .args(["--shards", "1"])
+        .args(options)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("sluice serve starts");
     let mut out = BufReader::new(server.stdout.take().expect("stdout"));
-    let mut line = |prefix: &str| {
-        let mut l = String::new();
-        out.read_line(&mut l).expect("a line");
-        l.trim().strip_prefix(prefix).unwrap_or_else(|| panic!("{l:?} does not start with {prefix:?}")).to_string()
-    };
-    let plain = line("listening on ");
-    let sasl = line("listening on SASL_PLAINTEXT://");
-    (server, plain, sasl)
+    let addrs = (0..options.iter().filter(|o| **o == "--listen").count())
+        .map(|_| {
+            let mut l = String::new();
+            out.read_line(&mut l).expect("a line");
+            let addr = l.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("{l:?}"));
+            addr.rsplit("://").next().unwrap_or(addr).to_string()
+        })
+        .collect();
+    (server, addrs)
+}
+
+/// `sluice serve` with a plaintext listener and a SASL_PLAINTEXT one; the child and both
+/// addresses.
+fn serve(dir: &Path) -> (Child, String, String) {
+    let (server, addrs) = serve_with(dir, &["--listen", "127.0.0.1:0", "--listen", "SASL_PLAINTEXT://127.0.0.1:0"]);
+    (server, addrs[0].clone(), addrs[1].clone())
 }
 
 fn sasl_args<'a>(broker: &'a str, mechanism: &'a str, user: &'a str, password: &'a str) -> Vec<String> {
@@ -230,26 +239,16 @@ fn tls_clients_connect_over_sasl_ssl_and_mutual_tls_and_bad_certificates_are_ref
     let pki = Pki::make(&dir.join("pki"));
     let out = sluice(&["user", "add", "alice", "--password", "alice-secret"], &dir);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let mut server = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["serve", "--data-dir"])
-        .arg(&dir)
-        .args(["--shards", "1", "--listen", "127.0.0.1:0"])
-        .args(["--listen", "SASL_SSL://127.0.0.1:0", "--listen", "SSL://127.0.0.1:0"])
-        .args(["--tls-cert", &pki.path("server.pem"), "--tls-key", &pki.path("server.key")])
-        .args(["--tls-client-ca", &pki.path("ca.pem")])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("sluice serve starts");
-    let mut out = BufReader::new(server.stdout.take().expect("stdout"));
-    let mut line = |prefix: &str| {
-        let mut l = String::new();
-        out.read_line(&mut l).expect("a line");
-        l.trim().strip_prefix(prefix).unwrap_or_else(|| panic!("{l:?} does not start with {prefix:?}")).to_string()
-    };
-    let plain = line("listening on ");
-    let sasl_ssl = line("listening on SASL_SSL://");
-    let ssl = line("listening on SSL://");
+    let (cert, key, ca) = (pki.path("server.pem"), pki.path("server.key"), pki.path("ca.pem"));
+    let (server, addrs) = serve_with(
+        &dir,
+        &[
+            ["--listen", "127.0.0.1:0", "--listen", "SASL_SSL://127.0.0.1:0", "--listen", "SSL://127.0.0.1:0"].as_slice(),
+            &["--tls-cert", &cert, "--tls-key", &key, "--tls-client-ca", &ca],
+        ]
+        .concat(),
+    );
+    let (plain, sasl_ssl, ssl) = (addrs[0].clone(), addrs[1].clone(), addrs[2].clone());
     // SASL_SSL with SCRAM-SHA-512: kcat writes and reads.
     let mut sasl = sasl_args(&sasl_ssl, "SCRAM-SHA-512", "alice", "alice-secret");
     sasl[3] = "security.protocol=SASL_SSL".into();
@@ -296,19 +295,9 @@ fn tls_clients_connect_over_sasl_ssl_and_mutual_tls_and_bad_certificates_are_ref
 /// `sluice serve --authorizer acl` with a SASL listener: returns the child and the SASL
 /// listener's address.
 fn serve_with_acls(dir: &Path) -> (Child, String) {
-    let mut server = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["serve", "--data-dir"])
-        .arg(dir)
-        .args(["--shards", "1", "--listen", "SASL_PLAINTEXT://127.0.0.1:0"])
-        .args(["--authorizer", "acl", "--super-user", "User:admin"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("sluice serve starts");
-    let mut l = String::new();
-    BufReader::new(server.stdout.take().expect("stdout")).read_line(&mut l).expect("a line");
-    let addr = l.trim().strip_prefix("listening on SASL_PLAINTEXT://").unwrap_or_else(|| panic!("{l:?}")).to_string();
-    (server, addr)
+    let options = ["--listen", "SASL_PLAINTEXT://127.0.0.1:0", "--authorizer", "acl", "--super-user", "User:admin"];
+    let (server, addrs) = serve_with(dir, &options);
+    (server, addrs[0].clone())
 }
 
 fn acl(dir: &Path, args: &[&str]) {

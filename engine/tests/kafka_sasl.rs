@@ -207,39 +207,15 @@ fn default_request(api: ApiKey, buf: &mut BytesMut, version: i16) -> Result<(), 
 fn every_api_before_sasl_authentication_is_refused_unanswered_and_without_effect() {
     let served = sasl_served("before_auth", None);
     let h = served.handle();
-    block_on(h.create_topic("kept", 1, Some(TopicConfig::default()))).expect("topic");
-    block_on(h.append("kept", PartitionId(0), vec![OwnedRecord::new(None, "v", Timestamp(1))], Default::default()))
-        .expect("append");
+    seed_kept(&h);
     let free = [ApiKey::ApiVersions, ApiKey::SaslHandshake, ApiKey::SaslAuthenticate];
     let mut sent = 0;
-    for &(api, min, _) in SUPPORTED.iter().filter(|(a, _, _)| !free.contains(a)) {
-        let mut header = RequestHeader::default();
-        header.request_api_key = api as i16;
-        header.request_api_version = min;
-        header.correlation_id = 7;
-        header.client_id = Some(s("intruder"));
-        let mut buf = BytesMut::new();
-        header.encode(&mut buf, api.request_header_version(min)).expect("header");
-        let body = match api {
-            ApiKey::DescribeAcls | ApiKey::CreateAcls | ApiKey::DeleteAcls => acl_request(api, min),
-            _ => request(api, min),
-        };
-        buf.extend_from_slice(&body);
-        let mut frame = (buf.len() as i32).to_be_bytes().to_vec();
-        frame.extend_from_slice(&buf);
-        let mut stream = std::net::TcpStream::connect(served.addr()).expect("connects");
-        stream.write_all(&frame).expect("send");
+    for (api, min, mut stream) in send_each_api(&served, &free) {
         assert!(closed(&mut stream), "{api:?} v{min} before authentication was answered");
         sent += 1;
     }
     assert!(sent >= 30, "{sent} APIs tried");
-    // Nothing happened: no topic made, the kept one not deleted, grown, cut or appended to.
-    let topics = h.list_topics();
-    assert!(!topics.contains(&"made".to_string()), "{topics:?}");
-    assert!(topics.contains(&"kept".to_string()), "{topics:?}");
-    assert_eq!(h.describe_topic("kept").expect("kept").shards.len(), 1);
-    let (start, end) = block_on(h.offsets("kept", PartitionId(0))).expect("offsets");
-    assert_eq!((start.0, end.0), (0, 1));
+    assert_kept_unchanged(&h);
     // ApiVersions is answered before authentication, and a login then opens the rest.
     let mut c = RawClient::connect(served.addr(), "late");
     let versions: ApiVersionsResponse = c.call(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default());
@@ -364,18 +340,48 @@ fn with_acls_on_every_api_is_answered_for_a_principal_without_rules_and_nothing_
     kafka.authorizer = Some(Arc::new(authorizer));
     let served = Served::launch("kafka_sasl", "acls_none", 1, kafka);
     let h = served.handle();
+    seed_kept(&h);
+    let mut answered = 0;
+    for (api, min, mut stream) in send_each_api(&served, &[ApiKey::SaslHandshake, ApiKey::SaslAuthenticate]) {
+        let mut size = [0u8; 4];
+        stream.read_exact(&mut size).unwrap_or_else(|e| panic!("{api:?} v{min} was not answered: {e}"));
+        answered += 1;
+    }
+    assert!(answered >= 33, "{answered} APIs answered");
+    assert_kept_unchanged(&h);
+    // A rule made by a request refused for want of Alter on the cluster is not stored.
+    let store = sluice_engine::security::AclStore::at(&rules_dir);
+    assert!(store.load().expect("acls").bindings().is_empty());
+}
+
+/// A topic `kept` with one partition and one record, for the requests to leave alone.
+fn seed_kept(h: &sluice_engine::EngineHandle) {
     block_on(h.create_topic("kept", 1, Some(TopicConfig::default()))).expect("topic");
     block_on(h.append("kept", PartitionId(0), vec![OwnedRecord::new(None, "v", Timestamp(1))], Default::default()))
         .expect("append");
-    let mut answered = 0;
-    for &(api, min, _) in
-        SUPPORTED.iter().filter(|(a, _, _)| !matches!(a, ApiKey::SaslHandshake | ApiKey::SaslAuthenticate))
-    {
+}
+
+/// Nothing happened: no topic made, the kept one not deleted, grown, cut or appended to.
+fn assert_kept_unchanged(h: &sluice_engine::EngineHandle) {
+    let topics = h.list_topics();
+    assert!(!topics.contains(&"made".to_string()), "{topics:?}");
+    assert!(topics.contains(&"kept".to_string()), "{topics:?}");
+    assert_eq!(h.describe_topic("kept").expect("kept").shards.len(), 1);
+    let (start, end) = block_on(h.offsets("kept", PartitionId(0))).expect("offsets");
+    assert_eq!((start.0, end.0), (0, 1));
+}
+
+/// Sends each supported API but those in `skip`, at its lowest version, each on a
+/// connection of its own, with a request that would change `kept` or make `made` where
+/// the API can; the connections, to see what the server does.
+fn send_each_api(served: &Served, skip: &[ApiKey]) -> Vec<(ApiKey, i16, std::net::TcpStream)> {
+    let mut out = Vec::new();
+    for &(api, min, _) in SUPPORTED.iter().filter(|(a, _, _)| !skip.contains(a)) {
         let mut header = RequestHeader::default();
         header.request_api_key = api as i16;
         header.request_api_version = min;
-        header.correlation_id = 9;
-        header.client_id = Some(s("anonymous"));
+        header.correlation_id = 7;
+        header.client_id = Some(s("intruder"));
         let mut buf = BytesMut::new();
         header.encode(&mut buf, api.request_header_version(min)).expect("header");
         let body = match api {
@@ -389,20 +395,9 @@ fn with_acls_on_every_api_is_answered_for_a_principal_without_rules_and_nothing_
         let mut stream = std::net::TcpStream::connect(served.addr()).expect("connects");
         stream.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
         stream.write_all(&frame).expect("send");
-        let mut size = [0u8; 4];
-        stream.read_exact(&mut size).unwrap_or_else(|e| panic!("{api:?} v{min} was not answered: {e}"));
-        answered += 1;
+        out.push((api, min, stream));
     }
-    assert!(answered >= 33, "{answered} APIs answered");
-    let topics = h.list_topics();
-    assert!(!topics.contains(&"made".to_string()), "{topics:?}");
-    assert!(topics.contains(&"kept".to_string()), "{topics:?}");
-    assert_eq!(h.describe_topic("kept").expect("kept").shards.len(), 1);
-    let (start, end) = block_on(h.offsets("kept", PartitionId(0))).expect("offsets");
-    assert_eq!((start.0, end.0), (0, 1));
-    // A rule made by a request refused for want of Alter on the cluster is not stored.
-    let store = sluice_engine::security::AclStore::at(&rules_dir);
-    assert!(store.load().expect("acls").bindings().is_empty());
+    out
 }
 
 fn acl_request(api: ApiKey, version: i16) -> Vec<u8> {

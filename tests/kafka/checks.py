@@ -14,6 +14,18 @@ def step(msg):
     print(msg, flush=True)
 
 
+def consume_values(consumer, count, timeout=15):
+    """The values of the next `count` records `consumer` polls, each within `timeout`
+    seconds; fails the check on a timeout or an error."""
+    got = []
+    while len(got) < count:
+        m = consumer.poll(timeout)
+        check(m is not None, f"records within {timeout} s (have {len(got)})")
+        check(m.error() is None, f"no error: {m.error()}")
+        got.append(m.value())
+    return got
+
+
 def check_hand_over(reads, records, partitions, a1, a2, revocations):
     """Two members of one group read `records` records between them, each exactly once
     (`reads` maps (partition, offset) to how many times it was read), ended with disjoint

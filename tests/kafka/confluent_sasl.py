@@ -12,7 +12,7 @@ import sys
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
-from checks import check, step
+from checks import check, consume_values, step
 
 BOOTSTRAP, TOPIC, USER, PASSWORD = sys.argv[1:5]
 EXTRA = dict(a.split("=", 1) for a in sys.argv[5:])
@@ -43,12 +43,7 @@ for mechanism in ["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"]:
 
 c = Consumer(conf("SCRAM-SHA-512", **{"group.id": "sasl-readers", "auto.offset.reset": "earliest"}))
 c.subscribe([TOPIC])
-got = []
-while len(got) < len(sent):
-    m = c.poll(15)
-    check(m is not None, f"records within 15 s (have {len(got)})")
-    check(m.error() is None, f"no error: {m.error()}")
-    got.append(m.value())
+got = consume_values(c, len(sent))
 c.close()
 check(sorted(got) == sorted(sent), f"read back {got}")
 step("SCRAM-SHA-512: a group consumer read every record back")

@@ -11,7 +11,7 @@ import sys
 
 from confluent_kafka import Consumer, Producer
 
-from checks import check, step
+from checks import check, consume_values, step
 
 BOOTSTRAP, TOPIC = sys.argv[1:3]
 TLS = dict(a.split("=", 1) for a in sys.argv[3:])
@@ -26,12 +26,7 @@ step(f"produced {len(sent)} records over mutual TLS")
 
 c = Consumer({**COMMON, "group.id": "tls-readers", "auto.offset.reset": "earliest"})
 c.subscribe([TOPIC])
-got = []
-while len(got) < len(sent):
-    m = c.poll(15)
-    check(m is not None, f"records within 15 s (have {len(got)})")
-    check(m.error() is None, f"no error: {m.error()}")
-    got.append(m.value())
+got = consume_values(c, len(sent))
 c.close()
 check(got == sent, f"read back {got}")
 step("a group consumer read them back in order over mutual TLS")
