@@ -288,6 +288,20 @@ fn tls_clients_connect_over_sasl_ssl_and_mutual_tls_and_bad_certificates_are_ref
         assert!(!meta.status.success(), "{args:?} read metadata: {}", String::from_utf8_lossy(&meta.stdout));
     }
     assert_eq!(records(&plain, "tls").len(), 2, "nothing appended by a refused client");
+    // The client certificate names the principal the ACLs see: a rule for the writer's
+    // subject (the first rule turns the checks on) lets it write `tls`, and nothing else,
+    // from this host; a rule for another host does not count.
+    let writer_principal = "User:CN=writer,O=sluice tests";
+    acl(&dir, &["add", "--principal", writer_principal, "--operation", "Write", "--topic", "tls", "--host", "127.0.0.1"]);
+    acl(&dir, &["add", "--principal", writer_principal, "--operation", "Write", "--topic", "elsewhere", "--host", "10.9.9.9"]);
+    acl(&dir, &["add", "--principal", "User:ANONYMOUS", "--operation", "Read", "--topic", "tls"]);
+    let ok = kcat_with(&writer, &["-P", "-t", "tls", "-K", ":"], "mtls:4\n");
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    for t in ["elsewhere", "other"] {
+        let denied = kcat_with(&writer, &["-P", "-t", t, "-K", ":", "-X", "message.timeout.ms=3000"], "mtls:5\n");
+        assert!(!denied.status.success(), "the writer's certificate wrote {t}");
+    }
+    assert_eq!(records(&plain, "tls").len(), 3);
     stop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
