@@ -243,7 +243,8 @@ fn tls_clients_connect_over_sasl_ssl_and_mutual_tls_and_bad_certificates_are_ref
     let (server, addrs) = serve_with(
         &dir,
         &[
-            ["--listen", "127.0.0.1:0", "--listen", "SASL_SSL://127.0.0.1:0", "--listen", "SSL://127.0.0.1:0"].as_slice(),
+            ["--listen", "127.0.0.1:0", "--listen", "SASL_SSL://127.0.0.1:0", "--listen", "SSL://127.0.0.1:0"]
+                .as_slice(),
             &["--tls-cert", &cert, "--tls-key", &key, "--tls-client-ca", &ca],
         ]
         .concat(),
@@ -292,8 +293,14 @@ fn tls_clients_connect_over_sasl_ssl_and_mutual_tls_and_bad_certificates_are_ref
     // subject (the first rule turns the checks on) lets it write `tls`, and nothing else,
     // from this host; a rule for another host does not count.
     let writer_principal = "User:CN=writer,O=sluice tests";
-    acl(&dir, &["add", "--principal", writer_principal, "--operation", "Write", "--topic", "tls", "--host", "127.0.0.1"]);
-    acl(&dir, &["add", "--principal", writer_principal, "--operation", "Write", "--topic", "elsewhere", "--host", "10.9.9.9"]);
+    acl(
+        &dir,
+        &["add", "--principal", writer_principal, "--operation", "Write", "--topic", "tls", "--host", "127.0.0.1"],
+    );
+    acl(
+        &dir,
+        &["add", "--principal", writer_principal, "--operation", "Write", "--topic", "elsewhere", "--host", "10.9.9.9"],
+    );
     acl(&dir, &["add", "--principal", "User:ANONYMOUS", "--operation", "Read", "--topic", "tls"]);
     let ok = kcat_with(&writer, &["-P", "-t", "tls", "-K", ":"], "mtls:4\n");
     assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));

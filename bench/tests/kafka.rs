@@ -123,7 +123,19 @@ fn rounds_alternate_into_fresh_topics_and_report_medians() {
 
 #[test]
 fn the_sasl_ssl_run_produces_every_record_through_tls_and_a_scram_login() {
-    let line = ["kafka", "--records", "2000", "--rounds", "2", "--latency-records", "0", "--security", "sasl_ssl", "--client", "kcat"];
+    let line = [
+        "kafka",
+        "--records",
+        "2000",
+        "--rounds",
+        "2",
+        "--latency-records",
+        "0",
+        "--security",
+        "sasl_ssl",
+        "--client",
+        "kcat",
+    ];
     let args = Cli::try_parse_from(line).expect("valid arguments").args;
     let report = kafka::run(&args).expect("kafka workload over SASL_SSL");
     let s = report.sasl_ssl.as_ref().expect("the SASL_SSL figures");
