@@ -292,7 +292,9 @@ fn tls_clients_connect_over_sasl_ssl_and_mutual_tls_and_bad_certificates_are_ref
     // The client certificate names the principal the ACLs see: a rule for the writer's
     // subject (the first rule turns the checks on) lets it write `tls`, and nothing else,
     // from this host; a rule for another host does not count.
-    let writer_principal = "User:CN=writer,O=sluice tests";
+    // RFC 2253, as `openssl x509 -subject -nameopt RFC2253` and Java's X500Principal write
+    // it (rcgen stores the common name first, so it comes last).
+    let writer_principal = "User:O=sluice tests,CN=writer";
     acl(
         &dir,
         &["add", "--principal", writer_principal, "--operation", "Write", "--topic", "tls", "--host", "127.0.0.1"],
