@@ -1,10 +1,9 @@
-//! Counters a running pipeline keeps, shared by its shards (relaxed atomics, updated once
-//! per batch or per rare event, never per record on a hot path), and each stream's own
-//! counts ([`StreamCells`]: owned cells its shard alone writes, once per batch and per
-//! watermark), rendered for a scrape by [`PipelineMetrics`].
+//! Counters a running pipeline keeps: each operator's late records per shard
+//! ([`LateCells`]) and each stream's own counts ([`StreamCells`]), in owned cells their
+//! shard alone writes, once per batch and per watermark (no shared atomics, no locks on
+//! the data path), rendered for a scrape by [`PipelineMetrics`].
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use sluice_io::{EventTime, LatencyCounts};
 
@@ -13,49 +12,55 @@ use super::scope::Shared;
 use crate::metrics::owned::{OwnedCounter, OwnedGauge};
 use crate::metrics::{Families, Labels, MetricSource};
 
-/// The pipeline's counters.
+/// The pipeline's counters: each operator's late records on each shard, in cells that
+/// shard alone writes (no shared atomics on the data path); a read sums them.
 #[derive(Debug, Default)]
 pub struct Metrics {
-    late_dropped: AtomicU64,
-    late_side_output: AtomicU64,
-    late_updates: AtomicU64,
+    /// Every window and join operator's cells on every shard, registered while the graph
+    /// is built (the lock is taken then and by a read, never while records flow).
+    late: std::sync::Mutex<Vec<Arc<LateCells>>>,
+}
+
+/// One operator's late records on one shard, by policy. Only that shard writes them.
+#[derive(Debug, Default)]
+pub(crate) struct LateCells {
+    /// Dropped (the `Drop` policy, past allowed lateness, or a join's late side).
+    pub(crate) dropped: OwnedCounter,
+    /// Sent to a late side output.
+    pub(crate) side_output: OwnedCounter,
+    /// Updates of an already emitted window result.
+    pub(crate) updates: OwnedCounter,
 }
 
 impl Metrics {
-    /// Late records dropped by window operators (the `Drop` policy, or past allowed lateness).
+    fn sum(&self, f: impl Fn(&LateCells) -> u64) -> u64 {
+        self.late.lock().unwrap_or_else(std::sync::PoisonError::into_inner).iter().map(|c| f(c)).sum()
+    }
+
+    /// Late records dropped by window operators (the `Drop` policy, or past allowed
+    /// lateness) and by joins.
     #[must_use]
     pub fn late_dropped(&self) -> u64 {
-        self.late_dropped.load(Ordering::Relaxed)
+        self.sum(|c| c.dropped.get())
     }
 
     /// Late records sent to a late side output.
     #[must_use]
     pub fn late_side_output(&self) -> u64 {
-        self.late_side_output.load(Ordering::Relaxed)
+        self.sum(|c| c.side_output.get())
     }
 
     /// Late records that updated an already emitted window result.
     #[must_use]
     pub fn late_updates(&self) -> u64 {
-        self.late_updates.load(Ordering::Relaxed)
+        self.sum(|c| c.updates.get())
     }
 
-    pub(crate) fn add_late_dropped(&self, n: u64) {
-        if n > 0 {
-            self.late_dropped.fetch_add(n, Ordering::Relaxed);
-        }
-    }
-
-    pub(crate) fn add_late_side_output(&self, n: u64) {
-        if n > 0 {
-            self.late_side_output.fetch_add(n, Ordering::Relaxed);
-        }
-    }
-
-    pub(crate) fn add_late_updates(&self, n: u64) {
-        if n > 0 {
-            self.late_updates.fetch_add(n, Ordering::Relaxed);
-        }
+    /// New cells for one operator on one shard (the shard building it writes them).
+    pub(crate) fn late_cells(&self) -> Arc<LateCells> {
+        let cells = Arc::new(LateCells::default());
+        self.late.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(cells.clone());
+        cells
     }
 }
 

@@ -64,7 +64,8 @@ use sluice_io::EventTime;
 
 use super::checkpoint::{Barrier, Data, GroupWriter, StateError, StateHandle};
 use super::operator::{Align, Held};
-use super::{Event, KeyedStream, Metrics, Operator, Output, Port, Progress, Stream, Windows};
+use super::metrics::LateCells;
+use super::{Event, KeyedStream, Operator, Output, Port, Progress, Stream, Windows};
 
 impl<K: Hash + Eq + Clone + 'static, L: 'static, KL: Fn(&L) -> K + 'static> KeyedStream<K, L, KL> {
     /// Every pair of a record of this stream and one of `other` with equal keys in the same
@@ -169,7 +170,7 @@ struct Joint<C: JoinCore> {
     watermark: EventTime,
     results: Vec<Event<C::Out>>,
     out: Port<C::Out>,
-    metrics: Arc<Metrics>,
+    late_cells: Arc<LateCells>,
     /// The join's link to the shard's checkpoints, when the pipeline takes them.
     state: Option<StateHandle>,
     align: Align,
@@ -191,7 +192,7 @@ impl<C: JoinCore> Joint<C> {
                 late += 1;
             }
         }
-        self.metrics.add_late_dropped(late);
+        self.late_cells.dropped.add(late);
         self.out.borrow_mut().push(&mut self.results);
     }
 
@@ -337,7 +338,7 @@ fn attach<K, KL, KR, C: JoinCore>(
         watermark: EventTime::MIN,
         results: Vec::new(),
         out: out.clone(),
-        metrics: scope.shared.metrics.clone(),
+        late_cells: scope.shared.metrics.late_cells(),
         state: state.clone(),
         align: Align::new(2),
         held_left: VecDeque::new(),

@@ -6,22 +6,23 @@ use std::sync::Arc;
 use sluice_io::EventTime;
 
 use super::{Firing, LatePolicy, Window, WindowResult, WindowSpec};
-use crate::dataflow::{Event, Port, checkpoint::Barrier, scope::Shared};
+use crate::dataflow::metrics::LateCells;
+use crate::dataflow::{Event, Port, checkpoint::Barrier};
 
 pub(crate) struct Emit<K, T, R> {
     out: Port<WindowResult<K, R>>,
     results: Vec<Event<WindowResult<K, R>>>,
     pub(crate) spec: WindowSpec<K, T>,
     late: Vec<Event<T>>,
-    shared: Arc<Shared>,
+    late_cells: Arc<LateCells>,
     dropped: u64,
     side: u64,
     updates: u64,
 }
 
 impl<K: 'static, T: 'static, R: 'static> Emit<K, T, R> {
-    pub(crate) fn new(out: Port<WindowResult<K, R>>, spec: WindowSpec<K, T>, shared: Arc<Shared>) -> Self {
-        Emit { out, results: Vec::new(), spec, late: Vec::new(), shared, dropped: 0, side: 0, updates: 0 }
+    pub(crate) fn new(out: Port<WindowResult<K, R>>, spec: WindowSpec<K, T>, late_cells: Arc<LateCells>) -> Self {
+        Emit { out, results: Vec::new(), spec, late: Vec::new(), late_cells, dropped: 0, side: 0, updates: 0 }
     }
 
     /// Queues one result; it carries the window's last instant as its event time.
@@ -55,10 +56,10 @@ impl<K: 'static, T: 'static, R: 'static> Emit<K, T, R> {
         if let Some(late) = &self.spec.late {
             late.borrow_mut().push(&mut self.late);
         }
-        let metrics = &self.shared.metrics;
-        metrics.add_late_dropped(std::mem::take(&mut self.dropped));
-        metrics.add_late_side_output(std::mem::take(&mut self.side));
-        metrics.add_late_updates(std::mem::take(&mut self.updates));
+        let cells = &self.late_cells;
+        cells.dropped.add(std::mem::take(&mut self.dropped));
+        cells.side_output.add(std::mem::take(&mut self.side));
+        cells.updates.add(std::mem::take(&mut self.updates));
     }
 
     pub(crate) fn watermark(&mut self, watermark: EventTime) {

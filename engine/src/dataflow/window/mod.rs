@@ -338,7 +338,7 @@ where
         let scope = keyed.stream.scope.clone();
         let out = Output::port();
         let spec = WindowSpec { key: keyed.key_fn(), lateness, policy, late, early };
-        let emit = emit::Emit::new(out.clone(), spec, scope.shared.clone());
+        let emit = emit::Emit::new(out.clone(), spec, scope.shared.metrics.late_cells());
         match windows {
             Windows::Tumbling { .. } | Windows::Sliding { .. } => {
                 aligned::attach(&scope, &keyed.stream.port, keyed.key.clone(), windows, function, emit);
