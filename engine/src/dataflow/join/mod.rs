@@ -63,8 +63,8 @@ use std::{cell::RefCell, collections::VecDeque, hash::Hash, rc::Rc, sync::Arc};
 use sluice_io::EventTime;
 
 use super::checkpoint::{Barrier, Data, GroupWriter, StateError, StateHandle};
-use super::operator::{Align, Held};
 use super::metrics::LateCells;
+use super::operator::{Align, Held};
 use super::{Event, KeyedStream, Operator, Output, Port, Progress, Stream, Windows};
 
 impl<K: Hash + Eq + Clone + 'static, L: 'static, KL: Fn(&L) -> K + 'static> KeyedStream<K, L, KL> {
