@@ -55,6 +55,35 @@ fn a_scrape_during_the_run_shows_the_pipelines_streams() {
 }
 
 #[test]
+fn the_footprint_run_serves_its_engines_metrics() {
+    use sluice_bench::workloads::footprint::{self, FootprintArgs};
+    #[derive(Debug, Parser)]
+    struct FootprintCli {
+        #[command(flatten)]
+        args: FootprintArgs,
+    }
+    let server = metrics::serve(Some("127.0.0.1:0".parse().unwrap())).expect("endpoint").expect("started");
+    let addr = server.local_addr();
+    let args = FootprintCli::try_parse_from(["footprint", "--partitions", "40", "--shards", "1"]).expect("args").args;
+    let watcher = std::thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while Instant::now() < deadline {
+            let text = scrape(addr);
+            if text.contains(r#"topic="footprint""#) && text.contains("end_offset") {
+                return Some(text);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        None
+    });
+    let report = footprint::run(&args).expect("footprint workload");
+    assert_eq!(report.partitions, 40);
+    let text = watcher.join().expect("watcher").expect("a scrape during the run saw the topic's partitions");
+    assert!(text.contains(r#"partition="39""#), "{text}");
+    server.shutdown();
+}
+
+#[test]
 fn workloads_with_nothing_to_serve_refuse_the_option_with_the_reason() {
     use sluice_bench::workloads::{log, ring};
 

@@ -65,6 +65,10 @@ pub struct FootprintArgs {
     /// Also write the report as JSON to this file
     #[arg(long, value_name = "PATH")]
     pub json: Option<PathBuf>,
+    /// Serve Prometheus metrics at http://ADDR/metrics while the run goes on: the
+    /// engine's, per partition and shard (loopback unless told otherwise).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 /// Result of `sluice-bench footprint`; the `--json` schema. Bytes are bytes allocated on
@@ -135,11 +139,16 @@ pub fn run(args: &FootprintArgs) -> anyhow::Result<FootprintReport> {
         dir.display()
     );
     let load_average = super::load_average();
+    let _metrics = crate::harness::metrics::serve(args.metrics_listen)?;
     let n = args.partitions;
     let topic = TopicConfig { fsync: args.fsync.unwrap_or(TopicConfig::default().fsync), ..TopicConfig::default() };
     let config = || EngineConfig { shards: Some(args.shards), ..EngineConfig::new(dir) };
     let engine = block_on(Engine::open(config())).context("starting the engine")?;
     let handle = engine.handle();
+    // A scrape gathers what the engine counts (each engine in turn: the source of one
+    // that shut down is dropped).
+    let source = handle.metric_source();
+    crate::harness::metrics::register(&source);
     let empty_disk_bytes = disk_usage(dir)?.bytes;
     let started = Instant::now();
     block_on(handle.create_topic(TOPIC, n, Some(topic.clone()))).with_context(|| {
@@ -153,7 +162,7 @@ pub fn run(args: &FootprintArgs) -> anyhow::Result<FootprintReport> {
         "footprint: created {n} partitions in {create_seconds:.2} s, {} bytes on disk, {open_fds_after_create} fds open",
         created.bytes
     );
-    drop(handle);
+    drop((handle, source));
     let started = Instant::now();
     block_on(engine.shutdown()).context("shutting the engine down")?;
     let shutdown_seconds = started.elapsed().as_secs_f64();
@@ -167,11 +176,13 @@ pub fn run(args: &FootprintArgs) -> anyhow::Result<FootprintReport> {
     let open_fds_after_open = open_fds()?;
     eprintln!("footprint: reopened in {open_seconds:.2} s, VmRSS {rss_bytes} bytes, {open_fds_after_open} fds open");
     let handle = engine.handle();
+    let source = handle.metric_source();
+    crate::harness::metrics::register(&source);
     let started = Instant::now();
     roundtrip(&handle, n).context("the round trip through every partition")?;
     let roundtrip_seconds = started.elapsed().as_secs_f64();
     let after = disk_usage(dir)?.bytes;
-    drop(handle);
+    drop((handle, source));
     block_on(engine.shutdown()).context("shutting the reopened engine down")?;
     // The kernel's high-water mark is kept from counters it updates lazily: it can read a
     // little under a VmRSS taken earlier.
