@@ -111,6 +111,9 @@ pub(crate) fn serve(a: &ServeArgs) -> Result<()> {
     };
     let listens = if a.listen.is_empty() { vec![Listen::default()] } else { a.listen.clone() };
     let (first, rest) = listens.split_first().expect("at least one listener");
+    if !a.sasl_mechanisms.is_empty() && !listens.iter().any(|l| l.protocol.sasl()) {
+        anyhow::bail!("--sasl-mechanism needs a SASL_PLAINTEXT or SASL_SSL listener");
+    }
     let tls = match (&a.tls_cert, &a.tls_key) {
         (Some(cert), Some(key)) => {
             Some(TlsSettings::from_pem_files(cert, key, a.tls_client_ca.as_deref()).context("reading the TLS files")?)

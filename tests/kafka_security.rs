@@ -148,6 +148,18 @@ fn serve_refuses_to_let_anyone_in_from_outside_loopback_unless_told() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
     assert!(err.contains("--allow-plaintext"), "{err}");
+    // Security flags no listener would use are refused in one line, not ignored.
+    for flags in [&["--sasl-mechanism", "PLAIN"][..], &["--max-reauth-ms", "60000"]] {
+        let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(["serve", "--data-dir"])
+            .arg(&dir)
+            .args(["--shards", "1", "--listen", "127.0.0.1:0"])
+            .args(flags)
+            .output()
+            .expect("runs");
+        assert!(!out.status.success(), "{flags:?} accepted");
+        assert_eq!(String::from_utf8_lossy(&out.stderr).trim().lines().count(), 1, "{flags:?}: {out:?}");
+    }
     // Users are checked: a bad name, an empty password, too few iterations.
     std::fs::create_dir_all(&dir).expect("dir");
     for args in [

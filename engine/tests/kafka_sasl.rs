@@ -327,6 +327,10 @@ fn listeners_that_cannot_work_or_would_let_anyone_in_are_refused_at_start() {
     let mut tls = KafkaConfig::new("127.0.0.1:0".parse().unwrap());
     tls.protocol = SecurityProtocol::SaslSsl;
     assert!(start(tls).expect_err("no TLS yet").to_string().contains("TLS"));
+    // Settings no listener would use are refused, not ignored.
+    let mut reauth = KafkaConfig::new("127.0.0.1:0".parse().unwrap());
+    reauth.max_reauth = Some(Duration::from_secs(60));
+    assert!(start(reauth).expect_err("no SASL listener").to_string().contains("max_reauth"));
     block_on(engine.shutdown()).expect("shutdown");
 }
 

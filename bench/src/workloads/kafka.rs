@@ -601,7 +601,7 @@ pub fn run(args: &KafkaArgs) -> anyhow::Result<KafkaReport> {
     let (embedded_cpu, listener_cpu, kcat_cpu) =
         (per_record(embedded_cpu), per_record(listener_cpu), per_record(kcat_cpu));
     let ratios: Vec<f64> = kafka_rates.iter().zip(&embedded_rates).map(|(k, e)| k / e).collect();
-    let kafka_rates_copy = kafka_rates.clone();
+    let sasl_ssl = secure.map(|_| secure_rounds.figures(&kafka_rates, args.records));
     let (latency_achieved_rate, produce_to_consume_us, produce_to_consume_curve, machine_wake_latency_us) =
         latency_phase(args, &addr, partitions)?;
     crate::harness::live::unwatch();
@@ -633,7 +633,7 @@ pub fn run(args: &KafkaArgs) -> anyhow::Result<KafkaReport> {
         produce_to_consume_curve,
         machine_wake_latency_us,
         security: args.security,
-        sasl_ssl: secure.map(|_| secure_rounds.figures(&kafka_rates_copy, args.records)),
+        sasl_ssl,
     })
 }
 

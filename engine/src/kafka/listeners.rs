@@ -74,6 +74,22 @@ fn validate_security(config: &KafkaConfig) -> Result<(), KafkaError> {
             )));
         }
     }
+    // Settings no listener would use are refused, not ignored.
+    let all = listeners(config);
+    if config.max_reauth.is_some() && !all.iter().any(|(_, p)| p.sasl()) {
+        return Err(KafkaError::Config("max_reauth (--max-reauth-ms) needs a SASL listener".into()));
+    }
+    if config.tls.is_some() && !all.iter().any(|(_, p)| p.tls()) {
+        return Err(KafkaError::Config("TLS settings (--tls-cert) need an SSL or SASL_SSL listener".into()));
+    }
+    if config.tls.as_ref().is_some_and(crate::security::TlsSettings::mutual)
+        && !all.iter().any(|(_, p)| *p == SecurityProtocol::Ssl)
+    {
+        return Err(KafkaError::Config(
+            "a client CA (--tls-client-ca) needs an SSL listener (SASL_SSL listeners do not ask for client certificates)"
+                .into(),
+        ));
+    }
     if let Some(reauth) = config.max_reauth
         && (reauth.is_zero() || reauth.as_millis() > i64::MAX as u128)
     {

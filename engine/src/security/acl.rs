@@ -413,14 +413,20 @@ impl Authorizer {
         if self.super_users.contains(principal) {
             return Ok(());
         }
-        let on_resource: Vec<&AclBinding> =
-            acls.bindings.iter().filter(|b| b.matches_resource(resource_type, resource)).collect();
-        let mine = || on_resource.iter().filter(|b| b.matches_who(principal, host));
-        let denied = mine()
-            .any(|b| b.permission == Permission::Deny && (b.operation == operation || b.operation == Operation::All));
-        let allowed =
-            mine().any(|b| b.permission == Permission::Allow && operation.allowed_by().contains(&b.operation));
-        if !denied && (allowed || (on_resource.is_empty() && self.allow_if_no_acl)) {
+        // One pass over the rules, no allocation: this runs for every resource of every
+        // request.
+        let (mut named, mut denied, mut allowed) = (false, false, false);
+        for b in acls.bindings.iter().filter(|b| b.matches_resource(resource_type, resource)) {
+            named = true;
+            if !b.matches_who(principal, host) {
+                continue;
+            }
+            match b.permission {
+                Permission::Deny => denied |= b.operation == operation || b.operation == Operation::All,
+                Permission::Allow => allowed |= operation.allowed_by().contains(&b.operation),
+            }
+        }
+        if !denied && (allowed || (!named && self.allow_if_no_acl)) {
             return Ok(());
         }
         Err(Denied { principal: principal.clone(), operation, resource_type, resource: resource.to_string() })

@@ -131,10 +131,11 @@ pub fn principal_of(cert: &[u8]) -> Option<Principal> {
 /// RFC 2253's escaping of an attribute value.
 fn escape(value: &str) -> String {
     let mut out = String::with_capacity(value.len());
+    let last = value.chars().count().saturating_sub(1);
     for (i, c) in value.chars().enumerate() {
         let special = matches!(c, ',' | '+' | '"' | '\\' | '<' | '>' | ';')
             || (i == 0 && (c == '#' || c == ' '))
-            || (i + 1 == value.chars().count() && c == ' ');
+            || (i == last && c == ' ');
         if special {
             out.push('\\');
         }
