@@ -167,6 +167,27 @@ fn the_bare_loop_and_the_scaling_rounds_run_beside_sluice() {
 }
 
 #[test]
+fn two_phase_counts_every_window_in_both_modes() {
+    // Throughput rounds at one and two shards (with --scaling), then the open loop, whose
+    // results wait for partials sent as each shard's watermark passes the window.
+    for shards in ["1", "2"] {
+        let line =
+            ["--events", "1050000", "--shards", shards, "--rounds", "1", "--latency-seconds", "0", "--two-phase"];
+        let report = pipeline::run(&args(&line)).expect("two-phase pipeline");
+        assert!(report.two_phase, "{report:?}");
+        assert_eq!((report.results, report.results_sum), (2 * KEYS, 1_050_000), "{shards} shards");
+    }
+    let line = ["--events", "55000", "--rate", "25000", "--shards", "2", "--two-phase", "--no-wake-probe"];
+    let report = pipeline::run(&args(&line)).expect("two-phase latency run");
+    assert_eq!((report.results, report.results_sum), (2 * KEYS + 5000, 55_000));
+    let latency = report.latency_us.expect("latencies in the latency mode");
+    assert_eq!(latency.count, report.results, "one latency per result");
+    assert!(latency.p50 >= 10_000, "results wait for the watermark: {latency:?}");
+    let json = serde_json::to_value(&report).unwrap();
+    assert_eq!(json["two_phase"], serde_json::Value::Bool(true), "{json}");
+}
+
+#[test]
 fn the_defaults_are_the_specified_job() {
     let a = args(&[]);
     let cores = core_affinity::get_core_ids().map_or(1, |ids| ids.len().max(1));

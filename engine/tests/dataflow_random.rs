@@ -23,7 +23,8 @@ use std::{
 };
 
 use sluice_engine::dataflow::{
-    Firing, Generator, LatePolicy, Pipeline, PipelineConfig, WatermarkStrategy, Window, WindowResult, Windows,
+    CheckpointConfig, Firing, Generator, LatePolicy, Pipeline, PipelineConfig, WatermarkStrategy, Window, WindowResult,
+    Windows,
 };
 use sluice_io::EventTime;
 
@@ -251,4 +252,105 @@ fn very_late_events_keep_each_policys_promise() {
             }
         }
     }
+}
+
+/// The tumbling count through `combine_by` (partials per shard, merged by the key's
+/// owner). With `checkpoints`, a checkpoint every 5 ms while the source takes about a
+/// millisecond per 100 events (each barrier sends the open partials on before it passes);
+/// the checkpoints completed come back with the run.
+fn run_combined(events: &Arc<Vec<Ev>>, size: i64, shards: usize, checkpoints: bool) -> (Run, usize) {
+    let results = Arc::new(Mutex::new(Vec::new()));
+    let (sink, input) = (results.clone(), events.clone());
+    let mut config = PipelineConfig::with_shards(shards);
+    config.batch_records = 16;
+    let mut pipeline = Pipeline::new(config);
+    let dir = common::data_dir("dataflow_random", &format!("combine-{shards}"));
+    if checkpoints {
+        pipeline = pipeline.checkpointing(
+            CheckpointConfig::new(AsRef::<std::path::Path>::as_ref(&dir)).interval(Duration::from_millis(5)),
+        );
+    }
+    let running = pipeline
+        .spawn(move |scope| {
+            let input = input.clone();
+            let n = input.len() as u64;
+            let strategy =
+                WatermarkStrategy::bounded_out_of_orderness(Duration::from_millis(DISORDER_MS as u64), |e: &Ev| {
+                    EventTime::from_millis(e.time)
+                });
+            let sink = sink.clone();
+            let generator = Generator::new(scope.shard(), scope.shards(), n, move |i| {
+                if checkpoints && i % 100 == 0 {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                input[i as usize]
+            });
+            scope
+                .source(generator, strategy)
+                .combine_by(|e: &Ev| e.key)
+                .tumbling(Duration::from_millis(size as u64))
+                .count()
+                .for_each(move |e| sink.lock().unwrap().push(e.value));
+        })
+        .unwrap();
+    let metrics = running.metrics();
+    while !running.is_finished() {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let completed = running.checkpoints().len();
+    running.join().unwrap();
+    let dropped = metrics.late_dropped();
+    let results = std::mem::take(&mut *results.lock().unwrap());
+    (Run { results, late: Vec::new(), dropped }, completed)
+}
+
+#[test]
+fn combine_by_equals_the_one_phase_tumbling_count() {
+    let seed = seed();
+    let mut rng = Rng::seeded(seed ^ 0xC0B1);
+    let windows = Windows::Tumbling { size: 50, offset: 0 };
+    // Bounded disorder: exactly the reference, one result per window.
+    let on_time = Arc::new(events(&mut rng, 3000, false));
+    let expected = reference(&on_time, windows);
+    for shards in [1, 2, 4] {
+        let ctx = format!("SEED={seed} combine_by {shards} shards");
+        let (run, _) = run_combined(&on_time, 50, shards, false);
+        assert!(run.results.iter().all(|r| r.firing == Firing::OnTime), "{ctx}: nothing is late");
+        assert_eq!(run.results.len(), expected.len(), "{ctx}: one result per window");
+        assert_eq!(last_results(&run.results), expected, "{ctx}");
+        assert_eq!(run.dropped, 0, "{ctx}");
+    }
+    // Very late events are dropped, as by the one-phase window: no window over the
+    // reference, and the dropped count is exactly what is missing.
+    let late_events = Arc::new(self::events(&mut rng, 3000, true));
+    let expected = reference(&late_events, windows);
+    for shards in [1, 2] {
+        let ctx = format!("SEED={seed} combine_by very late, {shards} shards");
+        let (run, _) = run_combined(&late_events, 50, shards, false);
+        let last = last_results(&run.results);
+        for (kw, count) in &last {
+            assert!(count <= expected.get(kw).unwrap_or(&0), "{ctx}: {kw:?}");
+        }
+        let missing: u64 = expected.iter().map(|(kw, c)| c - last.get(kw).unwrap_or(&0)).sum();
+        assert_eq!(missing, run.dropped, "{ctx}");
+        if shards == 1 {
+            assert!(run.dropped > 0, "{ctx}: the late path ran");
+        }
+    }
+}
+
+#[test]
+fn combine_by_sends_its_partials_at_each_checkpoint_barrier_and_stays_exact() {
+    let seed = seed();
+    let mut rng = Rng::seeded(seed ^ 0xC0B2);
+    let windows = Windows::Tumbling { size: 50, offset: 0 };
+    let events = Arc::new(events(&mut rng, 20_000, false));
+    let expected = reference(&events, windows);
+    let (run, completed) = run_combined(&events, 50, 2, true);
+    let ctx = format!("SEED={seed} combine_by with checkpoints, 2 shards");
+    // The last checkpoint is the one bounded inputs take at their end; the others were
+    // taken while the partials were open.
+    assert!(completed >= 2, "{ctx}: {completed} checkpoints completed, none during the run");
+    assert_eq!(run.results.len(), expected.len(), "{ctx}: one result per window");
+    assert_eq!(last_results(&run.results), expected, "{ctx}");
 }

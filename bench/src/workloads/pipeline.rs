@@ -62,6 +62,11 @@ pub struct PipelineArgs {
     /// move them between CPUs
     #[arg(long)]
     pub no_pin: bool,
+    /// sluice counts in two phases (`Stream::combine_by`): each shard counts its own
+    /// events per key and window and sends only those partial counts to the key's shard,
+    /// which adds them up (Flink's local-global aggregation). The baselines are unchanged
+    #[arg(long)]
+    pub two_phase: bool,
     /// Rounds in the throughput mode, each running sluice and then the baseline; each
     /// side's best round is its figure
     #[arg(long, default_value_t = 3, value_name = "N",
@@ -149,6 +154,8 @@ pub struct PipelineReport {
     pub batch_records: usize,
     /// Whether sluice's shards were pinned to CPUs (not with `--no-pin`).
     pub pinned: bool,
+    /// Whether sluice counted in two phases (`--two-phase`).
+    pub two_phase: bool,
     /// `--out-of-orderness-ms`.
     pub out_of_orderness_ms: u64,
     /// `--rate`, in the latency mode.
@@ -225,6 +232,7 @@ pub fn run(args: &PipelineArgs) -> anyhow::Result<PipelineReport> {
         events: args.events,
         batch_records: args.batch,
         pinned: !args.no_pin,
+        two_phase: args.two_phase,
         out_of_orderness_ms: args.out_of_orderness_ms,
         rate: opts.rate,
         pause_ms: args.pause_ms,
@@ -299,8 +307,12 @@ fn throughput_rounds(args: &PipelineArgs, report: &mut PipelineReport) -> anyhow
     if args.scaling {
         report.scaling = Scaling::to(shards)?;
     }
-    let job = Job::new(args.events, None, args.out_of_orderness_ms, args.batch)?.with_pin(!args.no_pin);
-    let unbounded = Job::new(UNBOUNDED_EVENTS, None, args.out_of_orderness_ms, args.batch)?.with_pin(!args.no_pin);
+    let job = Job::new(args.events, None, args.out_of_orderness_ms, args.batch)?
+        .with_pin(!args.no_pin)
+        .with_two_phase(args.two_phase);
+    let unbounded = Job::new(UNBOUNDED_EVENTS, None, args.out_of_orderness_ms, args.batch)?
+        .with_pin(!args.no_pin)
+        .with_two_phase(args.two_phase);
     let sluice_round = |shards: usize| match opts.duration() {
         Some(limit) => pipeline_sluice::run_bounded(&unbounded, shards, limit),
         None => pipeline_sluice::run(&job, shards, false),
@@ -321,7 +333,9 @@ fn throughput_rounds(args: &PipelineArgs, report: &mut PipelineReport) -> anyhow
         }
         // The baselines count the same events sluice just counted (all of --events, or
         // what --duration let through).
-        let job = Job::new(sluice.events, None, args.out_of_orderness_ms, args.batch)?.with_pin(!args.no_pin);
+        let job = Job::new(sluice.events, None, args.out_of_orderness_ms, args.batch)?
+            .with_pin(!args.no_pin)
+            .with_two_phase(args.two_phase);
         for baseline in &report.compare {
             match baseline {
                 Baseline::Timely => {
@@ -383,6 +397,7 @@ fn paced_job(args: &PipelineArgs, rate: u64, events: u64) -> anyhow::Result<Job>
     Ok(Job::new(events.saturating_add(warmup_events), Some(rate), args.out_of_orderness_ms, args.batch)?
         .with_warmup(args.run.warmup())
         .with_pin(!args.no_pin)
+        .with_two_phase(args.two_phase)
         .with_pause(
             std::time::Duration::from_millis(args.pause_ms),
             args.idle_timeout_ms.map(std::time::Duration::from_millis),

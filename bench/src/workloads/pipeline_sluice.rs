@@ -176,9 +176,9 @@ fn run_with(
             };
             let arrivals = arrivals.map(|recorder| ArrivalCount { job, epoch, recorder });
             if job.keys == KEYS {
-                count_windows(events, |i| Job::default_key(*i), arrivals, sink);
+                count_windows(events, |i| Job::default_key(*i), arrivals, sink, job.two_phase);
             } else {
-                count_windows(events, move |i| job.key(*i), arrivals, sink);
+                count_windows(events, move |i| job.key(*i), arrivals, sink, job.two_phase);
             }
             ready.wait();
             shard_starts.lock().unwrap_or_else(PoisonError::into_inner).push(Instant::now());
@@ -279,15 +279,26 @@ fn checked_events(job: &Job, limit: Option<Duration>, tally: &Tally, emitted: &A
 }
 
 /// The rest of the graph: `key_by(key) -> window(tumbling 1 s) -> count -> sink`, counting
-/// with `arrivals` when given. Generic over the key selector so the default one stays a
+/// with `arrivals` when given; with `two_phase`, `combine_by(key) -> tumbling 1 s -> count`
+/// (with `arrivals`, an event's arrival is then when its shard counts it into a partial). Generic over the key selector so the default one stays a
 /// zero-sized call the compiler inlines.
 fn count_windows<KS: Fn(&u64) -> u64 + 'static>(
     events: Stream<u64>,
     key: KS,
     arrivals: Option<ArrivalCount>,
     sink: CountingSink,
+    two_phase: bool,
 ) {
-    let windows = events.key_by(key).window(Windows::tumbling(Duration::from_millis(WINDOW_MS as u64)));
+    let size = Duration::from_millis(WINDOW_MS as u64);
+    if two_phase {
+        let windows = events.combine_by(key).tumbling(size);
+        match arrivals {
+            Some(arrivals) => windows.aggregate(arrivals).attach(sink),
+            None => windows.count().attach(sink),
+        }
+        return;
+    }
+    let windows = events.key_by(key).window(Windows::tumbling(size));
     match arrivals {
         Some(arrivals) => windows.aggregate(arrivals).attach(sink),
         None => windows.count().attach(sink),

@@ -53,6 +53,10 @@ pub struct Job {
     pub pause: Duration,
     /// The sources' idle timeout (`WatermarkStrategy::with_idle_timeout`), if any.
     pub idle_timeout: Option<Duration>,
+    /// Whether sluice counts in two phases (`Stream::combine_by`: partial counts per shard,
+    /// merged by each key's owner) rather than sending every event to its key's shard;
+    /// false unless [`Job::with_two_phase`]. The baselines do not read it.
+    pub two_phase: bool,
 }
 
 /// When, after the warm-up, a paused job's shard 0 stops sending: half a window in, so a
@@ -89,7 +93,13 @@ impl Job {
             pin: true,
             pause: Duration::ZERO,
             idle_timeout: None,
+            two_phase: false,
         })
+    }
+
+    /// The same job, counted by sluice in two phases or not ([`Job::two_phase`]).
+    pub fn with_two_phase(self, two_phase: bool) -> Self {
+        Job { two_phase, ..self }
     }
 
     /// The same job, its shards pinned to CPUs or not.

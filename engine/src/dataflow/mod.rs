@@ -76,6 +76,6 @@ pub use twophase::{TwoPhaseCommitSink, Upsert};
 pub type UserError = Box<dyn std::error::Error + Send + Sync + 'static>;
 pub use watermark::WatermarkStrategy;
 pub use window::{
-    Aggregate, Count, CountTrigger, Firing, LatePolicy, Trigger, TriggerAction, Window, WindowResult, WindowedStream,
-    Windows,
+    Aggregate, CombiningStream, CombiningWindows, Count, CountTrigger, Firing, LatePolicy, Trigger, TriggerAction,
+    Window, WindowResult, WindowedStream, Windows,
 };

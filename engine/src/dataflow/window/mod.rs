@@ -18,6 +18,7 @@
 
 mod aligned;
 pub(crate) mod buckets;
+mod combine;
 mod emit;
 mod function;
 mod global;
@@ -28,6 +29,7 @@ use std::{marker::PhantomData, rc::Rc, time::Duration};
 
 use sluice_io::EventTime;
 
+pub use combine::{CombiningStream, CombiningWindows};
 pub use function::{Aggregate, Count};
 use function::{AggregateFn, ProcessFn, ReduceFn, WindowFunction};
 pub use global::{CountTrigger, Trigger, TriggerAction};

@@ -1,0 +1,256 @@
+//! Two-phase (local-global) tumbling-window aggregation: [`Stream::combine_by`].
+//!
+//! Each shard folds its own records into one accumulator per key and window *before* the
+//! exchange (the local phase, [`Combiner`]), and sends each accumulator across once, when
+//! its window can no longer receive an on-time record here; the shard that owns the key
+//! merges the accumulators of every shard (the global phase, an ordinary window operator
+//! whose aggregate is [`Merged`]). With many records per key and window, the exchange
+//! carries one partial per key, window and shard instead of every record: Flink's
+//! local-global aggregation, or a MapReduce combiner.
+//!
+//! Invariants:
+//! - A partial of window `w` is sent before the watermark that passes `w.max_timestamp()`
+//!   leaves this shard, so the owner has every shard's partial when its combined watermark
+//!   fires `w`. A record whose window this shard has already sent goes on at once as a
+//!   partial of one record: the owner judges whether it is late, as it would the record.
+//! - The local phase holds nothing across a checkpoint: a barrier sends every open partial
+//!   before it passes on, so a restore starts it empty and nothing is lost or counted twice.
+//!   (Partials in flight are the exchange's, stored by unaligned checkpoints like records.)
+
+use std::{hash::Hash, marker::PhantomData, rc::Rc, time::Duration};
+
+use rustc_hash::FxHashMap;
+use sluice_io::EventTime;
+
+use super::{Aggregate, WindowResult, Windows, ms};
+use crate::dataflow::{Event, Operator, Output, Port, Stream, checkpoint::Barrier, checkpoint::Data};
+
+/// A stream whose records will be aggregated per key in two phases; [`CombiningStream::tumbling`]
+/// picks the windows.
+pub struct CombiningStream<K, T, KS> {
+    stream: Stream<T>,
+    key: KS,
+    _key: PhantomData<fn() -> K>,
+}
+
+impl<K, T, KS> std::fmt::Debug for CombiningStream<K, T, KS> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CombiningStream").finish_non_exhaustive()
+    }
+}
+
+/// A two-phase aggregation over tumbling windows, waiting for its aggregate.
+pub struct CombiningWindows<K, T, KS> {
+    combining: CombiningStream<K, T, KS>,
+    size: i64,
+}
+
+impl<K, T, KS> std::fmt::Debug for CombiningWindows<K, T, KS> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CombiningWindows").field("size_ms", &self.size).finish_non_exhaustive()
+    }
+}
+
+impl<T: 'static> Stream<T> {
+    /// Aggregates records per key and window in two phases: each shard first folds its own
+    /// records into a partial per key and window, and only the partials cross to the shard
+    /// that owns the key, which merges them ([`Aggregate::merge`]) into the window's
+    /// result. The results equal `key_by(key).window(..).aggregate(..)`'s; the exchange
+    /// carries a partial per key, window and shard instead of every record, which is what
+    /// makes an aggregate over few keys scale with the shards.
+    ///
+    /// Tumbling windows only. Late records are dropped (and counted as late), as with the
+    /// default [`LatePolicy`](super::LatePolicy); the one-phase window offers the others.
+    pub fn combine_by<K, KS>(self, key: KS) -> CombiningStream<K, T, KS>
+    where
+        K: Hash + Eq + Clone + Send + Data,
+        KS: Fn(&T) -> K + 'static,
+    {
+        CombiningStream { stream: self, key, _key: PhantomData }
+    }
+}
+
+impl<K, T, KS> CombiningStream<K, T, KS>
+where
+    K: Hash + Eq + Clone + Send + Data,
+    T: 'static,
+    KS: Fn(&T) -> K + 'static,
+{
+    /// Tumbling windows of `size`, aligned to the epoch (as [`Windows::tumbling`]).
+    ///
+    /// # Panics
+    ///
+    /// If `size` is under a millisecond.
+    #[must_use]
+    pub fn tumbling(self, size: Duration) -> CombiningWindows<K, T, KS> {
+        assert!(ms(size) > 0, "a window is at least 1 ms long");
+        CombiningWindows { combining: self, size: ms(size) }
+    }
+}
+
+impl<K, T, KS> CombiningWindows<K, T, KS>
+where
+    K: Hash + Eq + Clone + Send + Data,
+    T: 'static,
+    KS: Fn(&T) -> K + 'static,
+{
+    /// Each key's window aggregated by `aggregate`, in two phases.
+    pub fn aggregate<A>(self, aggregate: A) -> Stream<WindowResult<K, A::Out>>
+    where
+        A: Aggregate<T>,
+        A::Acc: Clone + Send + Data,
+    {
+        let CombiningWindows { combining: CombiningStream { stream, key, .. }, size } = self;
+        let aggregate = Rc::new(aggregate);
+        let out = Output::port();
+        let combiner = Combiner {
+            key,
+            aggregate: aggregate.clone(),
+            size,
+            open: Vec::new(),
+            watermark: EventTime::MIN,
+            buf: Vec::new(),
+            out: out.clone(),
+            _t: PhantomData,
+        };
+        stream.port.borrow_mut().attach(Box::new(combiner));
+        Stream::from_port(stream.scope, out, "combine")
+            .key_by(|partial: &(K, A::Acc)| partial.0.clone())
+            .window(Windows::tumbling(Duration::from_millis(size.unsigned_abs())))
+            .aggregate(Merged(aggregate, PhantomData))
+    }
+
+    /// The number of records in each key's window, in two phases.
+    pub fn count(self) -> Stream<WindowResult<K, u64>> {
+        self.aggregate(super::Count)
+    }
+}
+
+/// The global phase's aggregate: merges partials of `A`.
+struct Merged<A, T>(Rc<A>, PhantomData<fn(&T)>);
+
+impl<K: 'static, T: 'static, A> Aggregate<(K, A::Acc)> for Merged<A, T>
+where
+    A: Aggregate<T>,
+    A::Acc: Clone,
+{
+    type Acc = A::Acc;
+    type Out = A::Out;
+    fn create(&self) -> A::Acc {
+        self.0.create()
+    }
+    fn add(&self, acc: &mut A::Acc, partial: &(K, A::Acc)) {
+        self.0.merge(acc, partial.1.clone());
+    }
+    fn merge(&self, into: &mut A::Acc, from: A::Acc) {
+        self.0.merge(into, from);
+    }
+    fn result(&self, acc: &A::Acc) -> A::Out {
+        self.0.result(acc)
+    }
+}
+
+/// The local phase on one shard: the open windows' partials, per key.
+struct Combiner<K, T, KS, A: Aggregate<T>> {
+    key: KS,
+    aggregate: Rc<A>,
+    size: i64,
+    /// (window start, partial per key) of the windows not sent yet; usually one or two.
+    open: Vec<(i64, FxHashMap<K, A::Acc>)>,
+    /// The last watermark passed on: windows ending at or before it have been sent.
+    watermark: EventTime,
+    buf: Vec<Event<(K, A::Acc)>>,
+    out: Port<(K, A::Acc)>,
+    _t: PhantomData<fn(&T)>,
+}
+
+impl<K, T, KS, A> Combiner<K, T, KS, A>
+where
+    K: Hash + Eq + 'static,
+    KS: Fn(&T) -> K,
+    A: Aggregate<T>,
+{
+    /// The index in `open` of the window starting at `start`, opened if need be.
+    fn window(&mut self, start: i64) -> usize {
+        match self.open.iter().position(|(s, _)| *s == start) {
+            Some(i) => i,
+            None => {
+                self.open.push((start, FxHashMap::default()));
+                self.open.len() - 1
+            }
+        }
+    }
+
+    /// Sends the partials of the windows `send` picks by start, oldest window first.
+    fn send(&mut self, mut send: impl FnMut(i64) -> bool) {
+        self.open.sort_unstable_by_key(|(start, _)| *start);
+        let mut i = 0;
+        while i < self.open.len() {
+            if !send(self.open[i].0) {
+                i += 1;
+                continue;
+            }
+            let (start, partials) = self.open.remove(i);
+            let time = EventTime::from_millis(start.saturating_add(self.size).saturating_sub(1));
+            self.buf.extend(partials.into_iter().map(|partial| Event { time, value: partial }));
+        }
+        self.out.borrow_mut().push(&mut self.buf);
+    }
+}
+
+impl<K, T, KS, A> Operator<T> for Combiner<K, T, KS, A>
+where
+    K: Hash + Eq + 'static,
+    KS: Fn(&T) -> K,
+    A: Aggregate<T>,
+{
+    fn on_batch(&mut self, batch: &mut Vec<Event<T>>) {
+        // Records of one window come in runs: the window is worked out, and its map looked
+        // up, once per run.
+        let mut rest = &batch[..];
+        while let Some(first) = rest.first() {
+            let start = first.time.0 - first.time.0.rem_euclid(self.size);
+            let last = start.saturating_add(self.size).saturating_sub(1);
+            let run = rest.iter().position(|e| e.time.0 < start || e.time.0 > last).unwrap_or(rest.len());
+            let (this, next) = rest.split_at(run);
+            rest = next;
+            if last <= self.watermark.0 {
+                // Its window has been sent: on at once, for the owner to judge.
+                for event in this {
+                    let mut acc = self.aggregate.create();
+                    self.aggregate.add(&mut acc, &event.value);
+                    self.buf.push(Event { time: event.time, value: ((self.key)(&event.value), acc) });
+                }
+                continue;
+            }
+            let index = self.window(start);
+            let (partials, aggregate, key) = (&mut self.open[index].1, &*self.aggregate, &self.key);
+            for event in this {
+                let acc = partials.entry(key(&event.value)).or_insert_with(|| aggregate.create());
+                aggregate.add(acc, &event.value);
+            }
+        }
+        self.out.borrow_mut().push(&mut self.buf);
+    }
+
+    fn on_watermark(&mut self, watermark: EventTime) {
+        let size = self.size;
+        self.send(|start| start.saturating_add(size).saturating_sub(1) <= watermark.0);
+        self.watermark = self.watermark.max(watermark);
+        self.out.borrow_mut().watermark_to(watermark);
+    }
+
+    fn on_idle(&mut self, idle: bool) {
+        self.out.borrow_mut().set_idle(idle);
+    }
+
+    fn on_end(&mut self) {
+        self.send(|_| true);
+        self.out.borrow_mut().end();
+    }
+
+    fn on_barrier(&mut self, barrier: Barrier) {
+        self.send(|_| true);
+        self.out.borrow_mut().barrier(barrier);
+    }
+}
