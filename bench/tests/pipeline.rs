@@ -168,13 +168,15 @@ fn the_bare_loop_and_the_scaling_rounds_run_beside_sluice() {
 
 #[test]
 fn two_phase_counts_every_window_in_both_modes() {
-    // Throughput rounds at one and two shards (with --scaling), then the open loop, whose
-    // results wait for partials sent as each shard's watermark passes the window.
+    // Throughput rounds at one and two shards, beside timely's two-phase job, then the open
+    // loop, whose results wait for partials sent as each shard's watermark passes the window.
     for shards in ["1", "2"] {
         let line =
             ["--events", "1050000", "--shards", shards, "--rounds", "1", "--latency-seconds", "0", "--two-phase"];
-        let report = pipeline::run(&args(&line)).expect("two-phase pipeline");
+        let report = pipeline::run(&args(&[&line[..], &["--compare", "timely"]].concat())).expect("two-phase pipeline");
         assert!(report.two_phase, "{report:?}");
+        // Timely's two-phase job checked its own results against the job, as sluice's did.
+        assert!(report.timely_events_per_sec.is_some_and(|r| r > 0.0), "{report:?}");
         assert_eq!((report.results, report.results_sum), (2 * KEYS, 1_050_000), "{shards} shards");
     }
     let line = ["--events", "55000", "--rate", "25000", "--shards", "2", "--two-phase", "--no-wake-probe"];

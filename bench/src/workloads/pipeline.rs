@@ -64,7 +64,8 @@ pub struct PipelineArgs {
     pub no_pin: bool,
     /// sluice counts in two phases (`Stream::combine_by`): each shard counts its own
     /// events per key and window and sends only those partial counts to the key's shard,
-    /// which adds them up (Flink's local-global aggregation). The baselines are unchanged
+    /// which adds them up (Flink's local-global aggregation). `--compare timely` runs
+    /// timely's job in two phases too; the bare loop has no exchange to save
     #[arg(long)]
     pub two_phase: bool,
     /// Rounds in the throughput mode, each running sluice and then the baseline; each

@@ -55,7 +55,8 @@ pub struct Job {
     pub idle_timeout: Option<Duration>,
     /// Whether sluice counts in two phases (`Stream::combine_by`: partial counts per shard,
     /// merged by each key's owner) rather than sending every event to its key's shard;
-    /// false unless [`Job::with_two_phase`]. The baselines do not read it.
+    /// false unless [`Job::with_two_phase`]. The timely baseline then counts in two phases
+    /// too; the bare loop does not read it.
     pub two_phase: bool,
 }
 

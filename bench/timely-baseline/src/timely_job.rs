@@ -10,7 +10,10 @@
 //! An `Exchange` routes each event to the worker owning its key (by the key's Fx hash,
 //! as sluice hashes keys into key groups), where a `unary_frontier` operator keeps one
 //! `FxHashMap<key, count>` per open window and a capability at the window's last
-//! millisecond, and emits the window's counts once the input frontier passes it. A sink
+//! millisecond, and emits the window's counts once the input frontier passes it. With
+//! [`Job::two_phase`] the same operator first runs on each worker's own events without an
+//! exchange, and its partial counts are exchanged by key and added up by a second one (as
+//! sluice's `combine_by`). A sink
 //! counts the results and checks each against the job. Every worker steps once per batch
 //! and keeps its input at most [`LAG_MS`] of event time ahead of what its operator has
 //! processed, so exchanged batches cannot pile up without bound.
@@ -60,6 +63,56 @@ struct OpenWindow {
 /// A result on its way to the sink: (key, window start in ms, count).
 type WindowCount = (u64, i64, u64);
 
+/// The window operator on `$stream` with the exchange `$pact`: `$split` makes each input
+/// item a (key, window start in ms, count to add); one `FxHashMap<key, count>` per open
+/// window and a capability at the window's last millisecond; a window's counts go out once
+/// the input frontier passes it. A macro rather than a function: the same body serves the
+/// events and the partial counts without spelling out timely's operator types.
+macro_rules! window_counts {
+    ($stream:expr, $pact:expr, $name:expr, $split:expr) => {{
+        let split = $split;
+        $stream.unary_frontier::<CapacityContainerBuilder<Vec<WindowCount>>, _, _, _>(
+            $pact,
+            $name,
+            move |_capability, _info| {
+                // Open windows in start order; one, or two around a window's end.
+                let mut windows: Vec<OpenWindow> = Vec::new();
+                move |(input, frontier), output| {
+                    input.for_each(|time, items| {
+                        // Items arrive in (almost) time order: the window of the previous
+                        // item is looked at first.
+                        let mut at = usize::MAX;
+                        for item in items.drain(..) {
+                            let (key, start_ms, n) = split(item);
+                            if windows.get(at).is_none_or(|w| w.start_ms != start_ms) {
+                                at = match windows.binary_search_by_key(&start_ms, |w| w.start_ms) {
+                                    Ok(found) => found,
+                                    Err(insert) => {
+                                        let last_ms = (start_ms + WINDOW_MS - 1) as u64;
+                                        let capability = time.delayed(&last_ms, output.output_index());
+                                        let counts = FxHashMap::default();
+                                        windows.insert(insert, OpenWindow { start_ms, capability, counts });
+                                        insert
+                                    }
+                                };
+                            }
+                            *windows[at].counts.entry(key).or_insert(0) += n;
+                        }
+                    });
+                    // A window is complete once no input may still carry a time at or
+                    // below its last millisecond.
+                    while windows.first().is_some_and(|w| !frontier.less_equal(w.capability.time())) {
+                        let OpenWindow { start_ms, capability, counts } = windows.remove(0);
+                        output
+                            .session(&capability)
+                            .give_iterator(counts.into_iter().map(|(key, count)| (key, start_ms, count)));
+                    }
+                }
+            },
+        )
+    }};
+}
+
 /// Runs the job on `workers` timely workers, worker `w` pinned to `cpus[w % cpus.len()]`.
 ///
 /// # Errors
@@ -81,56 +134,35 @@ pub fn run(job: &Job, workers: usize, cpus: &[usize]) -> anyhow::Result<TimelyRu
         let probe = ProbeHandle::new();
         worker.dataflow::<u64, _, _>(|scope| {
             let sink_tally = tally.clone();
-            input
-                .to_stream(scope)
-                .unary_frontier::<CapacityContainerBuilder<Vec<WindowCount>>, _, _, _>(
+            let events = input.to_stream(scope);
+            let counts = if job.two_phase {
+                // Each worker counts its own events per window and key, then the partial
+                // counts cross to the key's worker, which adds them up.
+                let partials = window_counts!(events, Pipeline, "LocalWindowCount", move |i: u64| {
+                    (Job::default_key(i), Job::window_start(job.time_ms(i)), 1)
+                });
+                window_counts!(
+                    partials,
+                    Exchange::new(|c: &WindowCount| FxBuildHasher.hash_one(c.0)),
+                    "WindowCount",
+                    |c: WindowCount| c
+                )
+            } else {
+                window_counts!(
+                    events,
                     Exchange::new(|i: &u64| FxBuildHasher.hash_one(Job::default_key(*i))),
                     "WindowCount",
-                    move |_capability, _info| {
-                        // Open windows in start order; one, or two around a window's end.
-                        let mut windows: Vec<OpenWindow> = Vec::new();
-                        move |(input, frontier), output| {
-                            input.for_each(|time, events| {
-                                // Events arrive in (almost) time order: the window of the
-                                // previous event is looked at first.
-                                let mut at = usize::MAX;
-                                for i in events.drain(..) {
-                                    let start_ms = Job::window_start(job.time_ms(i));
-                                    if windows.get(at).is_none_or(|w| w.start_ms != start_ms) {
-                                        at = match windows.binary_search_by_key(&start_ms, |w| w.start_ms) {
-                                            Ok(found) => found,
-                                            Err(insert) => {
-                                                let last_ms = (start_ms + WINDOW_MS - 1) as u64;
-                                                let capability = time.delayed(&last_ms, output.output_index());
-                                                let counts = FxHashMap::default();
-                                                windows.insert(insert, OpenWindow { start_ms, capability, counts });
-                                                insert
-                                            }
-                                        };
-                                    }
-                                    *windows[at].counts.entry(Job::default_key(i)).or_insert(0) += 1;
-                                }
-                            });
-                            // A window is complete once no input may still carry a time at
-                            // or below its last millisecond.
-                            while windows.first().is_some_and(|w| !frontier.less_equal(w.capability.time())) {
-                                let OpenWindow { start_ms, capability, counts } = windows.remove(0);
-                                output
-                                    .session(&capability)
-                                    .give_iterator(counts.into_iter().map(|(key, count)| (key, start_ms, count)));
-                            }
-                        }
-                    },
+                    move |i: u64| (Job::default_key(i), Job::window_start(job.time_ms(i)), 1)
                 )
-                .probe_with(&probe)
-                .sink(Pipeline, "CountingSink", move |(input, _frontier)| {
-                    let mut tally = sink_tally.borrow_mut();
-                    input.for_each(|_time, results| {
-                        for (key, start_ms, count) in results.drain(..) {
-                            tally.add(&job, key, start_ms, count);
-                        }
-                    });
+            };
+            counts.probe_with(&probe).sink(Pipeline, "CountingSink", move |(input, _frontier)| {
+                let mut tally = sink_tally.borrow_mut();
+                input.for_each(|_time, results| {
+                    for (key, start_ms, count) in results.drain(..) {
+                        tally.add(&job, key, start_ms, count);
+                    }
                 });
+            });
         });
 
         ready.wait();
