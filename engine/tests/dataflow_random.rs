@@ -254,20 +254,21 @@ fn very_late_events_keep_each_policys_promise() {
     }
 }
 
-/// The tumbling count through `combine_by` (partials per shard, merged by the key's
-/// owner). With `checkpoints`, a checkpoint every 5 ms while the source takes about a
+/// The count through `combine_by` (partials per shard, merged by the key's owner) over
+/// tumbling or sliding `windows`. With `checkpoints`, a checkpoint every 5 ms while the source takes about a
 /// millisecond per 100 events (each barrier sends the open partials on before it passes);
 /// the checkpoints completed come back with the run.
-fn run_combined(events: &Arc<Vec<Ev>>, size: i64, shards: usize, checkpoints: bool) -> (Run, usize) {
+fn run_combined(events: &Arc<Vec<Ev>>, windows: Windows, shards: usize, checkpoints: bool) -> (Run, usize) {
     let results = Arc::new(Mutex::new(Vec::new()));
     let (sink, input) = (results.clone(), events.clone());
     let mut config = PipelineConfig::with_shards(shards);
     config.batch_records = 16;
     let mut pipeline = Pipeline::new(config);
-    let dir = common::data_dir("dataflow_random", &format!("combine-{shards}"));
-    if checkpoints {
+    // Only the checkpointed run has a directory (tests run at once in this binary).
+    let dir = checkpoints.then(|| common::data_dir("dataflow_random", &format!("combine-checkpoints-{shards}")));
+    if let Some(dir) = &dir {
         pipeline = pipeline.checkpointing(
-            CheckpointConfig::new(AsRef::<std::path::Path>::as_ref(&dir)).interval(Duration::from_millis(5)),
+            CheckpointConfig::new(AsRef::<std::path::Path>::as_ref(dir)).interval(Duration::from_millis(5)),
         );
     }
     let running = pipeline
@@ -285,12 +286,14 @@ fn run_combined(events: &Arc<Vec<Ev>>, size: i64, shards: usize, checkpoints: bo
                 }
                 input[i as usize]
             });
-            scope
-                .source(generator, strategy)
-                .combine_by(|e: &Ev| e.key)
-                .tumbling(Duration::from_millis(size as u64))
-                .count()
-                .for_each(move |e| sink.lock().unwrap().push(e.value));
+            let combining = scope.source(generator, strategy).combine_by(|e: &Ev| e.key);
+            let ms = |ms: i64| Duration::from_millis(ms as u64);
+            let windowed = match windows {
+                Windows::Tumbling { size, .. } => combining.tumbling(ms(size)),
+                Windows::Sliding { size, slide } => combining.sliding(ms(size), ms(slide)),
+                _ => unreachable!("combine_by takes tumbling and sliding windows"),
+            };
+            windowed.count().for_each(move |e| sink.lock().unwrap().push(e.value));
         })
         .unwrap();
     let metrics = running.metrics();
@@ -308,13 +311,18 @@ fn run_combined(events: &Arc<Vec<Ev>>, size: i64, shards: usize, checkpoints: bo
 fn combine_by_equals_the_one_phase_tumbling_count() {
     let seed = seed();
     let mut rng = Rng::seeded(seed ^ 0xC0B1);
-    let windows = Windows::Tumbling { size: 50, offset: 0 };
-    // Bounded disorder: exactly the reference, one result per window.
+    // Bounded disorder: exactly the reference, one result per window; sliding windows
+    // whose slide divides the size, and whose does not (panes of their gcd, 10 ms).
     let on_time = Arc::new(events(&mut rng, 3000, false));
-    let expected = reference(&on_time, windows);
-    for shards in [1, 2, 4] {
-        let ctx = format!("SEED={seed} combine_by {shards} shards");
-        let (run, _) = run_combined(&on_time, 50, shards, false);
+    let cases = [
+        Windows::Tumbling { size: 50, offset: 0 },
+        Windows::Sliding { size: 60, slide: 20 },
+        Windows::Sliding { size: 50, slide: 20 },
+    ];
+    for (windows, shards) in cases.iter().flat_map(|w| [1, 2, 4].map(|s| (*w, s))) {
+        let expected = reference(&on_time, windows);
+        let ctx = format!("SEED={seed} combine_by {windows:?} {shards} shards");
+        let (run, _) = run_combined(&on_time, windows, shards, false);
         assert!(run.results.iter().all(|r| r.firing == Firing::OnTime), "{ctx}: nothing is late");
         assert_eq!(run.results.len(), expected.len(), "{ctx}: one result per window");
         assert_eq!(last_results(&run.results), expected, "{ctx}");
@@ -322,11 +330,12 @@ fn combine_by_equals_the_one_phase_tumbling_count() {
     }
     // Very late events are dropped, as by the one-phase window: no window over the
     // reference, and the dropped count is exactly what is missing.
+    let windows = Windows::Tumbling { size: 50, offset: 0 };
     let late_events = Arc::new(self::events(&mut rng, 3000, true));
     let expected = reference(&late_events, windows);
     for shards in [1, 2] {
         let ctx = format!("SEED={seed} combine_by very late, {shards} shards");
-        let (run, _) = run_combined(&late_events, 50, shards, false);
+        let (run, _) = run_combined(&late_events, windows, shards, false);
         let last = last_results(&run.results);
         for (kw, count) in &last {
             assert!(count <= expected.get(kw).unwrap_or(&0), "{ctx}: {kw:?}");
@@ -346,7 +355,7 @@ fn combine_by_sends_its_partials_at_each_checkpoint_barrier_and_stays_exact() {
     let windows = Windows::Tumbling { size: 50, offset: 0 };
     let events = Arc::new(events(&mut rng, 20_000, false));
     let expected = reference(&events, windows);
-    let (run, completed) = run_combined(&events, 50, 2, true);
+    let (run, completed) = run_combined(&events, windows, 2, true);
     let ctx = format!("SEED={seed} combine_by with checkpoints, 2 shards");
     // The last checkpoint is the one bounded inputs take at their end; the others were
     // taken while the partials were open.

@@ -1,4 +1,4 @@
-//! Two-phase (local-global) tumbling-window aggregation: [`Stream::combine_by`].
+//! Two-phase (local-global) window aggregation: [`Stream::combine_by`].
 //!
 //! Each shard folds its own records into one accumulator per key and window *before* the
 //! exchange (the local phase, [`Combiner`]), and sends each accumulator across once, when
@@ -25,8 +25,8 @@ use sluice_io::EventTime;
 use super::{Aggregate, WindowResult, Windows, ms};
 use crate::dataflow::{Event, Operator, Output, Port, Stream, checkpoint::Barrier, checkpoint::Data};
 
-/// A stream whose records will be aggregated per key in two phases; [`CombiningStream::tumbling`]
-/// picks the windows.
+/// A stream whose records will be aggregated per key in two phases;
+/// [`CombiningStream::tumbling`] or [`CombiningStream::sliding`] picks the windows.
 pub struct CombiningStream<K, T, KS> {
     stream: Stream<T>,
     key: KS,
@@ -39,15 +39,22 @@ impl<K, T, KS> std::fmt::Debug for CombiningStream<K, T, KS> {
     }
 }
 
-/// A two-phase aggregation over tumbling windows, waiting for its aggregate.
+/// A two-phase aggregation over tumbling or sliding windows, waiting for its aggregate.
 pub struct CombiningWindows<K, T, KS> {
     combining: CombiningStream<K, T, KS>,
-    size: i64,
+    /// What the local phase keeps a partial per key of: the windows themselves (tumbling)
+    /// or panes of the greatest common divisor of size and slide (sliding), each of which
+    /// lies wholly inside every window that contains any of it.
+    pane: i64,
+    windows: Windows,
 }
 
 impl<K, T, KS> std::fmt::Debug for CombiningWindows<K, T, KS> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CombiningWindows").field("size_ms", &self.size).finish_non_exhaustive()
+        f.debug_struct("CombiningWindows")
+            .field("pane_ms", &self.pane)
+            .field("windows", &self.windows)
+            .finish_non_exhaustive()
     }
 }
 
@@ -59,8 +66,9 @@ impl<T: 'static> Stream<T> {
     /// carries a partial per key, window and shard instead of every record, which is what
     /// makes an aggregate over few keys scale with the shards.
     ///
-    /// Tumbling windows only. Late records are dropped (and counted as late), as with the
-    /// default [`LatePolicy`](super::LatePolicy); the one-phase window offers the others.
+    /// Tumbling and sliding windows. Late records are dropped (and counted as late), as
+    /// with the default [`LatePolicy`](super::LatePolicy); the one-phase window offers the
+    /// others.
     pub fn combine_by<K, KS>(self, key: KS) -> CombiningStream<K, T, KS>
     where
         K: Hash + Eq + Clone + Send + Data,
@@ -83,9 +91,30 @@ where
     /// If `size` is under a millisecond.
     #[must_use]
     pub fn tumbling(self, size: Duration) -> CombiningWindows<K, T, KS> {
-        assert!(ms(size) > 0, "a window is at least 1 ms long");
-        CombiningWindows { combining: self, size: ms(size) }
+        let windows = Windows::tumbling(size);
+        CombiningWindows { combining: self, pane: ms(size), windows }
     }
+
+    /// Sliding windows of `size`, one starting every `slide` (as [`Windows::sliding`]). The
+    /// local phase keeps a partial per key and *pane* (the greatest common divisor of
+    /// `size` and `slide`; `slide` itself when it divides `size`), and the key's owner
+    /// merges each pane's partial into every window that holds it.
+    ///
+    /// # Panics
+    ///
+    /// If `size` or `slide` is under a millisecond or `slide` exceeds `size`.
+    #[must_use]
+    pub fn sliding(self, size: Duration, slide: Duration) -> CombiningWindows<K, T, KS> {
+        let windows = Windows::sliding(size, slide);
+        CombiningWindows { combining: self, pane: gcd(ms(size), ms(slide)), windows }
+    }
+}
+
+fn gcd(mut a: i64, mut b: i64) -> i64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
 }
 
 impl<K, T, KS> CombiningWindows<K, T, KS>
@@ -100,13 +129,13 @@ where
         A: Aggregate<T>,
         A::Acc: Clone + Send + Data,
     {
-        let CombiningWindows { combining: CombiningStream { stream, key, .. }, size } = self;
+        let CombiningWindows { combining: CombiningStream { stream, key, .. }, pane, windows } = self;
         let aggregate = Rc::new(aggregate);
         let out = Output::port();
         let combiner = Combiner {
             key,
             aggregate: aggregate.clone(),
-            size,
+            size: pane,
             open: Vec::new(),
             watermark: EventTime::MIN,
             buf: Vec::new(),
@@ -116,7 +145,7 @@ where
         stream.port.borrow_mut().attach(Box::new(combiner));
         Stream::from_port(stream.scope, out, "combine")
             .key_by(|partial: &(K, A::Acc)| partial.0.clone())
-            .window(Windows::tumbling(Duration::from_millis(size.unsigned_abs())))
+            .window(windows)
             .aggregate(Merged(aggregate, PhantomData))
     }
 
@@ -154,8 +183,10 @@ where
 struct Combiner<K, T, KS, A: Aggregate<T>> {
     key: KS,
     aggregate: Rc<A>,
+    /// The pane: a window (tumbling) or the part of a window that every sliding window
+    /// holds whole or not at all.
     size: i64,
-    /// (window start, partial per key) of the windows not sent yet; usually one or two.
+    /// (pane start, partial per key) of the panes not sent yet; usually one or two.
     open: Vec<(i64, FxHashMap<K, A::Acc>)>,
     /// The last watermark passed on: windows ending at or before it have been sent.
     watermark: EventTime,
