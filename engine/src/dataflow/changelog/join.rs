@@ -1,0 +1,153 @@
+//! The event-time temporal join of a stream with a table ([`Stream::temporal_join`]).
+//!
+//! Semantics, chosen so that the output depends on the input alone: an event at time `t`
+//! is joined with the row its key had *as of `t`*: the last change of the key at a time
+//! `<= t` (none, or a delete: no row). The join waits for the watermark to pass `t`, when
+//! every change at or before `t` has arrived, as Flink's event-time temporal join does. A
+//! run restored from a checkpoint therefore emits what an uninterrupted run emits, in the
+//! same order per key and time; events of one key and time from different shards may come
+//! out in either order.
+//!
+//! State, per key, on the shard owning it: the table's versions from the one valid at the
+//! watermark on (older ones can no longer be asked for and are dropped when the watermark
+//! passes), and the events waiting for the watermark, by time. A late event (at or below
+//! the watermark when it arrives) is joined with the version that was valid at the
+//! watermark when the versions before it were dropped, not the one valid at its time.
+
+use std::hash::Hash;
+
+use super::{Change, Table};
+use crate::dataflow::{
+    Event, KeyedProcessFunction, ListState, MapState, ProcessContext, Stream, Timer,
+    checkpoint::{Data, StateError},
+};
+
+/// What the join's keyed operator takes: an event of the stream, or a change of the table.
+enum Side<T, K, V> {
+    Event(T),
+    Change(Change<K, V>),
+}
+
+/// Carried through the exchange (and stored in flight by an unaligned checkpoint) as a
+/// tag, 0 for an event and 1 for a change, and the value.
+impl<T: Data, K: Data, V: Data> Data for Side<T, K, V> {
+    fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Side::Event(event) => {
+                out.push(0);
+                event.encode(out);
+            }
+            Side::Change(change) => {
+                out.push(1);
+                change.encode(out);
+            }
+        }
+    }
+
+    fn decode(input: &mut &[u8]) -> Result<Self, StateError> {
+        match u8::decode(input)? {
+            0 => Ok(Side::Event(T::decode(input)?)),
+            1 => Ok(Side::Change(Change::decode(input)?)),
+            tag => Err(StateError(format!("{tag} is not a temporal join input's tag"))),
+        }
+    }
+}
+
+/// The keyed function: the key's versions (time, row or `None` for deleted), sorted by
+/// time, and the events waiting for the watermark.
+struct TemporalJoin<J> {
+    join: J,
+}
+
+type JoinState<T, V> = (ListState<(i64, Option<V>)>, MapState<i64, Vec<T>>);
+
+impl<K, T, V, O, J> KeyedProcessFunction<K, Side<T, K, V>> for TemporalJoin<J>
+where
+    K: Hash + Eq + Clone + 'static,
+    T: 'static,
+    V: Clone + 'static,
+    O: 'static,
+    J: FnMut(T, Option<&V>) -> O + 'static,
+{
+    type State = JoinState<T, V>;
+    type Out = O;
+
+    fn process_element(
+        &mut self,
+        _: &K,
+        event: Event<Side<T, K, V>>,
+        state: &mut Self::State,
+        ctx: &mut ProcessContext<'_, K, O>,
+    ) {
+        let time = event.time.millis();
+        match event.value {
+            Side::Event(value) => state.1.entry(time).or_default().push(value),
+            Side::Change(change) => {
+                // After every version at or before its time: of two changes at one time,
+                // the later one is the row as of that time.
+                let mut versions = state.0.take();
+                let at = versions.partition_point(|(t, _)| *t <= time);
+                versions.insert(at, (time, change.after().cloned()));
+                state.0.update(versions);
+            }
+        }
+        ctx.register_event_time_timer(event.time);
+    }
+
+    fn on_timer(&mut self, _: &K, timer: Timer, state: &mut Self::State, ctx: &mut ProcessContext<'_, K, O>) {
+        let time = timer.time.millis();
+        let versions = state.0.get();
+        let valid = versions.partition_point(|(t, _)| *t <= time);
+        // A late event's time may be before the earliest version kept, which is then the
+        // one that was valid when the watermark passed: it gets that one.
+        let watermark = ctx.current_watermark().millis();
+        let late = versions.first().is_some_and(|(t, _)| *t <= watermark);
+        let row = valid.checked_sub(1).or(late.then_some(0)).and_then(|i| versions[i].1.as_ref());
+        for value in state.1.remove(&time).unwrap_or_default() {
+            ctx.emit((self.join)(value, row));
+        }
+        // The watermark has reached `time`: versions before the one valid at it are dead,
+        // and so is that one if it says "deleted" and nothing follows it.
+        if valid > 0 {
+            let mut versions = state.0.take();
+            versions.drain(..valid - 1);
+            if versions.len() == 1 && versions[0].1.is_none() {
+                versions.clear();
+            }
+            state.0.update(versions);
+        }
+    }
+}
+
+impl<T: Send + Data> Stream<T> {
+    /// Joins each event with the row of `table` its key had at the event's time (an
+    /// event-time temporal join; see the module's semantics): `join(event, row)` with
+    /// `row` `None` when the key had no row then (so this is a left join: drop those for
+    /// an inner one). An event is joined once the watermark reaches its time; the output
+    /// carries the event's time and is on the shard owning the key.
+    ///
+    /// The events and the table's changes are partitioned by key together (one keyed
+    /// exchange), and their state is keyed state: checkpointed, restorable at another
+    /// shard count.
+    pub fn temporal_join<K, V, O>(
+        self,
+        table: &Table<K, V>,
+        key: impl Fn(&T) -> K + 'static,
+        join: impl FnMut(T, Option<&V>) -> O + 'static,
+    ) -> Stream<O>
+    where
+        K: Hash + Eq + Clone + Send + Data,
+        V: Clone + PartialEq + Send + Data,
+        O: 'static,
+    {
+        let events = self.map(Side::Event);
+        let changes = table.changes().map(Side::Change);
+        events
+            .union(changes)
+            .key_by(move |side: &Side<T, K, V>| match side {
+                Side::Event(event) => key(event),
+                Side::Change(change) => change.key.clone(),
+            })
+            .process(TemporalJoin { join })
+    }
+}
