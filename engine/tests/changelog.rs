@@ -21,14 +21,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_lite::future::block_on;
-use sluice_engine::dataflow::changelog::{Change, ChangeOp, RetractingAggregate, Table};
+use sluice_engine::dataflow::changelog::{Change, RetractingAggregate, Table};
 use sluice_engine::dataflow::topic::{StartFrom, TopicRecord, TopicSink, TopicSource};
 use sluice_engine::dataflow::{
     CheckpointConfig, Event, Generator, Pipeline, PipelineConfig, Scope, Stream, TwoPhaseCommitSink, UserError,
     WatermarkStrategy,
 };
 use sluice_engine::{Engine, EngineConfig, EngineHandle, Isolation, OwnedRecord, TopicConfig};
-use sluice_io::{BatchMeta, CleanupPolicy, EventTime, PartitionId, Timestamp};
+use sluice_io::{CleanupPolicy, EventTime, PartitionId, Timestamp};
 
 /// A row: (group, amount).
 type Row = (u64, i64);
@@ -205,4 +205,329 @@ fn changelog_aggregates_over_a_table_retract_exactly_under_random_changes() {
             assert_eq!(max_final, want_max, "max by group, {context}");
         }
     }
+}
+
+/// The `j`-th event of the temporal join test: (j, key), at a time spread over `span` ms.
+fn event(seed: u64, j: u64, m: u64, span: u64) -> Event<(u64, u64)> {
+    Event::new(EventTime::from_millis((j * span / m) as i64), (j, mix(seed ^ 0xE7E7, j) % KEYS))
+}
+
+/// The model of the temporal join: each event's row as of its time (the last change of
+/// its key at or before it).
+fn join_model(seed: u64, n: u64, per_ms: u64, m: u64, span: u64) -> BTreeMap<u64, (i64, Option<Row>)> {
+    let mut versions: BTreeMap<u64, Vec<(i64, Option<Row>)>> = BTreeMap::new();
+    for i in 0..n {
+        let c = change(seed, i);
+        versions.entry(c.key).or_default().push((change_time(i, per_ms).millis(), c.after().copied()));
+    }
+    (0..m)
+        .map(|j| {
+            let e = event(seed, j, m, span);
+            let t = e.time.millis();
+            let row = versions
+                .get(&e.value.1)
+                .and_then(|v| v.iter().rev().find(|(vt, _)| *vt <= t))
+                .and_then(|(_, row)| *row);
+            (j, (t, row))
+        })
+        .collect()
+}
+
+#[test]
+fn changelog_temporal_join_gives_each_event_the_row_as_of_its_time() {
+    let base = common::seed_from_env();
+    for round in 0..6u64 {
+        let seed = base.wrapping_add(round);
+        for shards in [1, 2] {
+            let (n, per_ms, m) = (1500, 2, 900);
+            let span = n / per_ms + 20;
+            let joined = Arc::new(Mutex::new(Vec::new()));
+            let out = joined.clone();
+            Pipeline::new(PipelineConfig::with_shards(shards))
+                .run(move |scope| {
+                    let table = changes_source(scope, seed, n, per_ms).into_table();
+                    let out = out.clone();
+                    scope
+                        .source(
+                            Generator::new(scope.shard(), scope.shards(), m, move |j| event(seed, j, m, span)),
+                            WatermarkStrategy::monotonous(|e: &Event<(u64, u64)>| e.time),
+                        )
+                        .map(|e| e.value)
+                        .temporal_join(&table, |e: &(u64, u64)| e.1, |e, row: Option<&Row>| (e.0, row.copied()))
+                        .for_each(move |e| out.lock().unwrap().push((e.value.0, (e.time.millis(), e.value.1))));
+                })
+                .unwrap();
+            let mut got = BTreeMap::new();
+            for (j, v) in joined.lock().unwrap().iter() {
+                assert!(got.insert(*j, *v).is_none(), "event {j} joined twice, SEED={seed}");
+            }
+            let want = join_model(seed, n, per_ms, m, span);
+            assert!(want.values().any(|v| v.1.is_some()) && want.values().any(|v| v.1.is_none()));
+            assert_eq!(got, want, "SEED={seed} shards={shards}");
+        }
+    }
+}
+
+/// An engine on `dir` whose cleaner never runs on its own (the test cleans when it wants).
+fn engine(dir: &Path) -> Engine {
+    let config =
+        EngineConfig { shards: Some(2), retention_check: Duration::from_secs(3600), ..EngineConfig::new(dir) };
+    block_on(Engine::open(config)).unwrap()
+}
+
+fn compacted() -> TopicConfig {
+    TopicConfig { segment_bytes: 4096, cleanup: CleanupPolicy::Compact, ..TopicConfig::default() }
+}
+
+/// Every record of `topic` read to its end with `isolation`, per partition in offset
+/// order: (partition, key, value or `None` for a tombstone, time).
+fn read_topic(h: &EngineHandle, topic: &str, isolation: Isolation) -> Vec<(u32, Vec<u8>, Option<Vec<u8>>, i64)> {
+    let mut out = Vec::new();
+    for polled in block_on(h.read_to_end(topic, isolation)).unwrap() {
+        for r in polled.batches.records() {
+            let r = r.unwrap();
+            let key = r.key().expect("a compacted topic's records have keys").to_vec();
+            out.push((polled.partition.get(), key, r.value().map(<[u8]>::to_vec), r.event_time().millis()));
+        }
+    }
+    out.sort_by_key(|r| (r.0, r.3));
+    out
+}
+
+/// The latest value per key of records in each key's order: a tombstone removes the key.
+fn latest(records: &[(u32, Vec<u8>, Option<Vec<u8>>, i64)]) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let mut table = BTreeMap::new();
+    for (_, key, value, _) in records {
+        match value {
+            Some(v) => table.insert(key.clone(), v.clone()),
+            None => table.remove(key),
+        };
+    }
+    table
+}
+
+#[test]
+fn changelog_a_table_from_a_compacted_topic_applies_tombstones_and_keeps_empty_values() {
+    let dir = common::data_dir("changelog", "compacted");
+    let engine = engine(&dir);
+    let h = engine.handle();
+    block_on(h.create_topic("rows", 2, Some(compacted()))).unwrap();
+    block_on(h.create_topic("out", 3, Some(compacted()))).unwrap();
+    let mut rng = common::Rng::from_env();
+    let mut sent = Vec::new();
+    for i in 0..1500i64 {
+        let key = format!("k{}", rng.below(60)).into_bytes();
+        let record = match rng.below(10) {
+            0..=1 => OwnedRecord::tombstone(key.clone(), Timestamp(i)),
+            2 => OwnedRecord::new(Some(key.clone()), Vec::new(), Timestamp(i)),
+            _ => OwnedRecord::new(Some(key.clone()), format!("v{i}").into_bytes(), Timestamp(i)),
+        };
+        let (p, _) = block_on(h.send_record("rows", record.clone())).unwrap();
+        sent.push((p.get(), key, record.value, i));
+    }
+    let want = latest(&sent);
+    assert!(want.values().any(Vec::is_empty), "an empty value is a row, not a delete");
+    let cleaned = block_on(h.clean_topic("rows")).unwrap();
+    let superseded: u64 = cleaned.iter().filter_map(|(_, r)| r.compaction.as_ref()).map(|c| c.records_superseded).sum();
+    assert!(superseded > 0, "compaction removed superseded records");
+    assert!(read_topic(&h, "rows", Isolation::ReadUncommitted).len() < sent.len());
+    for shards in [1, 2] {
+        let rows = Arc::new(Mutex::new(BTreeMap::new()));
+        let upserts = rows.clone();
+        let source = block_on(TopicSource::open(&h, "rows", StartFrom::Earliest)).unwrap().bounded();
+        let sink = TopicSink::open(&h, "out").unwrap();
+        Pipeline::new(PipelineConfig::with_shards(shards))
+            .run(move |scope| {
+                let table: Table<Vec<u8>, Vec<u8>> = scope
+                    .topic_source(&source, WatermarkStrategy::monotonous(TopicRecord::event_time))
+                    .flat_map(Change::from_compacted)
+                    .into_table();
+                let upserts = upserts.clone();
+                table.to_upsert_sink(move |key, row| {
+                    match row {
+                        Some(row) => upserts.lock().unwrap().insert(key, row),
+                        None => upserts.lock().unwrap().remove(&key),
+                    };
+                    Ok(())
+                });
+                table.to_compacted_topic(&sink, Clone::clone, Clone::clone);
+            })
+            .unwrap();
+        assert_eq!(*rows.lock().unwrap(), want, "the table at {shards} shards");
+    }
+    // Written twice (a run per shard count), each run's records in key order: the latest
+    // per key is the table, and a deleted key ends in a tombstone.
+    let out = read_topic(&h, "out", Isolation::ReadUncommitted);
+    assert_eq!(latest(&out), want);
+    assert!(out.iter().any(|r| r.2.is_none()), "deletes are tombstones");
+    block_on(engine.shutdown()).unwrap();
+}
+
+/// A two-phase-commit sink into a shared "external system": transactions are staged
+/// record lists with an id, only committed ones become visible, and committing an id
+/// twice (as a restore does for what its checkpoint pre-committed) changes nothing.
+struct Staged {
+    visible: Arc<Mutex<(HashSet<u64>, Vec<String>)>>,
+}
+
+static NEXT_TXN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+impl TwoPhaseCommitSink<String> for Staged {
+    type Txn = (u64, Vec<String>);
+    fn begin(&mut self) -> Result<Self::Txn, UserError> {
+        Ok((NEXT_TXN.fetch_add(1, std::sync::atomic::Ordering::Relaxed), Vec::new()))
+    }
+    fn write(&mut self, txn: &mut Self::Txn, record: Event<String>) -> Result<(), UserError> {
+        txn.1.push(record.value);
+        Ok(())
+    }
+    fn pre_commit(&mut self, _: &mut Self::Txn) -> Result<(), UserError> {
+        Ok(())
+    }
+    fn commit(&mut self, (id, records): Self::Txn) -> Result<(), UserError> {
+        let mut visible = self.visible.lock().unwrap();
+        if visible.0.insert(id) {
+            visible.1.extend(records);
+        }
+        Ok(())
+    }
+    fn abort(&mut self, _: Self::Txn) -> Result<(), UserError> {
+        Ok(())
+    }
+}
+
+type Visible = Arc<Mutex<(HashSet<u64>, Vec<String>)>>;
+
+/// What the restore test's job writes to, shared by its runs.
+#[derive(Clone)]
+struct Outputs {
+    counts: Visible,
+    joined: Visible,
+    upserted: Arc<Mutex<BTreeMap<u64, i64>>>,
+    topic: TopicSink,
+}
+
+const RESTORE_N: u64 = 240_000;
+const RESTORE_PER_MS: u64 = 20;
+const RESTORE_M: u64 = 20_000;
+
+/// The restore test's job: random changes (2 us of work each, so a run can be stopped
+/// midway) into a table, counted by group, the counts written through a two-phase-commit
+/// sink, an upsert sink and a compacted topic exactly once; events joined with the table
+/// through another two-phase-commit sink.
+fn restore_job(scope: &Scope, seed: u64, out: &Outputs) {
+    let span = RESTORE_N / RESTORE_PER_MS;
+    let table = changes_source(scope, seed, RESTORE_N, RESTORE_PER_MS)
+        .map(|c| {
+            let until = Instant::now() + Duration::from_micros(2);
+            while Instant::now() < until {}
+            c
+        })
+        .into_table()
+        .uid("rows");
+    let counts = table.group_by(|_, row: &Row| row.0).count().uid("counts");
+    counts
+        .changes()
+        .map_event(|e| format!("{}|{:?}", e.time.millis(), e.value))
+        .to_two_phase_commit(Staged { visible: out.counts.clone() });
+    let upserted = out.upserted.clone();
+    counts.to_upsert_sink(move |group, count| {
+        match count {
+            Some(count) => upserted.lock().unwrap().insert(group, count),
+            None => upserted.lock().unwrap().remove(&group),
+        };
+        Ok(())
+    });
+    counts.to_compacted_topic(&out.topic, |g| g.to_string().into_bytes(), |c| c.to_string().into_bytes());
+    scope
+        .source(
+            Generator::new(scope.shard(), scope.shards(), RESTORE_M, move |j| event(seed, j, RESTORE_M, span)),
+            WatermarkStrategy::monotonous(|e: &Event<(u64, u64)>| e.time),
+        )
+        .map(|e| e.value)
+        .temporal_join(&table, |e: &(u64, u64)| e.1, |e, row: Option<&Row>| (e.0, row.copied()))
+        .map_event(|e| format!("{}|{:?}", e.time.millis(), e.value))
+        .to_two_phase_commit(Staged { visible: out.joined.clone() });
+}
+
+#[test]
+fn changelog_tables_restore_at_another_shard_count_with_output_equal_to_an_uninterrupted_run() {
+    let seed = common::seed_from_env();
+    let dir = common::data_dir("changelog", "restore");
+    let engine = engine(&dir.join("engine"));
+    let h = engine.handle();
+    block_on(h.create_topic("counts", 2, Some(compacted()))).unwrap();
+    let out = Outputs {
+        counts: Visible::default(),
+        joined: Visible::default(),
+        upserted: Arc::default(),
+        topic: TopicSink::open(&h, "counts").unwrap().exactly_once(),
+    };
+    let checkpoints = dir.join("checkpoints");
+    let run = |shards: usize, stop_after: Option<usize>| {
+        let out = out.clone();
+        let running = Pipeline::new(PipelineConfig::with_shards(shards))
+            .checkpointing(CheckpointConfig::new(&checkpoints).interval(Duration::from_millis(15)))
+            .spawn(move |scope| restore_job(scope, seed, &out))
+            .unwrap();
+        if let Some(k) = stop_after {
+            let mut last = sluice_io::CheckpointId(0);
+            for n in 1..=k {
+                let stats = running.wait_for_checkpoint(last, Duration::from_secs(60));
+                last = stats.unwrap_or_else(|| panic!("checkpoint {n} of {k} in 60 s")).id;
+            }
+            running.stop(false);
+        }
+        let restored = running.restored_from();
+        running.join().unwrap();
+        restored
+    };
+    assert_eq!(run(2, Some(3)), None);
+    let first = out.counts.lock().unwrap().1.len();
+    assert!(run(1, Some(2)).is_some(), "the run at 1 shard restores");
+    assert!(run(2, None).is_some(), "the last run at 2 shards restores");
+
+    let (counts, _, table) = model(seed, RESTORE_N, RESTORE_PER_MS);
+    let mut want: Vec<String> = counts.iter().map(|((t, _), c)| format!("{t}|{c:?}")).collect();
+    let mut got = out.counts.lock().unwrap().1.clone();
+    assert!(first < want.len(), "the first run stopped before the end ({first} of {} changes)", want.len());
+    want.sort();
+    got.sort();
+    assert_eq!(got, want, "each change of the counts once, as in an uninterrupted run (SEED={seed})");
+
+    let span = RESTORE_N / RESTORE_PER_MS;
+    let mut want_joined: Vec<String> = join_model(seed, RESTORE_N, RESTORE_PER_MS, RESTORE_M, span)
+        .into_iter()
+        .map(|(j, (t, row))| format!("{t}|{:?}", (j, row)))
+        .collect();
+    let mut joined = out.joined.lock().unwrap().1.clone();
+    want_joined.sort();
+    joined.sort();
+    assert_eq!(joined, want_joined, "each event joined once with the row as of its time (SEED={seed})");
+
+    let mut final_counts: BTreeMap<u64, i64> = BTreeMap::new();
+    for (g, _) in table.values() {
+        *final_counts.entry(*g).or_default() += 1;
+    }
+    assert_eq!(*out.upserted.lock().unwrap(), final_counts, "the upsert sink holds the final counts");
+
+    for p in PartitionId::all(2) {
+        assert!(block_on(h.open_transactions("counts", p)).unwrap().is_empty(), "no transaction left open");
+    }
+    let mut topic: Vec<String> = read_topic(&h, "counts", Isolation::ReadCommitted)
+        .into_iter()
+        .map(|(_, k, v, t)| {
+            let v = v.map(|v| String::from_utf8(v).unwrap());
+            format!("{t}|{}|{v:?}", String::from_utf8(k).unwrap())
+        })
+        .collect();
+    let mut want_topic: Vec<String> = counts
+        .iter()
+        .map(|((t, g), c)| format!("{t}|{g}|{:?}", c.after().map(i64::to_string)))
+        .collect();
+    topic.sort();
+    want_topic.sort();
+    assert_eq!(topic, want_topic, "the compacted topic holds each change once, deletes as tombstones");
+    assert!(want_topic.iter().any(|r| r.ends_with("None")), "some group emptied (a tombstone)");
+    block_on(engine.shutdown()).unwrap();
 }

@@ -11,8 +11,8 @@
 //! State, per key, on the shard owning it: the table's versions from the one valid at the
 //! watermark on (older ones can no longer be asked for and are dropped when the watermark
 //! passes), and the events waiting for the watermark, by time. A late event (at or below
-//! the watermark when it arrives) is joined with the version that was valid at the
-//! watermark when the versions before it were dropped, not the one valid at its time.
+//! the watermark when it arrives) is joined with the versions still kept: the one valid
+//! at its time if that is kept, no row if its time is before the oldest version kept.
 
 use std::hash::Hash;
 
@@ -98,11 +98,7 @@ where
         let time = timer.time.millis();
         let versions = state.0.get();
         let valid = versions.partition_point(|(t, _)| *t <= time);
-        // A late event's time may be before the earliest version kept, which is then the
-        // one that was valid when the watermark passed: it gets that one.
-        let watermark = ctx.current_watermark().millis();
-        let late = versions.first().is_some_and(|(t, _)| *t <= watermark);
-        let row = valid.checked_sub(1).or(late.then_some(0)).and_then(|i| versions[i].1.as_ref());
+        let row = valid.checked_sub(1).and_then(|i| versions[i].1.as_ref());
         for value in state.1.remove(&time).unwrap_or_default() {
             ctx.emit((self.join)(value, row));
         }
