@@ -131,11 +131,14 @@ fn by_time_and_group(got: &[Event<Change<u64, i64>>]) -> BTreeMap<(i64, u64), Ch
 
 /// The changes of a run, as a table from `Generator` indexes `0..n`.
 fn changes_source(scope: &Scope, seed: u64, n: u64, per_ms: u64) -> Stream<Change<u64, Row>> {
-    scope.source(
-        Generator::new(scope.shard(), scope.shards(), n, move |i| Event::new(change_time(i, per_ms), change(seed, i))),
-        WatermarkStrategy::monotonous(|e: &Event<Change<u64, Row>>| e.time),
-    )
-    .map(|e| e.value)
+    scope
+        .source(
+            Generator::new(scope.shard(), scope.shards(), n, move |i| {
+                Event::new(change_time(i, per_ms), change(seed, i))
+            }),
+            WatermarkStrategy::monotonous(|e: &Event<Change<u64, Row>>| e.time),
+        )
+        .map(|e| e.value)
 }
 
 /// A general add/retract aggregate: the multiset of amounts of a group, reported as
@@ -270,8 +273,7 @@ fn changelog_temporal_join_gives_each_event_the_row_as_of_its_time() {
 
 /// An engine on `dir` whose cleaner never runs on its own (the test cleans when it wants).
 fn engine(dir: &Path) -> Engine {
-    let config =
-        EngineConfig { shards: Some(2), retention_check: Duration::from_secs(3600), ..EngineConfig::new(dir) };
+    let config = EngineConfig { shards: Some(2), retention_check: Duration::from_secs(3600), ..EngineConfig::new(dir) };
     block_on(Engine::open(config)).unwrap()
 }
 
@@ -279,9 +281,12 @@ fn compacted() -> TopicConfig {
     TopicConfig { segment_bytes: 4096, cleanup: CleanupPolicy::Compact, ..TopicConfig::default() }
 }
 
+/// A record read back: (partition, key, value or `None` for a tombstone, time).
+type Read = (u32, Vec<u8>, Option<Vec<u8>>, i64);
+
 /// Every record of `topic` read to its end with `isolation`, per partition in offset
 /// order: (partition, key, value or `None` for a tombstone, time).
-fn read_topic(h: &EngineHandle, topic: &str, isolation: Isolation) -> Vec<(u32, Vec<u8>, Option<Vec<u8>>, i64)> {
+fn read_topic(h: &EngineHandle, topic: &str, isolation: Isolation) -> Vec<Read> {
     let mut out = Vec::new();
     for polled in block_on(h.read_to_end(topic, isolation)).unwrap() {
         for r in polled.batches.records() {
@@ -295,7 +300,7 @@ fn read_topic(h: &EngineHandle, topic: &str, isolation: Isolation) -> Vec<(u32, 
 }
 
 /// The latest value per key of records in each key's order: a tombstone removes the key.
-fn latest(records: &[(u32, Vec<u8>, Option<Vec<u8>>, i64)]) -> BTreeMap<Vec<u8>, Vec<u8>> {
+fn latest(records: &[Read]) -> BTreeMap<Vec<u8>, Vec<u8>> {
     let mut table = BTreeMap::new();
     for (_, key, value, _) in records {
         match value {
@@ -521,10 +526,8 @@ fn changelog_tables_restore_at_another_shard_count_with_output_equal_to_an_unint
             format!("{t}|{}|{v:?}", String::from_utf8(k).unwrap())
         })
         .collect();
-    let mut want_topic: Vec<String> = counts
-        .iter()
-        .map(|((t, g), c)| format!("{t}|{g}|{:?}", c.after().map(i64::to_string)))
-        .collect();
+    let mut want_topic: Vec<String> =
+        counts.iter().map(|((t, g), c)| format!("{t}|{g}|{:?}", c.after().map(i64::to_string))).collect();
     topic.sort();
     want_topic.sort();
     assert_eq!(topic, want_topic, "the compacted topic holds each change once, deletes as tombstones");

@@ -179,7 +179,13 @@ where
         ctx.register_event_time_timer(event.time);
     }
 
-    fn on_timer(&mut self, group: &G, timer: Timer, state: &mut Self::State, ctx: &mut ProcessContext<'_, G, Self::Out>) {
+    fn on_timer(
+        &mut self,
+        group: &G,
+        timer: Timer,
+        state: &mut Self::State,
+        ctx: &mut ProcessContext<'_, G, Self::Out>,
+    ) {
         let Some(contributions) = state.2.remove(&timer.time.millis()) else { return };
         let (mut rows, mut acc) = state.0.take().unwrap_or_default();
         for (add, row) in &contributions {

@@ -4,13 +4,13 @@
 use std::hash::Hash;
 
 use super::{Change, ChangeOp};
+use crate::dataflow::UserError;
 use crate::dataflow::{
     Event, KeyedProcessFunction, ProcessContext, Stream, ValueState,
     checkpoint::Data,
     topic::TopicSink,
     twophase::{TwoPhaseCommitSink, Upsert},
 };
-use crate::dataflow::UserError;
 use crate::record::OwnedRecord;
 
 /// A keyed table: the latest row of every key, held on the shard that owns the key (keyed
@@ -38,7 +38,9 @@ impl<K: Clone + 'static, V: Clone + 'static> Clone for Table<K, V> {
 /// The process function that keeps a key's row and normalizes its changes.
 struct Materialize;
 
-impl<K: Hash + Eq + Clone + 'static, V: Clone + PartialEq + 'static> KeyedProcessFunction<K, Change<K, V>> for Materialize {
+impl<K: Hash + Eq + Clone + 'static, V: Clone + PartialEq + 'static> KeyedProcessFunction<K, Change<K, V>>
+    for Materialize
+{
     type State = ValueState<V>;
     type Out = Change<K, V>;
 
