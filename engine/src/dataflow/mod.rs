@@ -56,7 +56,7 @@ mod twophase;
 mod watermark;
 pub mod window;
 
-pub use changelog::{Change, ChangeOp, RowKind, Table};
+pub use changelog::{Change, ChangeError, ChangeOp, RowKind, Table};
 pub use checkpoint::{Barrier, CheckpointConfig, CheckpointMode, CheckpointStats, Data, Savepoint};
 pub use event::Event;
 pub use exchange::{key_group, shard_of_group};

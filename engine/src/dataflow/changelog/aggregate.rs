@@ -187,16 +187,7 @@ where
         ctx: &mut ProcessContext<'_, G, Self::Out>,
     ) {
         let Some(contributions) = state.2.remove(&timer.time.millis()) else { return };
-        let (mut rows, mut acc) = state.0.take().unwrap_or_default();
-        for (add, row) in &contributions {
-            if *add {
-                rows += 1;
-                self.aggregate.add(&mut acc, row);
-            } else {
-                rows -= 1;
-                self.aggregate.retract(&mut acc, row);
-            }
-        }
+        let (rows, acc) = apply(&self.aggregate, state.0.take().unwrap_or_default(), &contributions);
         // A count below zero only when a row's retraction carries an earlier time than its
         // addition (an input whose times go back): the group holds nothing until it does.
         let now = (rows > 0).then(|| self.aggregate.result(&acc));
@@ -219,5 +210,48 @@ where
             }
             ctx.emit_at(timer.time, change);
         }
+    }
+}
+
+/// Applies one time's contributions to a group's row count and accumulator.
+fn apply<V, A: RetractingAggregate<V>>(
+    aggregate: &A,
+    (mut rows, mut acc): (i64, A::Acc),
+    contributions: &[(bool, V)],
+) -> (i64, A::Acc) {
+    for (add, row) in contributions {
+        if *add {
+            rows += 1;
+            aggregate.add(&mut acc, row);
+        } else {
+            rows -= 1;
+            aggregate.retract(&mut acc, row);
+        }
+    }
+    (rows, acc)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contributions_add_and_retract_in_any_order() {
+        let sum = SumBy(|v: &i64| *v);
+        let (rows, acc) = apply(&sum, (0, 0), &[(true, 5), (true, 7), (false, 5)]);
+        assert_eq!((rows, acc), (1, 7));
+        // Retractions first (another shard's contributions came first): same result.
+        assert_eq!(apply(&sum, (0, 0), &[(false, 5), (true, 5), (true, 7)]), (1, 7));
+        // A retraction stamped before its addition leaves the group below zero until then.
+        let (rows, acc) = apply(&CountRows, (0, 0), &[(false, 3i64)]);
+        assert_eq!((rows, acc), (-1, -1));
+        assert_eq!(apply(&CountRows, (rows, acc), &[(true, 3i64)]), (0, 0));
+    }
+
+    #[test]
+    fn a_sum_wraps_instead_of_overflowing() {
+        let sum = SumBy(|v: &i64| *v);
+        let (_, acc) = apply(&sum, (0, 0), &[(true, i64::MAX), (true, 1)]);
+        assert_eq!(apply(&sum, (2, acc), &[(false, 1)]).1, i64::MAX);
     }
 }

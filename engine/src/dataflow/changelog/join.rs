@@ -83,11 +83,8 @@ where
         match event.value {
             Side::Event(value) => state.1.entry(time).or_default().push(value),
             Side::Change(change) => {
-                // After every version at or before its time: of two changes at one time,
-                // the later one is the row as of that time.
                 let mut versions = state.0.take();
-                let at = versions.partition_point(|(t, _)| *t <= time);
-                versions.insert(at, (time, change.after().cloned()));
+                add_version(&mut versions, time, change.after().cloned());
                 state.0.update(versions);
             }
         }
@@ -96,22 +93,38 @@ where
 
     fn on_timer(&mut self, _: &K, timer: Timer, state: &mut Self::State, ctx: &mut ProcessContext<'_, K, O>) {
         let time = timer.time.millis();
-        let versions = state.0.get();
-        let valid = versions.partition_point(|(t, _)| *t <= time);
-        let row = valid.checked_sub(1).and_then(|i| versions[i].1.as_ref());
+        let row = row_at(state.0.get(), time);
         for value in state.1.remove(&time).unwrap_or_default() {
             ctx.emit((self.join)(value, row));
         }
-        // The watermark has reached `time`: versions before the one valid at it are dead,
-        // and so is that one if it says "deleted" and nothing follows it.
-        if valid > 0 {
-            let mut versions = state.0.take();
-            versions.drain(..valid - 1);
-            if versions.len() == 1 && versions[0].1.is_none() {
-                versions.clear();
-            }
-            state.0.update(versions);
-        }
+        let mut versions = state.0.take();
+        prune(&mut versions, time);
+        state.0.update(versions);
+    }
+}
+
+/// Adds the version of a change at `time` after every version at or before that time: of
+/// two changes at one time, the later one is the row as of that time.
+fn add_version<V>(versions: &mut Vec<(i64, Option<V>)>, time: i64, row: Option<V>) {
+    let at = versions.partition_point(|(t, _)| *t <= time);
+    versions.insert(at, (time, row));
+}
+
+/// The row as of `time`: the last version at or before it, unless that is a deletion.
+fn row_at<V>(versions: &[(i64, Option<V>)], time: i64) -> Option<&V> {
+    let valid = versions.partition_point(|(t, _)| *t <= time);
+    valid.checked_sub(1).and_then(|i| versions[i].1.as_ref())
+}
+
+/// The watermark has reached `time`: the versions before the one valid at it can no
+/// longer be asked for, nor can that one if it is a deletion with nothing after it.
+fn prune<V>(versions: &mut Vec<(i64, Option<V>)>, time: i64) {
+    let valid = versions.partition_point(|(t, _)| *t <= time);
+    if valid > 1 {
+        versions.drain(..valid - 1);
+    }
+    if valid > 0 && versions.len() == 1 && versions[0].1.is_none() {
+        versions.clear();
     }
 }
 
@@ -145,5 +158,36 @@ impl<T: Send + Data> Stream<T> {
                 Side::Change(change) => change.key.clone(),
             })
             .process(TemporalJoin { join })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_answer_as_of_a_time_and_prune_to_the_one_valid_at_the_watermark() {
+        let mut v: Vec<(i64, Option<char>)> = Vec::new();
+        add_version(&mut v, 10, None);
+        add_version(&mut v, 5, Some('a'));
+        add_version(&mut v, 15, Some('b'));
+        add_version(&mut v, 15, Some('c'));
+        assert_eq!(v, vec![(5, Some('a')), (10, None), (15, Some('b')), (15, Some('c'))]);
+        assert_eq!(row_at(&v, 4), None, "before the first version");
+        assert_eq!(row_at(&v, 5), Some(&'a'), "a change at the event's time counts");
+        assert_eq!(row_at(&v, 12), None, "deleted");
+        assert_eq!(row_at(&v, 15), Some(&'c'), "the later of two changes at one time");
+        prune(&mut v, 9);
+        assert_eq!(v.len(), 4, "the version valid at 9 is the first");
+        prune(&mut v, 12);
+        assert_eq!(v, vec![(10, None), (15, Some('b')), (15, Some('c'))]);
+        assert_eq!(row_at(&v, 12), None);
+        prune(&mut v, 20);
+        assert_eq!(v, vec![(15, Some('c'))]);
+        add_version(&mut v, 30, None);
+        prune(&mut v, 29);
+        assert_eq!(v.len(), 2);
+        prune(&mut v, 30);
+        assert!(v.is_empty(), "a key deleted as of the watermark holds nothing");
     }
 }

@@ -8,7 +8,7 @@
 //! key, either absent). A Debezium event maps onto it field for field: `op` `c` and `r` are
 //! [`ChangeOp::Insert`] of `after`, `u` is [`ChangeOp::Update`] of `before` (absent unless
 //! the table's replica identity is full) and `after`, `d` is [`ChangeOp::Delete`] of
-//! `before`. A record of a compacted topic is an upsert ([`Change::upsert`]): its value
+//! `before` ([`Change::from_debezium`]). A record of a compacted topic is an upsert ([`Change::upsert`]): its value
 //! replaces the key's, and a null value (a tombstone) deletes it.
 //!
 //! What each operator keeps, and where: every one is a keyed process function
@@ -32,6 +32,52 @@
 //!   uninterrupted one's). The price: results wait for the watermark.
 //! - [`Stream::temporal_join`]: each event is joined, once the watermark passes its time,
 //!   with the table's row *as of the event's time* (Flink's event-time temporal join).
+//!
+//! ```
+//! use std::collections::BTreeMap;
+//! use std::sync::{Arc, Mutex};
+//! use sluice_engine::dataflow::changelog::Change;
+//! use sluice_engine::dataflow::{Generator, Pipeline, PipelineConfig, WatermarkStrategy};
+//! use sluice_io::EventTime;
+//!
+//! // Users (key) and their country (row); user 1 moves from "fr" to "de", user 2 leaves.
+//! let log = [
+//!     Change::insert(1u64, "fr".to_string()),
+//!     Change::insert(2, "fr".to_string()),
+//!     Change::insert(3, "de".to_string()),
+//!     Change::update(1, None, "de".to_string()),
+//!     Change::delete(2, None),
+//! ];
+//! let per_country = Arc::new(Mutex::new(BTreeMap::new()));
+//! let sink = per_country.clone();
+//! Pipeline::new(PipelineConfig::with_shards(2))
+//!     .run(move |scope| {
+//!         let log = log.clone();
+//!         // One split holds every change (`Generator` splits by index residue), so each
+//!         // user's changes stay in order.
+//!         let count = if scope.shard() == 0 { log.len() as u64 } else { 0 };
+//!         let users = scope
+//!             .source(
+//!                 Generator::new(0, 1, count, move |i| (i, log[i as usize].clone())),
+//!                 WatermarkStrategy::monotonous(|(i, _): &(u64, Change<u64, String>)| {
+//!                     EventTime::from_millis(*i as i64)
+//!                 }),
+//!             )
+//!             .map(|(_, change)| change)
+//!             .into_table();
+//!         let sink = sink.clone();
+//!         users.group_by(|_, country: &String| country.clone()).count().to_upsert_sink(move |country, n| {
+//!             let mut counts = sink.lock().unwrap();
+//!             match n {
+//!                 Some(n) => counts.insert(country, n),
+//!                 None => counts.remove(&country),
+//!             };
+//!             Ok(())
+//!         });
+//!     })
+//!     .unwrap();
+//! assert_eq!(*per_country.lock().unwrap(), BTreeMap::from([("de".to_string(), 2)]));
+//! ```
 
 mod aggregate;
 mod join;
@@ -182,6 +228,52 @@ impl<K, V> Change<K, V> {
     }
 }
 
+/// Why a change could not be made of a producer's event.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ChangeError {
+    /// The `op` is none of Debezium's (`c`, `r`, `u`, `d`; `t`, a truncate, has no key
+    /// and is not a change of one row).
+    #[error("a change event's op {0:?} is not one of c, r, u, d")]
+    UnknownOp(String),
+    /// An insert, snapshot read or update without its `after` row.
+    #[error("a change event with op {0:?} has no after row")]
+    MissingAfter(char),
+}
+
+impl<K, V> Change<K, V> {
+    /// The change a Debezium event stands for, from its key, `op` and `before`/`after`
+    /// rows (decoded by the caller): `c` and `r` insert `after`, `u` updates `before`
+    /// (often absent) to `after`, `d` deletes `before`.
+    ///
+    /// # Errors
+    ///
+    /// [`ChangeError::UnknownOp`] for any other `op`; [`ChangeError::MissingAfter`] for a
+    /// `c`, `r` or `u` without `after`.
+    pub fn from_debezium(key: K, op: &str, before: Option<V>, after: Option<V>) -> Result<Self, ChangeError> {
+        let op_char = match op {
+            "c" | "r" | "u" | "d" => op.chars().next().expect("one character"),
+            other => return Err(ChangeError::UnknownOp(other.to_owned())),
+        };
+        match (op_char, after) {
+            ('d', _) => Ok(Change::delete(key, before)),
+            ('u', Some(after)) => Ok(Change::update(key, before, after)),
+            (_, Some(after)) => Ok(Change::insert(key, after)),
+            (c, None) => Err(ChangeError::MissingAfter(c)),
+        }
+    }
+
+    /// Debezium's `op` for this change: `c`, `u` or `d`.
+    #[must_use]
+    pub fn debezium_op(&self) -> &'static str {
+        match self.op {
+            ChangeOp::Insert(_) => "c",
+            ChangeOp::Update { .. } => "u",
+            ChangeOp::Delete { .. } => "d",
+        }
+    }
+}
+
 impl Change<Vec<u8>, Vec<u8>> {
     /// The change a record of a compacted topic stands for: an upsert of its value, or a
     /// delete for a null value (a tombstone; an empty value is a value). `None` for a
@@ -247,6 +339,23 @@ mod tests {
         bad.push(9);
         let err = Change::<u64, String>::decode(&mut &bad[..]).unwrap_err();
         assert!(err.0.contains("9 is not a change's tag"), "{err:?}");
+    }
+
+    #[test]
+    fn debezium_ops_map_onto_changes_and_bad_ones_are_errors() {
+        assert_eq!(Change::from_debezium(1u8, "c", None, Some(2u8)), Ok(Change::insert(1, 2)));
+        assert_eq!(Change::from_debezium(1u8, "r", None, Some(2u8)), Ok(Change::insert(1, 2)));
+        assert_eq!(Change::from_debezium(1u8, "u", None, Some(3u8)), Ok(Change::update(1, None, 3)));
+        assert_eq!(Change::from_debezium(1u8, "u", Some(2), Some(3u8)), Ok(Change::update(1, Some(2), 3)));
+        assert_eq!(Change::from_debezium(1u8, "d", Some(3u8), None), Ok(Change::delete(1, Some(3))));
+        assert_eq!(Change::from_debezium(1u8, "t", None, None::<u8>), Err(ChangeError::UnknownOp("t".into())));
+        assert_eq!(Change::from_debezium(1u8, "", None, None::<u8>), Err(ChangeError::UnknownOp(String::new())));
+        assert_eq!(Change::from_debezium(1u8, "u", Some(2u8), None), Err(ChangeError::MissingAfter('u')));
+        let ops: Vec<_> = [Change::insert(1u8, 1u8), Change::update(1, None, 2), Change::delete(1, None)]
+            .iter()
+            .map(Change::debezium_op)
+            .collect();
+        assert_eq!(ops, ["c", "u", "d"]);
     }
 
     #[test]
