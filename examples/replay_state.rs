@@ -49,7 +49,7 @@ fn run_service(handle: &EngineHandle) -> Result<BTreeMap<String, i64>, Box<dyn s
         rng = rng.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
         let account = format!("acct-{:02}", (rng >> 33) % ACCOUNTS);
         let time = Timestamp(start + i as i64);
-        let record = if (rng >> 20) % 12 == 0 {
+        let record = if (rng >> 20).is_multiple_of(12) {
             state.remove(&account);
             OwnedRecord::tombstone(account.clone(), time)
         } else {
