@@ -6,10 +6,8 @@ use std::hash::Hash;
 use super::{Change, ChangeOp};
 use crate::dataflow::UserError;
 use crate::dataflow::{
-    Event, KeyedProcessFunction, ProcessContext, Stream, ValueState,
-    checkpoint::Data,
-    topic::TopicSink,
-    twophase::{TwoPhaseCommitSink, Upsert},
+    Event, KeyedProcessFunction, ProcessContext, Stream, ValueState, checkpoint::Data, topic::TopicSink,
+    twophase::Upsert,
 };
 use crate::record::OwnedRecord;
 
@@ -145,11 +143,5 @@ where
             event_time: time,
             headers: Vec::new(),
         });
-    }
-
-    /// Writes the table's changes through any two-phase-commit sink (a Debezium-style
-    /// change topic writer, for one).
-    pub fn to_two_phase_commit<S: TwoPhaseCommitSink<Change<K, V>>>(&self, sink: S) {
-        self.changes.clone().to_two_phase_commit(sink);
     }
 }
