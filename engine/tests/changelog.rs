@@ -496,6 +496,8 @@ fn restore_case(name: &str, mode: CheckpointMode) {
             running.stop(false);
         }
         let restored = running.restored_from();
+        let inflight: u64 = running.checkpoints().iter().map(|c| c.inflight_records).sum();
+        println!("{shards} shards, {mode:?}: restored from {restored:?}, {inflight} in-flight records stored");
         running.join().unwrap();
         restored
     };
