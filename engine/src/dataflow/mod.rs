@@ -36,6 +36,7 @@
 //! assert_eq!(*total.lock().unwrap(), (0..1000).filter(|i| i % 2 == 0).sum::<u64>());
 //! ```
 
+pub mod changelog;
 pub mod checkpoint;
 mod driver;
 mod event;
@@ -55,6 +56,7 @@ mod twophase;
 mod watermark;
 pub mod window;
 
+pub use changelog::{Change, ChangeError, ChangeOp, RowKind, Table};
 pub use checkpoint::{Barrier, CheckpointConfig, CheckpointMode, CheckpointStats, Data, Savepoint};
 pub use event::Event;
 pub use exchange::{key_group, shard_of_group};
