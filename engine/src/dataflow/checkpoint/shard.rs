@@ -339,6 +339,15 @@ impl StateHandle {
         })
     }
 
+    /// The highest watermark any shard's part of the restored checkpoint had for this
+    /// operator (`None` when nothing is restored).
+    pub(crate) fn restored_watermark_max(&self) -> Option<EventTime> {
+        let shard = self.shard.borrow();
+        let restored = shard.coordinator.restored.as_ref()?;
+        let op = restored.operators.get(&shard.key_of(self.id))?;
+        Some(EventTime::from_millis(op.watermark_max))
+    }
+
     /// Like [`StateHandle::restore`], for operators whose entries are not one typed pair:
     /// `each` reads one entry from the front of its input, and is told the entry's key
     /// group.
