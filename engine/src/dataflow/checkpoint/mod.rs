@@ -71,6 +71,8 @@ use rkyv::util::AlignedVec;
 use sluice_io::CheckpointId;
 
 pub use crate::error::CheckpointError;
+#[cfg(test)]
+pub(crate) use codec::read_entries_raw;
 pub use codec::{Data, EntryWriter, StateError, read_entries, take};
 pub(crate) use coordinator::{CheckpointCoordinator, open_store, run_coordinator};
 pub(crate) use identity::{OperatorKey, StateTypes};

@@ -271,6 +271,19 @@ impl GroupWriter {
     }
 }
 
+#[cfg(test)]
+impl GroupWriter {
+    /// A writer outside any checkpoint, for operators' unit tests.
+    pub(crate) fn for_tests(key_groups: u32) -> GroupWriter {
+        GroupWriter { key_groups, groups: BTreeMap::new() }
+    }
+
+    /// Each group's entry list, in group order.
+    pub(crate) fn finish_all(self) -> Vec<Vec<u8>> {
+        self.groups.into_values().map(EntryWriter::finish).collect()
+    }
+}
+
 impl StateHandle {
     /// Registers a stateful operator whose state is `types` with the shard's
     /// checkpointing.
