@@ -150,3 +150,33 @@ fn the_latency_mode_plots_both_runs_and_writes_an_interval_log() {
     assert!(std::fs::read_to_string(&hlog).unwrap().contains("#[StartTime:"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn the_join_job_checkpoints_its_buffered_records_and_reports_every_pair() {
+    // 20 000 events/s for 1.2 s over 500 keys: 40 events per key per window, 20 a side,
+    // so 400 pairs per key per full window. The run fails unless every pair is right and
+    // they add up to the job's.
+    let line = ["--job", "join", "--rate", "20000", "--seconds", "1.2", "--keys", "500", "--shards", "2"];
+    let report = checkpoint::run(&args(&[&line[..], &["--interval-ms", "100"]].concat())).expect("join job");
+    assert!(report.checkpoints > 0, "{report:?}");
+    // The join's state is its buffered records, one entry per key and open window (at
+    // most two are open); a delta adds a tombstone per key of the window that fired since
+    // the last checkpoint (at most one in 100 ms).
+    assert!(report.keys_per_checkpoint.max > 0 && report.keys_per_checkpoint.max <= 3 * 500, "{report:?}");
+    let (with, without) = (report.latency_us.expect("latency"), report.baseline_latency_us.expect("baseline"));
+    // Window 0 holds 20 000 events (40 a key), window 1 the last 4 000 (8 a key): 500 keys
+    // times 20 * 20 and 4 * 4 pairs.
+    assert_eq!((with.count, without.count), (500 * (400 + 16), 500 * (400 + 16)));
+    let arrivals = report.arrival_latency_us.expect("arrivals");
+    assert_eq!(arrivals.count, 24_000, "one arrival per event");
+    assert!(report.machine_wake_latency_us.is_some_and(|w| w.count > 0), "{report:?}");
+    let json = serde_json::to_value(&report).expect("serialize");
+    assert_eq!((json["job"].as_str(), json["workload"].as_str()), (Some("join"), Some("checkpoint")));
+    for field in ["p999_ratio", "arrival_p999_ratio", "machine_wake_latency_us", "checkpoint_duration_ms"] {
+        assert!(!json[field].is_null(), "missing {field}: {json}");
+    }
+    let table = report.table().to_string();
+    assert!(table.contains("window join of two keyed streams") && table.contains("1 ms sleep late by"), "{table}");
+    let refused = checkpoint::run(&args(&["--job", "join", "--state-keys", "100"])).expect_err("join in state mode");
+    assert!(refused.to_string().contains("takes no --job join"), "{refused}");
+}

@@ -62,6 +62,10 @@ pub enum EngineError {
     /// differently on different shards).
     #[error("pipeline failed: {0}")]
     Pipeline(String),
+    /// A keyed process function's state has a time to live that cannot apply; the
+    /// pipeline does not start.
+    #[error("state TTL: {0}")]
+    StateTtl(#[from] TtlError),
     /// A pipeline's checkpoints could not be opened or restored; it does not start.
     #[error("checkpoints: {0}")]
     Checkpoint(#[from] CheckpointError),
@@ -416,4 +420,26 @@ pub enum CheckpointError {
         /// Why.
         reason: String,
     },
+}
+
+/// A TTL setting that cannot apply; the pipeline refuses to start with it
+/// ([`EngineError::StateTtl`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TtlError {
+    /// A TTL of less than a millisecond, zero included.
+    #[error("state TTL of {ttl:?} is below the clocks' 1 ms resolution: every value would be expired when written")]
+    BelowResolution {
+        /// The TTL given.
+        ttl: std::time::Duration,
+    },
+    /// A TTL longer than the clocks can count (`i64` milliseconds).
+    #[error("state TTL of {ttl:?} is longer than the clocks' range of i64 milliseconds")]
+    TooLong {
+        /// The TTL given.
+        ttl: std::time::Duration,
+    },
+    /// A sweep of zero keys.
+    #[error("state TTL with sweep_keys 0: keys no record touches again would never be freed")]
+    NoSweep,
 }

@@ -1,6 +1,7 @@
 //! Crash equivalence: a child process runs the checkpointed job (tumbling windows, sliding
-//! and session windows with a custom aggregate, and a keyed process function with timers,
-//! from a bounded topic into an exactly-once topic sink); the parent kills it with SIGKILL
+//! and session windows with a custom aggregate, a keyed process function with timers, a
+//! window join and an interval join, and a session window whose late records update
+//! sessions that fired, from bounded topics into an exactly-once topic sink); the parent kills it with SIGKILL
 //! at random moments, restarts it each time, and finally reads the output topic
 //! `read_committed`: it must equal the reference output exactly, no duplicate and no loss.
 //!

@@ -16,6 +16,14 @@
 //! records every event's *arrival* latency, from its scheduled send time to being counted
 //! into its window, which sees a checkpoint's stall whenever it happens.
 //!
+//! `--job join` (module `join`) runs the same schedule through a window join instead
+//! of the count: each key's events alternate between a left and a right stream, joined in
+//! the same one-second tumbling windows, so the checkpoints hold the join's buffered
+//! records; result latency is per emitted pair, arrival latency is taken after the
+//! exchange. Every latency round runs a wake-up probe beside it (`--no-wake-probe` leaves
+//! it out): the report's `machine_wake_latency_us` is how late a 1 ms sleep woke meanwhile,
+//! the machine's own floor under the figures.
+//!
 //! **State mode** (`--state-keys N`, module `state`): N keys of window state, one record each in
 //! one long window; the first checkpoint holding all of them is timed, then
 //! `--changed-percent` of the keys get a second record and the next checkpoint is timed;
@@ -33,6 +41,7 @@
 //!
 //! [`RunningPipeline::checkpoints`]: sluice_engine::dataflow::RunningPipeline::checkpoints
 
+mod join;
 mod latency;
 mod state;
 
@@ -86,6 +95,14 @@ pub struct CheckpointArgs {
     /// How far the watermark trails the largest event time seen, in milliseconds
     #[arg(long, default_value_t = 10, value_name = "MS")]
     pub out_of_orderness_ms: u64,
+    /// The job: `count` (windowed keyed count) or `join` (window join of two keyed streams,
+    /// each key's events alternating between them)
+    #[arg(long, default_value = "count", value_name = "JOB", value_parser = parse_job)]
+    pub job: JobKind,
+    /// Latency mode: run no wake-up probe beside the rounds (a thread that sleeps 1 ms at a
+    /// time and records how late it woke)
+    #[arg(long)]
+    pub no_wake_probe: bool,
     /// Records per batch (the pipeline's `batch_records`)
     #[arg(long, default_value_t = PipelineConfig::DEFAULT_BATCH_RECORDS, value_name = "N",
           value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
@@ -143,6 +160,26 @@ impl From<Mode> for CheckpointMode {
             Mode::Aligned => CheckpointMode::Aligned,
             Mode::Unaligned => CheckpointMode::Unaligned,
         }
+    }
+}
+
+/// The job the latency mode runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobKind {
+    /// `key_by -> window(tumbling 1 s) -> count`.
+    Count,
+    /// Two keyed streams (each key's events alternating between them) window-joined in
+    /// tumbling 1 s windows.
+    Join,
+}
+
+/// `--job`: `count` or `join`.
+fn parse_job(s: &str) -> Result<JobKind, String> {
+    match s {
+        "count" => Ok(JobKind::Count),
+        "join" => Ok(JobKind::Join),
+        other => Err(format!("unknown job `{other}`: expected `count` or `join`")),
     }
 }
 
@@ -247,6 +284,8 @@ pub struct CheckpointReport {
     pub workload: &'static str,
     /// `--mode`.
     pub mode: Mode,
+    /// `--job`: `"count"` or `"join"`.
+    pub job: JobKind,
     /// `--shards`.
     pub shards: usize,
     /// `--seed`, `--duration` and `--warmup` as used.
@@ -308,6 +347,10 @@ pub struct CheckpointReport {
     pub inflight_records_per_checkpoint: CountSummary,
     /// Every checkpoint, in order.
     pub checkpoint_list: Vec<CheckpointFigures>,
+    /// How late a 1 ms sleep woke while the latency rounds ran (the wake-up probe),
+    /// microseconds: the machine's own stalls. None with `--no-wake-probe`, in the state
+    /// mode and with `--find-max-rate`.
+    pub machine_wake_latency_us: Option<LatencySummary>,
     /// The state mode's figures.
     pub state: Option<StateReport>,
     /// `--find-max-rate`: the bound, every step, and the highest rate within it.
@@ -353,6 +396,7 @@ fn state_mode(
     mut report: CheckpointReport,
 ) -> anyhow::Result<CheckpointReport> {
     let opts = &args.run;
+    ensure!(args.job == JobKind::Count, "the state mode (--state-keys) measures window state: it takes no --job join");
     ensure!(
         opts.rate.is_none()
             && opts.duration.is_none()
@@ -390,6 +434,7 @@ impl CheckpointReport {
         CheckpointReport {
             workload: "checkpoint",
             mode: args.mode,
+            job: args.job,
             shards: args.shards(),
             run: opts.info(None),
             keys: args.keys,
@@ -417,6 +462,7 @@ impl CheckpointReport {
             keys_per_checkpoint: CountSummary::default(),
             inflight_records_per_checkpoint: CountSummary::default(),
             checkpoint_list: Vec::new(),
+            machine_wake_latency_us: None,
             state: None,
             search: RateSearch::default(),
         }
@@ -457,8 +503,12 @@ impl CheckpointReport {
                  {mode}, incremental snapshots"
             )),
             (None, rate) => Table::titled(format!(
-                "checkpoint: windowed keyed count, {shards} shards, {keys} keys, {} events/s offered, \
+                "checkpoint: {}, {shards} shards, {keys} keys, {} events/s offered, \
                  1 s tumbling windows; {mode} checkpoints every {interval_ms} ms vs none, {} round(s), {}",
+                match self.job {
+                    JobKind::Count => "windowed keyed count",
+                    JobKind::Join => "window join of two keyed streams",
+                },
                 rate.unwrap_or(0),
                 self.rounds,
                 self.run.describe()
@@ -486,6 +536,9 @@ impl CheckpointReport {
         }
         if let (Some(a), Some(b)) = (self.events_per_sec, self.baseline_events_per_sec) {
             table.row("achieved (with / without)", format!("{a:.0} / {b:.0}"), "events/s");
+        }
+        if let Some(wake) = &self.machine_wake_latency_us {
+            table.latency_rows(crate::harness::WAKE_ROWS, wake);
         }
         if let Some(load) = self.load_average {
             table.row("load average at start", format!("{load:.2}"), "(1 min; noisy above the CPU count)");
@@ -541,5 +594,7 @@ mod tests {
         assert_eq!(CheckpointMode::from(Mode::Unaligned), CheckpointMode::Unaligned);
         assert_eq!(CheckpointMode::from(Mode::Aligned), CheckpointMode::Aligned);
         assert!(parse_mode("Aligned").unwrap_err().contains("expected `aligned` or `unaligned`"));
+        assert_eq!((parse_job("count"), parse_job("join")), (Ok(JobKind::Count), Ok(JobKind::Join)));
+        assert!(parse_job("joins").unwrap_err().contains("expected `count` or `join`"));
     }
 }

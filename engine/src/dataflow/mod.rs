@@ -64,6 +64,9 @@ pub use metrics::Metrics;
 pub use operator::{Operator, Output, Port, Progress};
 pub use pipeline::{Pipeline, PipelineConfig, RunningPipeline};
 pub use process::{
+    DEFAULT_SWEEP_KEYS, TtlClock, TtlConfig, TtlError, TtlListState, TtlMapState, TtlPolicy, TtlUpdate, TtlValueState,
+};
+pub use process::{
     KeyedProcessFunction, KeyedState, ListState, MapState, ProcessContext, TimeDomain, Timer, ValueState,
 };
 pub use scope::Scope;

@@ -174,7 +174,8 @@ impl Pipeline {
     /// cannot be opened or read, or the graph is refused once every shard has built it
     /// (no shard has started then): a uid given twice, state of an operator the job lacks,
     /// a changed key or state type, state that does not decode, or an operator or source
-    /// that cannot be checkpointed (see [`CheckpointError`]).
+    /// that cannot be checkpointed (see [`CheckpointError`]). [`EngineError::StateTtl`] for a
+    /// keyed process state's time to live that cannot apply.
     pub fn spawn<F>(&self, build: F) -> Result<RunningPipeline>
     where
         F: Fn(&Scope) + Send + Sync + 'static,
@@ -256,7 +257,7 @@ impl Pipeline {
                 coordinator.stop();
                 let _ = thread.join();
             }
-            return Err(EngineError::Checkpoint(e));
+            return Err(e);
         }
         Ok(RunningPipeline { threads, stop, shared, coordinator })
     }
@@ -282,7 +283,7 @@ struct ShardStart {
     gate: Arc<BuildGate>,
     /// Where the shard reports its build: `None` when it built (or panicked: `join`
     /// reports that), the error when its restore was refused.
-    outcomes: std::sync::mpsc::Sender<Option<CheckpointError>>,
+    outcomes: std::sync::mpsc::Sender<Option<EngineError>>,
 }
 
 /// Holds every shard after its build until all have built, so that no shard starts
@@ -342,10 +343,12 @@ where
         let scope = Scope::new(shard, config, shared, checkpoint);
         build(&scope);
         let unsupported = scope.checkpoint().map(|c| c.borrow().unsupported.clone()).unwrap_or_default();
-        let restored = if unsupported.is_empty() {
-            scope.finish_build(ctx.allow_non_restored)
+        let restored = if let Some(refused) = scope.take_refusal() {
+            Err(refused)
+        } else if unsupported.is_empty() {
+            scope.finish_build(ctx.allow_non_restored).map_err(EngineError::Checkpoint)
         } else {
-            Err(CheckpointError::NotCheckpointable { what: unsupported.join(", ") })
+            Err(EngineError::Checkpoint(CheckpointError::NotCheckpointable { what: unsupported.join(", ") }))
         };
         (scope, restored)
     }));

@@ -120,6 +120,9 @@ pub(crate) struct ScopeState {
     /// The stateful operator registered last (its build position), not yet claimed by the
     /// stream of its output.
     last_state: Option<u32>,
+    /// The first setting an operator refused while the graph was built (a state TTL that
+    /// cannot apply): the pipeline does not start.
+    refused: Option<crate::EngineError>,
 }
 
 /// One shard's handle on the pipeline being built. Cheap to clone; not `Send`: it lives on
@@ -162,6 +165,7 @@ impl Scope {
                 uids: std::collections::HashSet::new(),
                 duplicate_uid: None,
                 last_state: None,
+                refused: None,
             })),
         }
     }
@@ -251,6 +255,17 @@ impl Scope {
         let restored = inputs.iter_mut().try_for_each(|input| input.restore());
         self.state.borrow_mut().inputs = inputs;
         restored
+    }
+
+    /// Records a setting an operator cannot apply: `spawn` returns the first such error and
+    /// the pipeline does not start.
+    pub(crate) fn refuse(&self, error: crate::EngineError) {
+        self.state.borrow_mut().refused.get_or_insert(error);
+    }
+
+    /// The first refusal recorded, if any.
+    pub(crate) fn take_refusal(&self) -> Option<crate::EngineError> {
+        self.state.borrow_mut().refused.take()
     }
 
     /// Records that an operator whose state is not checkpointed was built: a pipeline

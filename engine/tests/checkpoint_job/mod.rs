@@ -2,7 +2,10 @@
 //! output: a topic of keyed numbers through a tumbling window count, sliding (2 s every
 //! 500 ms) and session windows with a custom aggregate (count, sum, least and greatest
 //! value), a keyed process function with event-time timers, a window join and an interval
-//! join of two filtered sides of the input, into an exactly-once topic sink.
+//! join of two filtered sides of the input, into an exactly-once topic sink; and, from a
+//! second topic of one partition, a session window with allowed lateness whose late
+//! records update sessions that have fired (`late_plan` says how they are made late
+//! whatever the timing).
 #![allow(dead_code)]
 
 use std::collections::{BTreeMap, HashMap};
@@ -12,8 +15,8 @@ use std::time::{Duration, Instant};
 use futures_lite::future::block_on;
 use sluice_engine::dataflow::topic::{StartFrom, TopicRecord, TopicSink, TopicSource};
 use sluice_engine::dataflow::{
-    Aggregate, CheckpointConfig, CheckpointMode, Event, KeyedProcessFunction, ListState, Pipeline, PipelineConfig,
-    ProcessContext, RunningPipeline, Stream, Timer, WatermarkStrategy, Windows,
+    Aggregate, CheckpointConfig, CheckpointMode, Event, KeyedProcessFunction, LatePolicy, ListState, Pipeline,
+    PipelineConfig, ProcessContext, RunningPipeline, Stream, Timer, WatermarkStrategy, Windows,
 };
 use sluice_engine::topic::partitioner::partition_for_key;
 use sluice_engine::{Engine, EngineConfig, EngineHandle, Isolation, OwnedRecord, TopicConfig};
@@ -21,6 +24,9 @@ use sluice_io::{BatchMeta, EventTime, PartitionId, Timestamp};
 
 pub const IN: &str = "ckpt-in";
 pub const OUT: &str = "ckpt-out";
+/// The late-session topic: one partition, so its records reach the session window in
+/// their order, each batch followed by the watermark it moved.
+pub const LATE: &str = "ckpt-late";
 const IN_PARTITIONS: u32 = 4;
 const OUT_PARTITIONS: u32 = 3;
 const SESSION_GAP: i64 = 300;
@@ -30,6 +36,20 @@ const SLIDING_SLIDE: i64 = 500;
 const JOIN_WINDOW: i64 = 1000;
 /// The interval join pairs a left record with right records within this many ms either side.
 const INTERVAL: i64 = 30;
+/// The late-session topic's records, its keys, and the records each key holds in turn
+/// (one session: 400 ms of event time, then 1200 ms of silence for that key).
+const LATE_RECORDS: usize = 24_000;
+const LATE_KEYS: u32 = 4;
+const LATE_PHASE: usize = 200;
+/// How many records after its session's last record a late record comes: more than an
+/// unaligned checkpoint can hold in flight before the session window (a ring and its
+/// read-ahead: (64 + 128) batches of 64 records), so even a restore that replays it from
+/// the in-flight records, at the watermark of that checkpoint, finds the session fired.
+const LATE_DELAY: usize = 16_000;
+/// The late sessions' allowed lateness: more than the event time of `LATE_DELAY` records
+/// plus what a checkpoint can hold in flight after one (2 ms a record), so a late record
+/// is always within it.
+const LATE_LATENESS_MS: i64 = 60_000;
 
 /// The window join's sides: records whose value ends in 0 (left) or 5 (right).
 fn window_side(e: &In, digit: i64) -> bool {
@@ -66,6 +86,47 @@ pub fn input(seed: u64, n: usize, keys: u32) -> Vec<In> {
         .collect()
 }
 
+/// The late-session topic's records for the job over `records`, and which of them are
+/// late. Key `1000 + k` holds every `LATE_KEYS`-th phase of `LATE_PHASE` records, 2 ms
+/// apart with up to 20 ms of disorder (never late); every third phase from the second on
+/// gets a late record `LATE_DELAY` records after its last (inside its session's span, so
+/// it updates that session and does not stretch it), and every sixth a second one 300
+/// records after the first. By then the watermark has passed the session's end even as
+/// an unaligned restore sees it, and is still within the allowed lateness.
+pub fn late_plan(records: &[In]) -> Vec<(In, bool)> {
+    let mut x = records.len() as u64 ^ records.first().map_or(0, |r| r.1 as u64 ^ ((r.2 as u64) << 32));
+    let mut next = move || {
+        x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        x >> 33
+    };
+    let base = |i: usize| 5_000_000 + i as i64 * 2;
+    let mut late: BTreeMap<usize, Vec<In>> = BTreeMap::new();
+    for phase in (1..LATE_RECORDS / LATE_PHASE).step_by(3) {
+        let last = (phase + 1) * LATE_PHASE - 1;
+        let key = 1000 + (phase as u32 % LATE_KEYS);
+        // A time between the session's first and last records (their disorder is < 20 ms).
+        let at = |k: usize| base(phase * LATE_PHASE + k);
+        let mut add = |pos: usize, time: i64| {
+            if pos < LATE_RECORDS {
+                late.entry(pos).or_default().push((key, time, (next() % 100) as i64 - 50));
+            }
+        };
+        add(last + LATE_DELAY, at(50));
+        if phase % 2 == 1 {
+            add(last + LATE_DELAY + 300, at(150));
+        }
+    }
+    let mut out = Vec::with_capacity(LATE_RECORDS + late.len() * 2);
+    for i in 0..LATE_RECORDS {
+        let key = 1000 + ((i / LATE_PHASE) as u32 % LATE_KEYS);
+        out.push(((key, base(i) + (next() % 20) as i64, (next() % 100) as i64 - 50), false));
+        for r in late.remove(&i).unwrap_or_default() {
+            out.push((r, true));
+        }
+    }
+    out
+}
+
 pub fn engine(data: &Path) -> Engine {
     block_on(Engine::open(EngineConfig { shards: Some(1), ..EngineConfig::new(data) })).expect("engine opens")
 }
@@ -82,6 +143,16 @@ pub fn produce_with(h: &EngineHandle, records: &[In], out_fsync: &str) {
     let out = TopicConfig { batch_records: 64, fsync: out_fsync.parse().unwrap(), ..TopicConfig::default() };
     block_on(h.create_topic(OUT, OUT_PARTITIONS, Some(out))).unwrap();
     append_input(h, records);
+    block_on(h.create_topic(LATE, 1, None)).unwrap();
+    let late: Vec<OwnedRecord> = late_plan(records)
+        .into_iter()
+        .map(|((key, time, value), _)| {
+            OwnedRecord::new(Some(key.to_string().into_bytes()), value.to_string().into_bytes(), Timestamp(time))
+        })
+        .collect();
+    for chunk in late.chunks(500) {
+        block_on(h.append(LATE, PartitionId(0), chunk.to_vec(), BatchMeta::default())).unwrap();
+    }
 }
 
 /// Writes `records` to the input topic, each to its key's partition, in order.
@@ -181,6 +252,7 @@ pub struct JobConfig {
 /// Starts the job on `h`.
 pub fn spawn(h: &EngineHandle, config: &JobConfig) -> RunningPipeline {
     let source = block_on(TopicSource::open(h, IN, StartFrom::Earliest)).unwrap().bounded().fetch_max_bytes(16 << 10);
+    let late = block_on(TopicSource::open(h, LATE, StartFrom::Earliest)).unwrap().bounded().fetch_max_bytes(16 << 10);
     let sink = TopicSink::open(h, OUT).unwrap().exactly_once();
     let work = config.work;
     let pipeline = PipelineConfig { batch_records: 64, ..PipelineConfig::with_shards(config.shards) };
@@ -194,10 +266,22 @@ pub fn spawn(h: &EngineHandle, config: &JobConfig) -> RunningPipeline {
                 while Instant::now() < until {
                     std::hint::spin_loop();
                 }
-                let key: u32 = std::str::from_utf8(r.key.as_deref().unwrap()).unwrap().parse().unwrap();
-                let value: i64 = std::str::from_utf8(r.value.as_deref().unwrap_or_default()).unwrap().parse().unwrap();
-                (key, r.time.millis(), value)
+                parse(&r)
             });
+            let strategy =
+                WatermarkStrategy::bounded_out_of_orderness(Duration::from_millis(50), TopicRecord::event_time);
+            let late_sessions = scope
+                .topic_source(&late, strategy)
+                .map(|r| parse(&r))
+                .key_by(|e: &In| e.0)
+                .window(Windows::session(Duration::from_millis(SESSION_GAP as u64)))
+                .allowed_lateness(Duration::from_millis(LATE_LATENESS_MS as u64))
+                .late_policy(LatePolicy::Update)
+                .aggregate(Stats)
+                .map(|r| {
+                    let (start, end) = (r.window.start.millis(), r.window.end.millis());
+                    format!("L|{}|{start}|{end}|{}|{:?}", r.key, r.value, r.firing)
+                });
             let tumbling = records
                 .clone()
                 .key_by(|e: &In| e.0)
@@ -231,10 +315,61 @@ pub fn spawn(h: &EngineHandle, config: &JobConfig) -> RunningPipeline {
                 |k, l, r| format!("I|{k}|{}|{}|{}", l.1, r.1, l.2 * r.2),
             );
             let sums = records.key_by(|e: &In| e.0).process(BucketSums);
-            Stream::union_all(vec![tumbling, sliding, sessions, sums, window_join, interval_join])
+            Stream::union_all(vec![tumbling, sliding, sessions, sums, window_join, interval_join, late_sessions])
                 .to_topic(&sink, |line: String| (None, line.into_bytes()));
         })
         .expect("the job starts")
+}
+
+/// A topic record of the job as an input record.
+fn parse(r: &TopicRecord) -> In {
+    let key: u32 = std::str::from_utf8(r.key.as_deref().unwrap()).unwrap().parse().unwrap();
+    let value: i64 = std::str::from_utf8(r.value.as_deref().unwrap_or_default()).unwrap().parse().unwrap();
+    (key, r.time.millis(), value)
+}
+
+/// Sessions (start, last record, values) of one key's records, by the job's rule: a
+/// record a gap or more after the last one starts a new session.
+fn cut_sessions(mut es: Vec<(i64, i64)>) -> Vec<(i64, i64, Vec<i64>)> {
+    es.sort_unstable();
+    let mut out: Vec<(i64, i64, Vec<i64>)> = Vec::new();
+    for (t, v) in es {
+        match out.last_mut() {
+            Some((_, last, values)) if t < *last + SESSION_GAP => {
+                *last = t;
+                values.push(v);
+            }
+            _ => out.push((t, t, vec![v])),
+        }
+    }
+    out
+}
+
+/// What the late-session window must write for `records`: each session of the on-time
+/// records once, on time, then, for each late record in input order, its session again
+/// with every record so far, as an update.
+fn expected_late(records: &[In], stats: impl Fn(&[i64]) -> String) -> Vec<String> {
+    let plan = late_plan(records);
+    let mut by_key: BTreeMap<u32, Vec<(i64, i64)>> = BTreeMap::new();
+    for ((key, time, value), _) in plan.iter().filter(|(_, late)| !late) {
+        by_key.entry(*key).or_default().push((*time, *value));
+    }
+    let mut sessions: BTreeMap<u32, Vec<(i64, i64, Vec<i64>)>> =
+        by_key.into_iter().map(|(k, es)| (k, cut_sessions(es))).collect();
+    let mut out = Vec::new();
+    let line = |key: u32, s: &(i64, i64, Vec<i64>), firing: &str| {
+        format!("L|{key}|{}|{}|{}|{firing}", s.0, s.1 + SESSION_GAP, stats(&s.2))
+    };
+    for (key, list) in &sessions {
+        out.extend(list.iter().map(|s| line(*key, s, "OnTime")));
+    }
+    for ((key, time, value), _) in plan.iter().filter(|(_, late)| *late) {
+        let list = sessions.get_mut(key).expect("a late record's key has sessions");
+        let s = list.iter_mut().find(|s| s.0 <= *time && *time <= s.1).expect("a late record falls in a session");
+        s.2.push(*value);
+        out.push(line(*key, s, "Update"));
+    }
+    out
 }
 
 /// What the job must write, sorted: computed plainly from the input.
@@ -279,20 +414,13 @@ pub fn expected(records: &[In]) -> Vec<String> {
             out.push(format!("I|{}|{}|{}|{}", l.0, l.1, r.1, l.2 * r.2));
         }
     }
-    for (key, mut es) in events {
-        es.sort_unstable();
-        let (mut start, mut last, mut values) = (es[0].0, es[0].0, Vec::new());
-        for (t, v) in es {
-            // Closer than the gap joins; exactly a gap after starts a new session.
-            if t >= last + SESSION_GAP {
-                out.push(format!("G|{key}|{start}|{}|{}", last + SESSION_GAP, stats(&values)));
-                (start, values) = (t, Vec::new());
-            }
-            last = t;
-            values.push(v);
+    for (key, es) in events {
+        // Closer than the gap joins; exactly a gap after starts a new session.
+        for (start, last, values) in cut_sessions(es) {
+            out.push(format!("G|{key}|{start}|{}|{}", last + SESSION_GAP, stats(&values)));
         }
-        out.push(format!("G|{key}|{start}|{}|{}", last + SESSION_GAP, stats(&values)));
     }
+    out.extend(expected_late(records, stats));
     out.sort();
     out
 }

@@ -8,9 +8,9 @@ use std::{path::Path, time::Duration};
 use anyhow::{Context, ensure};
 use sluice_engine::dataflow::{CheckpointConfig, CheckpointStats};
 
-use super::{CheckpointArgs, CheckpointReport, DEFAULT_RATE, fresh_subdir};
+use super::{CheckpointArgs, CheckpointReport, DEFAULT_RATE, JobKind, fresh_subdir};
 use crate::{
-    harness::{LatencyRecorder, LatencySummary},
+    harness::{LatencyRecorder, LatencySummary, WakeProbe},
     workloads::{pipeline_job::Job, pipeline_sluice},
 };
 
@@ -26,7 +26,8 @@ pub(super) fn run(
     let rate = args.rate();
     let job = paced_job(args, rate, seconds)?;
     let events = job.events;
-    let rounds = run_rounds(args, work, &job, report.shards)?;
+    let (rounds, wake) = WakeProbe::around(!args.no_wake_probe, || run_rounds(args, work, &job, report.shards))?;
+    report.machine_wake_latency_us = wake;
     let measured = (job.events - job.warmup_events()) * args.rounds as u64;
     let warmups = job.warmup * args.rounds as u32;
     let achieved = |elapsed: Duration| measured as f64 / elapsed.saturating_sub(warmups).as_secs_f64().max(1e-9);
@@ -77,13 +78,10 @@ fn run_rounds(args: &CheckpointArgs, work: &Path, job: &Job, shards: usize) -> a
         let dir = fresh_subdir(work, &format!("checkpoints-{round}"))?;
         let with = || {
             let config = CheckpointConfig::new(&dir).interval(interval).mode(args.mode.into());
-            pipeline_sluice::run_checkpointed(job, shards, Some(config))
-                .with_context(|| format!("round {round}: the run with checkpoints"))
+            run_job(args, job, shards, Some(config)).with_context(|| format!("round {round}: the run with checkpoints"))
         };
-        let without = || {
-            pipeline_sluice::run_checkpointed(job, shards, None)
-                .with_context(|| format!("round {round}: the run without checkpoints"))
-        };
+        let without =
+            || run_job(args, job, shards, None).with_context(|| format!("round {round}: the run without checkpoints"));
         let (checkpointed, baseline) = if round % 2 == 0 {
             let c = with()?;
             (c, without()?)
@@ -99,6 +97,19 @@ fn run_rounds(args: &CheckpointArgs, work: &Path, job: &Job, shards: usize) -> a
         rounds.add(checkpointed, baseline);
     }
     Ok(rounds)
+}
+
+/// One run of `--job`'s job, checkpointing as `config` says (none when `None`).
+fn run_job(
+    args: &CheckpointArgs,
+    job: &Job,
+    shards: usize,
+    config: Option<CheckpointConfig>,
+) -> anyhow::Result<pipeline_sluice::SluiceRun> {
+    match args.job {
+        JobKind::Count => pipeline_sluice::run_checkpointed(job, shards, config),
+        JobKind::Join => super::join::run(job, shards, config),
+    }
 }
 
 /// The latency job at `rate` for `seconds` after `--warmup`'s events.
@@ -125,7 +136,8 @@ pub(super) fn find_max_rate(
     let search = opts.find_max_rate(DEFAULT_RATE, title, "events/s", |rate| {
         let job = paced_job(args, rate, seconds)?;
         let dir = fresh_subdir(work, &format!("checkpoints-{}", steps.len()))?;
-        let run = pipeline_sluice::run_checkpointed(
+        let run = run_job(
+            args,
             &job,
             args.shards(),
             Some(CheckpointConfig::new(&dir).interval(interval).mode(args.mode.into())),

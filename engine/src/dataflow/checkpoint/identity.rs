@@ -114,7 +114,7 @@ mod tests {
     fn restored(ops: Vec<(OperatorKey, Option<StateTypes>)>) -> Restored {
         let mut r = Restored { id: CheckpointId(7), ..Restored::default() };
         for (key, types) in ops {
-            r.operators.insert(key, RestoredOperator { watermark: 0, types, groups: Vec::new() });
+            r.operators.insert(key, RestoredOperator { watermark: 0, watermark_max: 0, types, groups: Vec::new() });
         }
         r
     }

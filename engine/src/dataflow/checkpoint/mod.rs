@@ -71,6 +71,8 @@ use rkyv::util::AlignedVec;
 use sluice_io::CheckpointId;
 
 pub use crate::error::CheckpointError;
+#[cfg(test)]
+pub(crate) use codec::read_entries_raw;
 pub use codec::{Data, EntryWriter, StateError, read_entries, take};
 pub(crate) use coordinator::{CheckpointCoordinator, open_store, run_coordinator};
 pub(crate) use identity::{OperatorKey, StateTypes};
@@ -368,6 +370,9 @@ pub(crate) struct Restored {
 pub(crate) struct RestoredOperator {
     /// The least watermark over the shards.
     pub(crate) watermark: i64,
+    /// The highest watermark over the shards (what event-time state TTL restores: a value
+    /// a shard dropped as expired stays expired).
+    pub(crate) watermark_max: i64,
     /// The operator's kind, key and state types (`None`: a checkpoint of the format before
     /// they were stored).
     pub(crate) types: Option<StateTypes>,
@@ -433,6 +438,7 @@ impl Restored {
             for op in part.operators {
                 let slot = operators.entry(op.key).or_insert(RestoredOperator {
                     watermark: i64::MAX,
+                    watermark_max: i64::MIN,
                     types: None,
                     groups: Vec::new(),
                 });
@@ -440,6 +446,7 @@ impl Restored {
                     slot.groups.clear();
                 }
                 slot.watermark = op.watermark;
+                slot.watermark_max = op.watermark;
                 slot.types = op.types;
                 slot.groups.extend(op.groups);
             }
@@ -455,10 +462,12 @@ impl Restored {
         for (key, op) in operators {
             let slot = self.operators.entry(key).or_insert(RestoredOperator {
                 watermark: i64::MAX,
+                watermark_max: i64::MIN,
                 types: op.types.clone(),
                 groups: Vec::new(),
             });
             slot.watermark = slot.watermark.min(op.watermark);
+            slot.watermark_max = slot.watermark_max.max(op.watermark_max);
             slot.groups.extend(op.groups);
         }
         for source in sources {

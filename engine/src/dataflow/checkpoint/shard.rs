@@ -271,6 +271,19 @@ impl GroupWriter {
     }
 }
 
+#[cfg(test)]
+impl GroupWriter {
+    /// A writer outside any checkpoint, for operators' unit tests.
+    pub(crate) fn for_tests(key_groups: u32) -> GroupWriter {
+        GroupWriter { key_groups, groups: BTreeMap::new() }
+    }
+
+    /// Each group's entry list, in group order.
+    pub(crate) fn finish_all(self) -> Vec<Vec<u8>> {
+        self.groups.into_values().map(EntryWriter::finish).collect()
+    }
+}
+
 impl StateHandle {
     /// Registers a stateful operator whose state is `types` with the shard's
     /// checkpointing.
@@ -337,6 +350,15 @@ impl StateHandle {
             each(key, V::decode(input)?);
             Ok(())
         })
+    }
+
+    /// The highest watermark any shard's part of the restored checkpoint had for this
+    /// operator (`None` when nothing is restored).
+    pub(crate) fn restored_watermark_max(&self) -> Option<EventTime> {
+        let shard = self.shard.borrow();
+        let restored = shard.coordinator.restored.as_ref()?;
+        let op = restored.operators.get(&shard.key_of(self.id))?;
+        Some(EventTime::from_millis(op.watermark_max))
     }
 
     /// Like [`StateHandle::restore`], for operators whose entries are not one typed pair:

@@ -214,7 +214,7 @@ where
     }
 
     /// One entry per key: the key, its left records and its right records, in time order.
-    fn snapshot(&self, writer: &mut GroupWriter) {
+    fn snapshot(&mut self, writer: &mut GroupWriter, _delta: bool) -> bool {
         for sides in self.keys.values() {
             writer.push_with(&sides.key, |out| {
                 sides.key.encode(out);
@@ -222,6 +222,7 @@ where
                 sides.right.encode(out);
             });
         }
+        false
     }
 
     fn restore(&mut self, input: &mut &[u8]) -> Result<(), StateError> {

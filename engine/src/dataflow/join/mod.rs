@@ -147,8 +147,10 @@ trait JoinCore: 'static {
     /// The combined watermark has advanced to `watermark`: emit what it completes and drop
     /// the state it makes useless.
     fn advance(&mut self, watermark: EventTime, out: &mut Vec<Event<Self::Out>>);
-    /// Writes every record the core keeps into a snapshot, each under its key's group.
-    fn snapshot(&self, writer: &mut GroupWriter);
+    /// Writes the records the core keeps into a snapshot, each under its key's group:
+    /// with `delta`, only what changed since its last snapshot (which the snapshot builds
+    /// on), if the core can, returning `true`; otherwise all of them, returning `false`.
+    fn snapshot(&mut self, writer: &mut GroupWriter, delta: bool) -> bool;
     /// Takes back one entry [`JoinCore::snapshot`] wrote, read from the front of `input`.
     fn restore(&mut self, input: &mut &[u8]) -> Result<(), StateError>;
 }
@@ -176,6 +178,9 @@ struct Joint<C: JoinCore> {
     align: Align,
     held_left: VecDeque<Held<C::Left>>,
     held_right: VecDeque<Held<C::Right>>,
+    /// The checkpoint of this run's last snapshot: a snapshot whose base it is may be a
+    /// delta on it.
+    last_snapshot: Option<sluice_io::CheckpointId>,
 }
 
 const LEFT: usize = 0;
@@ -256,8 +261,10 @@ impl<C: JoinCore> Joint<C> {
     fn release(&mut self, barrier: Barrier) {
         if let Some(state) = &self.state {
             let mut writer = state.writer();
-            self.core.snapshot(&mut writer);
-            state.report(barrier, self.watermark, writer);
+            let on_last = self.last_snapshot.is_some() && state.base(barrier) == self.last_snapshot;
+            let delta = self.core.snapshot(&mut writer, on_last);
+            self.last_snapshot = Some(barrier.id);
+            state.report_delta(barrier, self.watermark, writer, delta);
         }
         self.out.borrow_mut().barrier(barrier);
         while let Some(item) = self.held_left.pop_front() {
@@ -343,6 +350,7 @@ fn attach<K, KL, KR, C: JoinCore>(
         align: Align::new(2),
         held_left: VecDeque::new(),
         held_right: VecDeque::new(),
+        last_snapshot: None,
     }));
     if let Some(state) = state {
         let joint = joint.clone();

@@ -49,6 +49,11 @@ pub struct ProcessContext<'a, K, O> {
     pub(crate) key: &'a K,
     pub(crate) time: EventTime,
     pub(crate) watermark: EventTime,
+    /// The wall clock the operator read for this batch (or timer round): what TTL state
+    /// follows in processing time.
+    pub(crate) wall: EventTime,
+    /// The watermark event-time TTL state follows (see [`ProcessContext::ttl_watermark`]).
+    pub(crate) ttl_watermark: EventTime,
     pub(crate) timers: &'a mut Timers<K>,
     pub(crate) out: &'a mut Vec<Event<O>>,
 }
@@ -79,6 +84,15 @@ impl<K: Hash + Eq + Clone, O> ProcessContext<'_, K, O> {
     #[must_use]
     pub fn current_watermark(&self) -> EventTime {
         self.watermark
+    }
+
+    /// The event time that event-time TTL state follows: the watermark, except that after
+    /// a restore it starts at the highest watermark any shard had when the checkpoint was
+    /// taken (so a value dropped as expired then is expired after a restore at any shard
+    /// count, never visible again).
+    #[must_use]
+    pub fn ttl_watermark(&self) -> EventTime {
+        self.ttl_watermark
     }
 
     /// The shard's wall clock, the time processing-time timers follow.

@@ -9,6 +9,10 @@
 //! `Default` when the key first needs it and forgotten when it is empty again
 //! ([`KeyedState`]).
 //!
+//! State can expire: [`TtlValueState`], [`TtlMapState`] and [`TtlListState`] follow a
+//! [`TtlConfig`] named by a [`TtlPolicy`] type (see the `ttl` module's docs for the
+//! semantics, which are Flink's `StateTtlConfig`'s with an event-time option).
+//!
 //! Timers, as in Flink:
 //! - one per key and time: registering it again is a no-op; deleting it frees it;
 //! - event-time timers fire when the watermark reaches their time (`time <= watermark`),
@@ -73,11 +77,15 @@ mod context;
 mod operator;
 mod state;
 mod timers;
+mod ttl;
+mod ttl_state;
 
 use std::{cell::RefCell, hash::Hash, rc::Rc};
 
 pub use context::{ProcessContext, TimeDomain, Timer};
 pub use state::{KeyedState, ListState, MapState, ValueState};
+pub use ttl::{DEFAULT_SWEEP_KEYS, TtlClock, TtlConfig, TtlError, TtlPolicy, TtlUpdate};
+pub use ttl_state::{TtlListState, TtlMapState, TtlValueState};
 
 use self::operator::ProcessOperator;
 use super::operator::Shared;
@@ -121,6 +129,12 @@ impl<K: Hash + Eq + Clone + Data, T: 'static, KS: Fn(&T) -> K + 'static> KeyedSt
         let out = Output::port();
         let config = scope.config();
         let state = scope.state_handle::<K, F::State>("process");
+        let mut ttls = Vec::new();
+        F::State::ttl_configs(&mut ttls);
+        let sweep = ttl::TtlSweep::of(&ttls).unwrap_or_else(|e| {
+            scope.refuse(crate::EngineError::StateTtl(e));
+            None
+        });
         let operator = Rc::new(RefCell::new(ProcessOperator::new(
             function,
             self.key_fn(),
@@ -128,6 +142,7 @@ impl<K: Hash + Eq + Clone + Data, T: 'static, KS: Fn(&T) -> K + 'static> KeyedSt
             config.batch_records,
             scope.tick_request(),
             state.clone(),
+            sweep,
         )));
         if let Some(state) = state {
             let operator = operator.clone();

@@ -17,7 +17,12 @@ use std::{
 use rustc_hash::{FxHashMap, FxHashSet};
 use sluice_io::{CheckpointId, EventTime};
 
-use super::{KeyedProcessFunction, KeyedState, ProcessContext, TimeDomain, Timer, context::Timers, timers::TimerQueue};
+use super::{
+    KeyedProcessFunction, KeyedState, ProcessContext, TimeDomain, Timer,
+    context::Timers,
+    timers::TimerQueue,
+    ttl::{TtlClock, TtlSweep},
+};
 use crate::dataflow::{
     Event, Operator, Port,
     checkpoint::{Barrier, Data, GroupWriter, StateError, StateHandle},
@@ -43,6 +48,16 @@ pub(crate) struct ProcessOperator<K, T, F: KeyedProcessFunction<K, T>> {
     /// the sets of earlier snapshots not yet covered by a completed checkpoint.
     dirty: Option<FxHashSet<K>>,
     history: std::collections::VecDeque<(CheckpointId, FxHashSet<K>)>,
+    /// The wall clock read for the current batch or timer round (TTL state's processing
+    /// time).
+    wall: EventTime,
+    /// The highest watermark restored over the shards: event-time TTL follows the
+    /// watermark but never goes below this ([`ProcessContext::ttl_watermark`]).
+    ttl_floor: EventTime,
+    /// When the state has a time to live: how the operator sweeps it, and the keys left
+    /// to visit in the current round (refilled with every key when it runs out).
+    sweep: Option<TtlSweep>,
+    sweep_queue: Vec<K>,
 }
 
 /// One key in a process operator's snapshot: its state (encoded), and its event-time and
@@ -63,6 +78,7 @@ where
         batch_records: usize,
         tick: TickRequest,
         state: Option<StateHandle>,
+        sweep: Option<TtlSweep>,
     ) -> Self {
         ProcessOperator {
             function,
@@ -78,6 +94,10 @@ where
             dirty: state.as_ref().map(|_| FxHashSet::default()),
             history: std::collections::VecDeque::new(),
             state,
+            wall: EventTime::now(),
+            ttl_floor: EventTime::MIN,
+            sweep,
+            sweep_queue: Vec::new(),
         }
     }
 
@@ -102,6 +122,9 @@ where
         }
         if let Some(w) = watermark {
             self.watermark = w;
+        }
+        if let Some(w) = handle.restored_watermark_max() {
+            self.ttl_floor = w;
         }
         Ok(())
     }
@@ -164,11 +187,67 @@ where
             dirty.insert(key.clone());
         }
         let mut state = self.states.remove(&key).unwrap_or_default();
-        let mut ctx =
-            ProcessContext { key: &key, time, watermark: self.watermark, timers: &mut self.timers, out: &mut self.buf };
+        let mut ctx = ProcessContext {
+            key: &key,
+            time,
+            watermark: self.watermark,
+            wall: self.wall,
+            ttl_watermark: self.watermark.max(self.ttl_floor),
+            timers: &mut self.timers,
+            out: &mut self.buf,
+        };
         call(&mut self.function, &key, &mut state, &mut ctx);
         if !state.is_empty() {
             self.states.insert(key, state);
+        }
+    }
+
+    /// Removes what has expired from the next keys of the sweep's round (up to its
+    /// `keys`), forgetting keys left empty; a key that changed is dirty for the next
+    /// snapshot. Nothing without TTL state.
+    fn sweep_expired(&mut self) {
+        let Some(sweep) = self.sweep else { return };
+        if self.sweep_queue.is_empty() {
+            self.sweep_queue.extend(self.states.keys().cloned());
+        }
+        let clock = TtlClock::at(self.wall, self.watermark.max(self.ttl_floor));
+        let from = self.sweep_queue.len().saturating_sub(sweep.keys);
+        for key in self.sweep_queue.drain(from..) {
+            let Some(state) = self.states.get_mut(&key) else { continue };
+            if state.expire(&clock) {
+                if state.is_empty() {
+                    self.states.remove(&key);
+                }
+                if let Some(dirty) = &mut self.dirty {
+                    dirty.insert(key);
+                }
+            }
+        }
+    }
+
+    /// Before a snapshot writes `keys` (every key when `None`): removes what has expired
+    /// from them, so no snapshot holds an expired value. Nothing without TTL state.
+    fn expire_keys(&mut self, keys: Option<&FxHashSet<K>>) {
+        if self.sweep.is_none() {
+            return;
+        }
+        let clock = TtlClock::at(self.wall, self.watermark.max(self.ttl_floor));
+        let mut emptied = Vec::new();
+        let mut visit = |key: &K, state: &mut F::State| {
+            if state.expire(&clock) && state.is_empty() {
+                emptied.push(key.clone());
+            }
+        };
+        match keys {
+            Some(keys) => keys.iter().for_each(|k| {
+                if let Some(state) = self.states.get_mut(k) {
+                    visit(k, state);
+                }
+            }),
+            None => self.states.iter_mut().for_each(|(k, state)| visit(k, state)),
+        }
+        for key in emptied {
+            self.states.remove(&key);
         }
     }
 
@@ -182,6 +261,7 @@ where
     /// Fires every timer of `domain` due at `upto`, including those the firing timers
     /// register at or before it, in time order.
     fn fire(&mut self, domain: TimeDomain, upto: EventTime) {
+        self.wall = EventTime::now();
         loop {
             let queue: &mut TimerQueue<K> = match domain {
                 TimeDomain::EventTime => &mut self.timers.event,
@@ -205,6 +285,7 @@ where
     F::State: Data,
 {
     fn on_batch(&mut self, batch: &mut Vec<Event<T>>) {
+        self.wall = EventTime::now();
         for event in batch.drain(..) {
             let key = (self.key)(&event.value);
             let time = event.time;
@@ -217,8 +298,12 @@ where
     }
 
     fn on_watermark(&mut self, watermark: EventTime) {
+        let advanced = watermark > self.watermark;
         self.watermark = watermark;
         self.fire(TimeDomain::EventTime, watermark);
+        if advanced {
+            self.sweep_expired();
+        }
         self.out.borrow_mut().watermark_to(watermark);
     }
 
@@ -229,6 +314,7 @@ where
     fn on_barrier(&mut self, barrier: Barrier) {
         self.out.borrow_mut().push(&mut self.buf);
         if let Some(handle) = self.state.clone() {
+            self.wall = EventTime::now();
             let mut w = handle.writer();
             // Keys changed since each earlier snapshot this operator took; those a completed
             // checkpoint covers are no longer needed.
@@ -244,10 +330,12 @@ where
                     for (_, set) in self.history.iter().filter(|(id, _)| *id > base) {
                         keys.extend(set.iter().cloned());
                     }
+                    self.expire_keys(Some(&keys));
                     self.write_keys(&mut w, Some(&keys));
                     true
                 }
                 None => {
+                    self.expire_keys(None);
                     self.write_keys(&mut w, None);
                     false
                 }
@@ -286,6 +374,15 @@ where
         if self.timers.processing.next_time().is_some_and(|t| t <= wall) {
             self.fire(TimeDomain::ProcessingTime, wall);
         }
-        self.next_processing_timer(now)
+        let sweep_tick = self.sweep.and_then(|s| s.tick);
+        if sweep_tick.is_some() {
+            self.wall = wall;
+            self.sweep_expired();
+        }
+        let timer = self.next_processing_timer(now);
+        match sweep_tick {
+            Some(every) => Some(timer.map_or(now + every, |t| t.min(now + every))),
+            None => timer,
+        }
     }
 }

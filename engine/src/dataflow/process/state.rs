@@ -15,6 +15,7 @@ use std::{
 
 use rustc_hash::FxHashMap;
 
+use super::ttl::{TtlClock, TtlConfig};
 use crate::dataflow::checkpoint::{Data, StateError};
 
 /// State the operator can tell is empty. A key whose state is empty after a record or a
@@ -23,9 +24,32 @@ use crate::dataflow::checkpoint::{Data, StateError};
 ///
 /// Implemented for the three state types, `()` (a function that keeps nothing), and tuples
 /// of up to six; implement it for a struct of state fields as "every field is empty".
+///
+/// State with a time to live ([`TtlValueState`](super::TtlValueState) and the like) needs
+/// the two provided methods too: a struct forwards them to each field
+/// (`A::ttl_configs(configs); B::ttl_configs(configs);` and
+/// `self.a.expire(clock) | self.b.expire(clock)`), as tuples do; without them its fields'
+/// TTLs are not checked when the job is built and the operator does not sweep them (an
+/// expired value is still never returned).
 pub trait KeyedState {
     /// Whether nothing is held, so the key can be forgotten.
     fn is_empty(&self) -> bool;
+
+    /// Adds the [`TtlConfig`] of every field with a time to live to `configs` (nothing for
+    /// state without one, the default).
+    fn ttl_configs(configs: &mut Vec<TtlConfig>)
+    where
+        Self: Sized,
+    {
+        let _ = configs;
+    }
+
+    /// Removes every value that has expired at `clock`; whether any was (nothing for state
+    /// without a time to live, the default).
+    fn expire(&mut self, clock: &TtlClock) -> bool {
+        let _ = clock;
+        false
+    }
 }
 
 impl KeyedState for () {
@@ -39,6 +63,12 @@ macro_rules! tuple_state {
         impl<$($name: KeyedState),+> KeyedState for ($($name,)+) {
             fn is_empty(&self) -> bool {
                 $(self.$index.is_empty())&&+
+            }
+            fn ttl_configs(configs: &mut Vec<TtlConfig>) {
+                $($name::ttl_configs(configs);)+
+            }
+            fn expire(&mut self, clock: &TtlClock) -> bool {
+                $(self.$index.expire(clock))|+
             }
         }
     };

@@ -603,9 +603,10 @@ mod tests {
         let mut restored =
             Restored { id: sluice_io::CheckpointId(3), shards: 1, key_groups: groups, ..Restored::default() };
         let all: Vec<RestoredGroup> = whole.into_iter().map(part).chain(delta.into_iter().map(part)).collect();
-        restored
-            .operators
-            .insert(OperatorKey::Position(0), RestoredOperator { watermark: 50, types: None, groups: all });
+        restored.operators.insert(
+            OperatorKey::Position(0),
+            RestoredOperator { watermark: 50, watermark_max: 50, types: None, groups: all },
+        );
         let got = fire_restored(restored, 300);
         let want: Vec<(i64, u64, u64)> =
             (0..keys).map(|k| (0, k, if k % 7 == 0 { 9 } else { 1 })).chain((0..keys).map(|k| (100, k, 2))).collect();
@@ -640,7 +641,10 @@ mod tests {
             Restored { id: sluice_io::CheckpointId(3), shards: 2, key_groups: groups, ..Restored::default() };
         // Shard 0's chain, then shard 1's: its whole part, then the delta dropping the window.
         let groups = vec![part(g0, key_entry(k0, 4)), part(g1, key_entry(k1, 2)), part(g1, dropped)];
-        restored.operators.insert(OperatorKey::Position(0), RestoredOperator { watermark: 50, types: None, groups });
+        restored.operators.insert(
+            OperatorKey::Position(0),
+            RestoredOperator { watermark: 50, watermark_max: 50, types: None, groups },
+        );
         assert_eq!(fire_restored(restored, 200), [(0, k0, 4)]);
     }
 }
