@@ -14,3 +14,4 @@
 pub mod kafka;
 
 pub mod debezium;
+pub mod postgres;

@@ -2,7 +2,7 @@
 
 use serde_json::{Map, Value};
 
-use super::{ChangeEvent, Decoded, DebeziumError, Op, Row, SourceInfo, kind};
+use super::{ChangeEvent, DebeziumError, Decoded, Op, Row, SourceInfo, kind};
 
 /// Parses a message's bytes and splits the with-schema form: an object with exactly the
 /// fields `schema` (an object or null) and `payload` is that form; anything else is a
@@ -112,7 +112,9 @@ fn int(value: Option<Value>, field: &str) -> Result<Option<i64>, DebeziumError> 
         None | Some(Value::Null) => Ok(None),
         Some(Value::Number(n)) => match n.as_i64() {
             Some(n) => Ok(Some(n)),
-            None => Err(DebeziumError::WrongType { field: field.to_owned(), expected: "an integer", found: "a number" }),
+            None => {
+                Err(DebeziumError::WrongType { field: field.to_owned(), expected: "an integer", found: "a number" })
+            }
         },
         Some(other) => Err(wrong(field, "an integer", &other)),
     }

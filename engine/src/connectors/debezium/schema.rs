@@ -86,7 +86,8 @@ pub fn key_schema(table: &TableSchema) -> Value {
 /// the PostgreSQL connector's `source`, `op`, `ts_ms`), named `<topic>.Envelope`.
 #[must_use]
 pub fn value_schema(table: &TableSchema) -> Value {
-    let columns: Vec<Value> = table.columns.iter().map(|(name, kind, optional)| field(name, *kind, *optional)).collect();
+    let columns: Vec<Value> =
+        table.columns.iter().map(|(name, kind, optional)| field(name, *kind, *optional)).collect();
     let row = |side: &str| {
         json!({"type": "struct", "fields": columns, "optional": true,
                "name": format!("{}.Value", table.topic), "field": side})
