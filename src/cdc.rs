@@ -128,7 +128,7 @@ fn postgres(h: &EngineHandle, a: &PostgresArgs, config: PostgresConfig, signals:
     let topic_sinks = sinks.clone();
     let running = pipeline.spawn(move |scope| {
         let (prefix, db, tables) = (prefix.clone(), db.clone(), tables.clone());
-        let time = |c: &Change| EventTime::from_millis(c.commit_ms);
+        let time = |c: &Change| EventTime::from_millis(c.commit_us / 1000);
         let messages = scope
             .source(source.reader(scope.shard()), WatermarkStrategy::monotonous(time))
             .uid("postgres")

@@ -280,21 +280,21 @@ fn postgres_sigkill_during_streaming_is_exactly_once() {
         }
         script.push_str(" COMMIT; SELECT pg_sleep(0.004);\n");
     }
-    let writer = std::thread::spawn({
-        let pg_dsn_port = pg.port;
-        let dir = pg.dir.clone();
-        move || postgres::run_script(&dir, pg_dsn_port, &script)
+    // The writer runs while the command is killed twice, each time once it has
+    // confirmed a position past that moment (so it is streaming), and restarted.
+    let child = std::thread::scope(|threads| {
+        let writer = threads.spawn(|| pg.psql(&script));
+        for _ in 0..2 {
+            let now = pg.psql("SELECT pg_current_wal_insert_lsn();").trim().to_owned();
+            pg.wait_confirmed("sluice_pg", &now);
+            std::thread::sleep(Duration::from_millis(150));
+            signal(&mut child, libc::SIGKILL);
+            let _ = child.wait();
+            child = cdc(&data, &pg, "acct,log", &args);
+        }
+        writer.join().expect("writer");
+        child
     });
-    for _ in 0..2 {
-        // Wait until it has made progress past this moment, then kill it mid-stream.
-        let now = pg.psql("SELECT pg_current_wal_insert_lsn();").trim().to_owned();
-        pg.wait_confirmed("sluice_pg", &now);
-        std::thread::sleep(Duration::from_millis(150));
-        signal(&mut child, libc::SIGKILL);
-        let _ = child.wait();
-        child = cdc(&data, &pg, "acct,log", &args);
-    }
-    writer.join().expect("writer");
     let last = pg.transaction("UPDATE acct SET balance = balance + 0 WHERE id = 1;");
     pg.wait_confirmed("sluice_pg", &last);
     stop(child, &data);

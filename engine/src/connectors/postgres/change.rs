@@ -45,8 +45,8 @@ pub struct Change {
     pub lsn: u64,
     /// The transaction's id (none for a snapshot's rows).
     pub tx_id: Option<u32>,
-    /// The commit time (the snapshot's start for a read), in ms since the Unix epoch.
-    pub commit_ms: i64,
+    /// The commit time (the snapshot's start for a read), in µs since the Unix epoch.
+    pub commit_us: i64,
     /// For a snapshot's rows: `true`, or `last` for the last one.
     pub snapshot: Option<&'static str>,
 }
@@ -113,7 +113,7 @@ impl Change {
             version: Some(concat!("sluice-", env!("CARGO_PKG_VERSION")).into()),
             connector: Some("postgresql".into()),
             name: Some(server.into()),
-            ts_ms: Some(self.commit_ms),
+            ts_ms: Some(self.commit_us / 1000),
             snapshot: Some(self.snapshot.unwrap_or("false").into()),
             db: Some(db.into()),
             schema: Some(self.table.schema.clone()),

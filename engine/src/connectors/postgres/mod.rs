@@ -28,6 +28,7 @@
 
 mod change;
 mod dsn;
+pub mod local;
 mod pgoutput;
 mod replication;
 mod snapshot;

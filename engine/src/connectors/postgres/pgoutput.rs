@@ -255,11 +255,11 @@ pub fn pg_now_micros() -> i64 {
     i64::try_from(now.as_micros()).unwrap_or(i64::MAX) - PG_EPOCH_MICROS
 }
 
-/// A PostgreSQL timestamp (microseconds since 2000-01-01) as milliseconds since the Unix
+/// A PostgreSQL timestamp (microseconds since 2000-01-01) as microseconds since the Unix
 /// epoch.
 #[must_use]
-pub fn unix_millis(pg_micros: i64) -> i64 {
-    pg_micros.saturating_add(PG_EPOCH_MICROS) / 1000
+pub fn unix_micros(pg_micros: i64) -> i64 {
+    pg_micros.saturating_add(PG_EPOCH_MICROS)
 }
 
 /// An LSN in PostgreSQL's `X/Y` text form.

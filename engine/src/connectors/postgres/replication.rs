@@ -17,7 +17,7 @@ use super::{
     PostgresConfig, PostgresError,
     change::{Change, TableInfo, UNAVAILABLE, json_value},
     ident, literal,
-    pgoutput::{self, Datum, Frame, Logical, Lsn, Relation, lsn_text, unix_millis},
+    pgoutput::{self, Datum, Frame, Logical, Lsn, Relation, lsn_text, unix_micros},
     snapshot::{self, Keys},
     wire::Connection,
 };
@@ -147,7 +147,7 @@ fn stream(
 /// The open transaction.
 struct Txn {
     xid: u32,
-    commit_ms: i64,
+    commit_us: i64,
     changes: Vec<Change>,
 }
 
@@ -168,7 +168,7 @@ impl Decoder<'_> {
         let outside = || PostgresError::Decode("a change outside a transaction".into());
         match message {
             Logical::Begin { timestamp, xid, .. } => {
-                self.txn = Some(Txn { xid, commit_ms: unix_millis(timestamp), changes: Vec::new() });
+                self.txn = Some(Txn { xid, commit_us: unix_micros(timestamp), changes: Vec::new() });
             }
             Logical::Commit { end_lsn, .. } => {
                 let txn = self.txn.take().ok_or_else(outside)?;
@@ -185,7 +185,7 @@ impl Decoder<'_> {
                 for oid in oids {
                     let Some(table) = self.table(oid)? else { continue };
                     let txn = self.txn.as_mut().ok_or_else(outside)?;
-                    let (tx_id, commit_ms) = (Some(txn.xid), txn.commit_ms);
+                    let (tx_id, commit_us) = (Some(txn.xid), txn.commit_us);
                     let change = Change {
                         table,
                         op: Op::Truncate,
@@ -193,7 +193,7 @@ impl Decoder<'_> {
                         after: None,
                         lsn,
                         tx_id,
-                        commit_ms,
+                        commit_us,
                         snapshot: None,
                     };
                     txn.changes.push(change);
@@ -236,8 +236,8 @@ impl Decoder<'_> {
         let before = old.as_ref().map(|(_, values)| row(&table, values, None));
         let after = new.as_ref().map(|(_, values)| row(&table, values, old.as_ref().filter(|(k, _)| *k == b'O')));
         let txn = self.txn.as_mut().ok_or_else(|| PostgresError::Decode("a change outside a transaction".into()))?;
-        let (tx_id, commit_ms) = (Some(txn.xid), txn.commit_ms);
-        txn.changes.push(Change { table, op, before, after, lsn, tx_id, commit_ms, snapshot: None });
+        let (tx_id, commit_us) = (Some(txn.xid), txn.commit_us);
+        txn.changes.push(Change { table, op, before, after, lsn, tx_id, commit_us, snapshot: None });
         Ok(())
     }
 }

@@ -9,7 +9,7 @@ use super::{
     PostgresConfig, PostgresError,
     change::{Change, TableInfo, json_value},
     ident, literal,
-    pgoutput::{Lsn, parse_lsn, unix_millis},
+    pgoutput::{Lsn, parse_lsn},
     wire::Connection,
 };
 use crate::connectors::debezium::{Op, Row};
@@ -111,8 +111,9 @@ pub(crate) fn read(
 ) -> Result<Vec<Change>, PostgresError> {
     sql.query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")?;
     sql.query(&format!("SET TRANSACTION SNAPSHOT {}", literal(snapshot)))?;
-    let now = sql.query("SELECT (extract(epoch from now()) * 1000)::bigint")?;
-    let now_ms = now.rows.first().and_then(|r| r[0].as_deref()).and_then(|t| t.parse().ok()).unwrap_or(unix_millis(0));
+    // The snapshot's time: its transaction's start, in µs since the Unix epoch.
+    let now = sql.query("SELECT (extract(epoch from now()) * 1000000)::bigint")?;
+    let now_us = now.rows.first().and_then(|r| r[0].as_deref()).and_then(|t| t.parse().ok()).unwrap_or(0);
     let mut changes = Vec::new();
     for (schema, table) in &config.tables {
         let rows = sql.query(&format!("SELECT * FROM {}", qualified(schema, table)))?;
@@ -136,7 +137,7 @@ pub(crate) fn read(
                 after: Some(after),
                 lsn: point,
                 tx_id: None,
-                commit_ms: now_ms,
+                commit_us: now_us,
                 snapshot: Some("true"),
             });
         }
