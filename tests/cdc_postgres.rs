@@ -342,3 +342,43 @@ fn postgres_cdc_refuses_what_it_cannot_do() {
     assert!(run(&["--dsn", &wrong, "--tables", "items"]).contains("password authentication failed"));
     assert!(run(&["--dsn", &dsn, "--tables", "items", "--slot", "Bad-Name"]).contains("slot name"));
 }
+
+/// With no checkpoint completing (an hour apart), a change PostgreSQL has sent and sluice
+/// has answered status for is still not confirmed; a restart without a checkpoint makes
+/// the slot again and reads the table in a new snapshot, and the first run's output,
+/// never committed, is not seen.
+#[test]
+fn postgres_position_is_confirmed_only_once_a_checkpoint_completes() {
+    let pg = Postgres::start("confirm");
+    pg.psql("CREATE TABLE items (id int PRIMARY KEY, n int);");
+    let data = data_dir("confirm");
+    let child = cdc(&data, &pg, "items", &["--checkpoint-interval-ms", "3600000"]);
+    pg.wait_streaming();
+    let marker = pg.transaction("INSERT INTO items VALUES (1, 1);");
+    // Sent, and a status update came back after that.
+    let sent = format!("SELECT sent_lsn > '{marker}' FROM pg_stat_replication WHERE application_name = 'sluice';");
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while pg.psql(&sent).trim() != "t" {
+        assert!(std::time::Instant::now() < deadline, "never sent");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let now = pg.psql("SELECT clock_timestamp();").trim().to_owned();
+    let replied = format!("SELECT reply_time > '{now}' FROM pg_stat_replication WHERE application_name = 'sluice';");
+    while pg.psql(&replied).trim() != "t" {
+        assert!(std::time::Instant::now() < deadline, "no status update");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let confirmed =
+        format!("SELECT confirmed_flush_lsn < '{marker}' FROM pg_replication_slots WHERE slot_name = 'sluice_pg';");
+    assert_eq!(pg.psql(&confirmed).trim(), "t", "confirmed before any checkpoint");
+    stop(child, &data);
+
+    let child = cdc(&data, &pg, "items", &[]);
+    pg.wait_streaming();
+    let last = pg.transaction("UPDATE items SET n = 2 WHERE id = 1;");
+    pg.wait_confirmed("sluice_pg", &last);
+    stop(child, &data);
+    let items = read(&data, "pg.public.items");
+    assert_eq!(ops(&items), ["r", "u"], "{items:?}");
+    assert_eq!(materialize(&items), select(&pg, "items"));
+}

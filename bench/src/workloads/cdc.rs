@@ -16,8 +16,12 @@
 //! 3. **baseline**: `pg_recvlogical --start -E END` with pgoutput (protocol 1, the same
 //!    publication) reads its slot to the end into a file: changes / its wall time.
 //! 4. **sluice**: the pipeline restarts from its checkpoint and reads its slot; timed
-//!    from the restart until the table holds every row (changes / that time). A table
-//!    that does not hold exactly the rows inserted fails the run.
+//!    from the restart until the table (empty at each start) holds every row of the
+//!    round (changes / that time). A table that does not hold exactly the round's rows
+//!    fails the run. The pipeline then completes two more checkpoints and stops.
+//!
+//!    Steps 2 to 4 repeat `--rounds` times (new rows each round, both slots going on from
+//!    where they were); the report has each round and the medians (rate and ratio).
 //! 5. **latency**: with the pipeline running, `--latency-txns` single-row updates, each
 //!    its own transaction, about `--rate` per second (psql sleeps between them); each
 //!    change's latency runs from its commit time (the server's, in the transaction's
@@ -69,6 +73,9 @@ pub struct CdcArgs {
     /// Rows per transaction of the backlog
     #[arg(long, default_value_t = 1000, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub txn_rows: u64,
+    /// Rounds of backlog, baseline and sluice (figures are the rounds' medians)
+    #[arg(long, default_value_t = 3, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub rounds: u64,
     /// Single-row transactions of the latency phase
     #[arg(long, default_value_t = 2000, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub latency_txns: u64,
@@ -92,16 +99,19 @@ pub struct CdcReport {
     pub changes: u64,
     /// Rows per backlog transaction.
     pub txn_rows: u64,
-    /// pg_recvlogical's wall time to read the backlog.
+    /// pg_recvlogical's wall time to read a backlog (median over the rounds).
     pub recvlogical_seconds: f64,
-    /// Its changes per second.
+    /// Its changes per second (from that median).
     pub recvlogical_changes_per_s: f64,
-    /// sluice's wall time, from the restart to the last row in the table.
+    /// sluice's wall time, from the restart to the last row in the table (median).
     pub sluice_seconds: f64,
-    /// Its changes per second.
+    /// Its changes per second (from that median).
     pub sluice_changes_per_s: f64,
-    /// sluice's rate over pg_recvlogical's (target at least 0.8).
+    /// The median of the rounds' ratios of sluice's rate to pg_recvlogical's (target at
+    /// least 0.8).
     pub ratio: f64,
+    /// Every round.
+    pub rounds: Vec<CdcRound>,
     /// Single-row transactions of the latency phase, and the rate asked.
     pub latency_txns: u64,
     /// Asked transactions per second.
@@ -173,6 +183,64 @@ fn wait(running: &RunningPipeline, source: &PostgresSource, what: &str, done: im
     Ok(())
 }
 
+/// Settles a running pipeline: two more checkpoints completed, the second begun after
+/// everything it had applied, so a restart resumes past it.
+fn settle(running: &RunningPipeline) -> anyhow::Result<()> {
+    let mut last = running.checkpoints().last().map_or(sluice_io::CheckpointId(0), |c| c.id);
+    for _ in 0..2 {
+        last = running.wait_for_checkpoint(last, Duration::from_secs(60)).context("no checkpoint")?.id;
+    }
+    Ok(())
+}
+
+/// One round's figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct CdcRound {
+    /// pg_recvlogical's wall time to read the backlog, seconds.
+    pub recvlogical_seconds: f64,
+    /// sluice's, from its restart to the last row in the table.
+    pub sluice_seconds: f64,
+    /// sluice's rate over pg_recvlogical's.
+    pub ratio: f64,
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// Steps 2 to 4 for round `round`: the backlog (ids after the earlier rounds'), the
+/// baseline, and sluice from its checkpoint; returns the round and the running pipeline.
+fn round(
+    args: &CdcArgs,
+    round: u64,
+    pg: &LocalPostgres,
+    source: &PostgresSource,
+    checkpoints: &std::path::Path,
+) -> anyhow::Result<(CdcRound, RunningPipeline, Arc<Seen>)> {
+    let mut script = String::new();
+    let (mut next, end) = (round * args.changes + 1, (round + 1) * args.changes);
+    while next <= end {
+        let last = (next + args.txn_rows - 1).min(end);
+        script.push_str(&format!(
+            "INSERT INTO bench SELECT g, g, repeat('x', 32) FROM generate_series({next}, {last}) g;\n"
+        ));
+        next = last + 1;
+    }
+    pg.psql(&script)?;
+    let end = pg.psql("SELECT pg_current_wal_insert_lsn();")?.trim().to_owned();
+    let recvlogical_seconds = baseline(pg, &end)?;
+    let seen = Arc::new(Seen::default());
+    let started = Instant::now();
+    let running = start(source, checkpoints, &seen)?;
+    wait(&running, source, "the backlog", || seen.applied.load(Ordering::Acquire) >= args.changes)?;
+    let sluice_seconds = started.elapsed().as_secs_f64();
+    let rows = seen.rows.load(Ordering::Acquire);
+    ensure!(rows == args.changes, "round {round}: the table holds {rows} rows, not {}", args.changes);
+    let ratio = recvlogical_seconds / sluice_seconds;
+    Ok((CdcRound { recvlogical_seconds, sluice_seconds, ratio }, running, seen))
+}
+
 /// Runs the workload.
 ///
 /// # Errors
@@ -194,64 +262,51 @@ pub fn run(args: &CdcArgs) -> anyhow::Result<CdcReport> {
     };
     let source = PostgresSource::new(config);
     let checkpoints = work.path().join("checkpoints");
-    // 1. The slot and a checkpoint of the position after the snapshot.
+    // 1. The slot, and a checkpoint past the snapshot: streaming means the snapshot has
+    // been emitted.
     let seen = Arc::new(Seen::default());
-    let running = start(&source, &checkpoints, &seen)?;
-    // Streaming means the snapshot has been emitted; the second checkpoint completed
-    // after that started after it, so it holds the position past the snapshot.
+    let mut running = start(&source, &checkpoints, &seen)?;
     let streaming = || {
         pg.psql("SELECT count(*) FROM pg_stat_replication WHERE application_name = 'sluice' AND state = 'streaming';")
     };
     wait(&running, &source, "streaming", || streaming().is_ok_and(|n| n.trim() == "1"))?;
-    let mut last = running.checkpoints().last().map_or(sluice_io::CheckpointId(0), |c| c.id);
-    for _ in 0..2 {
-        last = running.wait_for_checkpoint(last, Duration::from_secs(60)).context("no checkpoint after the snapshot")?.id;
+    let mut rounds = Vec::new();
+    let mut seen = seen;
+    for r in 0..args.rounds {
+        settle(&running)?;
+        running.stop(false);
+        running.join()?;
+        let (figures, next, next_seen) = round(args, r, &pg, &source, &checkpoints)?;
+        eprintln!("round {r}: {figures:?}");
+        (running, seen) = (next, next_seen);
+        rounds.push(figures);
     }
-    running.stop(false);
-    running.join()?;
-    // 2. The backlog.
-    let mut script = String::new();
-    let mut next = 1;
-    while next <= args.changes {
-        let last = (next + args.txn_rows - 1).min(args.changes);
-        script.push_str(&format!(
-            "INSERT INTO bench SELECT g, g, repeat('x', 32) FROM generate_series({next}, {last}) g;\n"
-        ));
-        next = last + 1;
-    }
-    pg.psql(&script)?;
-    let end = pg.psql("SELECT pg_current_wal_insert_lsn();")?.trim().to_owned();
-    // 3. The baseline.
-    let baseline = baseline(&pg, &end, work.path())?;
-    // 4. sluice.
-    let seen = Arc::new(Seen::default());
-    let started = Instant::now();
-    let running = start(&source, &checkpoints, &seen)?;
-    wait(&running, &source, "the backlog", || seen.applied.load(Ordering::Acquire) >= args.changes)?;
-    let sluice_seconds = started.elapsed().as_secs_f64();
-    ensure!(seen.rows.load(Ordering::Acquire) == args.changes, "the table holds {} rows", seen.rows.load(Ordering::Acquire));
     // 5. Latency.
     seen.measure.store(true, Ordering::Release);
     let before = seen.applied.load(Ordering::Acquire);
     let pause = 1.0 / args.rate as f64;
     let updates: String = (0..args.latency_txns)
-        .map(|i| format!("UPDATE bench SET v = v + 1 WHERE id = {};\nSELECT pg_sleep({pause});\n", i % args.changes + 1))
+        .map(|i| {
+            format!("UPDATE bench SET v = v + 1 WHERE id = {};\nSELECT pg_sleep({pause});\n", i % args.changes + 1)
+        })
         .collect();
     pg.psql(&updates)?;
     wait(&running, &source, "the updates", || seen.applied.load(Ordering::Acquire) >= before + args.latency_txns)?;
     running.stop(false);
     running.join()?;
     let latency_us = seen.latency.lock().unwrap_or_else(PoisonError::into_inner).summary();
-    let rate = |seconds: f64| args.changes as f64 / seconds;
+    let recvlogical_seconds = median(rounds.iter().map(|r| r.recvlogical_seconds).collect());
+    let sluice_seconds = median(rounds.iter().map(|r| r.sluice_seconds).collect());
     Ok(CdcReport {
         workload: "cdc",
         changes: args.changes,
         txn_rows: args.txn_rows,
-        recvlogical_seconds: baseline,
-        recvlogical_changes_per_s: rate(baseline),
+        recvlogical_seconds,
+        recvlogical_changes_per_s: args.changes as f64 / recvlogical_seconds,
         sluice_seconds,
-        sluice_changes_per_s: rate(sluice_seconds),
-        ratio: baseline / sluice_seconds,
+        sluice_changes_per_s: args.changes as f64 / sluice_seconds,
+        ratio: median(rounds.iter().map(|r| r.ratio).collect()),
+        rounds,
         latency_txns: args.latency_txns,
         rate: args.rate,
         latency_us,
@@ -259,7 +314,7 @@ pub fn run(args: &CdcArgs) -> anyhow::Result<CdcReport> {
 }
 
 /// pg_recvlogical reading its slot from the start to `end`: its wall time, seconds.
-fn baseline(pg: &LocalPostgres, end: &str, dir: &std::path::Path) -> anyhow::Result<f64> {
+fn baseline(pg: &LocalPostgres, end: &str) -> anyhow::Result<f64> {
     let out = pg.dir.join("recvlogical.out");
     let started = Instant::now();
     let status = pg
@@ -276,7 +331,7 @@ fn baseline(pg: &LocalPostgres, end: &str, dir: &std::path::Path) -> anyhow::Res
     let seconds = started.elapsed().as_secs_f64();
     ensure!(status.status.success(), "pg_recvlogical: {}", String::from_utf8_lossy(&status.stderr));
     let bytes = std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0);
-    ensure!(bytes > 0, "pg_recvlogical wrote nothing (in {})", dir.display());
+    ensure!(bytes > 0, "pg_recvlogical wrote nothing into {}", out.display());
     Ok(seconds)
 }
 
@@ -290,7 +345,12 @@ impl CdcReport {
         ));
         table.row("pg_recvlogical", format!("{:.0}", self.recvlogical_changes_per_s), "changes/s (baseline)");
         table.row("sluice into a table", format!("{:.0}", self.sluice_changes_per_s), "changes/s");
-        table.row("ratio", format!("{:.2}", self.ratio), format!("(target at least {TARGET_RATIO})"));
+        let each: Vec<String> = self.rounds.iter().map(|r| format!("{:.2}", r.ratio)).collect();
+        table.row(
+            "ratio",
+            format!("{:.2}", self.ratio),
+            format!("median of {} (target at least {TARGET_RATIO})", each.join(", ")),
+        );
         table.latency_rows("commit-to-visible", &self.latency_us);
         table
     }

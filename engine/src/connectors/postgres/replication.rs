@@ -95,7 +95,8 @@ fn stream(
             // No checkpoint: nothing was confirmed or committed from this slot, and its
             // snapshot is gone, so it is made again with a new one.
             if exists.is_some() {
-                sql.query(&format!("SELECT pg_drop_replication_slot({})", literal(&config.slot)))?;
+                let drop = format!("SELECT pg_drop_replication_slot({})", literal(&config.slot));
+                while_in_use(|| sql.query(&drop).map(|_| ()))?;
             }
             let (point, name) = snapshot::create_slot(&mut repl, &config.slot)?;
             let changes = snapshot::read(&mut sql, config, &keys, point, &name)?;
@@ -106,12 +107,13 @@ fn stream(
         }
     };
     drop(sql);
-    repl.start_copy_both(&format!(
+    let start_replication = format!(
         "START_REPLICATION SLOT {} LOGICAL {} (proto_version '1', publication_names {})",
         ident(&config.slot),
         lsn_text(start),
         literal(&ident(&config.publication))
-    ))?;
+    );
+    while_in_use(|| repl.start_copy_both(&start_replication))?;
     let mut decoder = Decoder { config, keys, relations: HashMap::new(), txn: None, skip_through: resume };
     let (mut sent, mut last_status) = (resume.unwrap_or(0), Instant::now());
     while !shared.stop.load(Ordering::Acquire) {
@@ -142,6 +144,24 @@ fn stream(
         }
     }
     Ok(())
+}
+
+/// How long a slot still held by a connection that is going away (the previous run's,
+/// killed a moment ago) is waited for.
+const IN_USE_WAIT: Duration = Duration::from_secs(30);
+
+/// Runs `f` again while the server answers that the slot is in use (SQLSTATE 55006,
+/// `object_in_use`), for at most [`IN_USE_WAIT`].
+fn while_in_use(mut f: impl FnMut() -> Result<(), PostgresError>) -> Result<(), PostgresError> {
+    let deadline = Instant::now() + IN_USE_WAIT;
+    loop {
+        match f() {
+            Err(PostgresError::Server { code, .. }) if code == "55006" && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            other => return other,
+        }
+    }
 }
 
 /// The open transaction.

@@ -55,7 +55,13 @@ pub(crate) fn ensure_publication(sql: &mut Connection, config: &PostgresConfig) 
     let exists = sql.query(&format!("SELECT 1 FROM pg_publication WHERE pubname = {name}"))?;
     let all: Vec<String> = config.tables.iter().map(|(s, t)| qualified(s, t)).collect();
     if exists.rows.is_empty() {
-        sql.query(&format!("CREATE PUBLICATION {} FOR TABLE {}", ident(&config.publication), all.join(", ")))?;
+        // A partitioned table's changes are published under its own name, not its
+        // partitions' (which the source would not recognise).
+        sql.query(&format!(
+            "CREATE PUBLICATION {} FOR TABLE {} WITH (publish_via_partition_root = true)",
+            ident(&config.publication),
+            all.join(", ")
+        ))?;
         return Ok(());
     }
     let listed =

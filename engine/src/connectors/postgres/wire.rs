@@ -284,7 +284,12 @@ impl Connection {
         let m = self.read()?;
         match m.tag {
             b'W' => Ok(()),
-            b'E' => Err(server_error(m.body)),
+            b'E' => {
+                // The server goes on with ReadyForQuery: read it, so the connection can
+                // be used again.
+                while self.read()?.tag != b'Z' {}
+                Err(server_error(m.body))
+            }
             other => Err(protocol(format!("expected the copy-both stream, got {:?}", other as char))),
         }
     }
