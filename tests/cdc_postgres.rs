@@ -70,6 +70,14 @@ fn read(data: &Path, topic: &str) -> Vec<(Option<Value>, Option<Value>)> {
     records
 }
 
+/// How many partitions `topic` has.
+fn partitions(data: &Path, topic: &str) -> u32 {
+    let engine = block_on(Engine::open(EngineConfig::new(data))).expect("open data dir");
+    let partitions = engine.handle().describe_topic(topic).expect("topic").partitions();
+    block_on(engine.shutdown()).expect("shutdown");
+    partitions
+}
+
 /// The payload of a message of either form.
 fn payload(message: &Value) -> &Value {
     match message.get("payload") {
@@ -136,7 +144,9 @@ fn postgres_snapshot_inserts_updates_deletes_and_a_transaction() {
          INSERT INTO items VALUES (1, 'apple', 3), (2, 'pear', 5);",
     );
     let data = data_dir("basic");
-    let child = cdc(&data, &pg, "items,public.orders", &[]);
+    let checkpoints = data.with_extension("checkpoints");
+    let _ = std::fs::remove_dir_all(&checkpoints);
+    let child = cdc(&data, &pg, "items,public.orders", &["--checkpoint-dir", checkpoints.to_str().unwrap()]);
     pg.wait_streaming();
     pg.transaction("INSERT INTO items VALUES (3, 'plum', 1);");
     pg.transaction("UPDATE items SET qty = 10 WHERE id = 1;");
@@ -189,6 +199,9 @@ fn postgres_snapshot_inserts_updates_deletes_and_a_transaction() {
     assert_eq!(materialize(&items), select(&pg, "items"));
     assert_eq!(materialize(&orders), select(&pg, "orders"));
     assert_eq!(materialize(&items).len(), 2);
+    // The checkpoints went where --checkpoint-dir said, not into the data directory.
+    assert!(std::fs::read_dir(&checkpoints).unwrap().next().is_some());
+    assert!(!data.join("cdc").exists());
 }
 
 #[test]
@@ -202,8 +215,12 @@ fn postgres_toasted_values_and_an_added_column() {
          ALTER TABLE notes ALTER COLUMN body SET STORAGE EXTERNAL;",
     );
     let data = data_dir("toast");
-    let child = cdc(&data, &pg, "docs,notes", &["--with-schemas"]);
+    let flags = ["--with-schemas", "--slot", "docs_slot", "--publication", "docs_pub"];
+    let child = cdc(&data, &pg, "docs,notes", &flags);
     pg.wait_streaming();
+    let publication =
+        "SELECT string_agg(tablename, ',' ORDER BY tablename) FROM pg_publication_tables WHERE pubname = 'docs_pub';";
+    assert_eq!(pg.psql(publication).trim(), "docs,notes");
     let big = "SELECT string_agg(md5(i::text), '') FROM generate_series(1, 1000) i";
     pg.transaction(&format!("INSERT INTO docs VALUES (1, ({big}), 0); INSERT INTO notes VALUES (1, ({big}), 0);"));
     // Only `n` changes: the server sends the TOASTed body as unchanged.
@@ -211,7 +228,7 @@ fn postgres_toasted_values_and_an_added_column() {
     pg.transaction("ALTER TABLE docs ADD COLUMN tag text;");
     let last =
         pg.transaction("INSERT INTO docs VALUES (2, 'short', 2, 'new'); UPDATE docs SET tag = 'x' WHERE id = 1;");
-    pg.wait_confirmed("sluice_pg", &last);
+    pg.wait_confirmed("docs_slot", &last);
     stop(child, &data);
 
     let body = pg.psql(&format!("{big};")).trim().to_owned();
@@ -264,7 +281,7 @@ fn postgres_sigkill_during_streaming_is_exactly_once() {
          INSERT INTO acct SELECT i, 100 FROM generate_series(1, 10) i;",
     );
     let data = data_dir("kill");
-    let args = ["--checkpoint-interval-ms", "100"];
+    let args = ["--checkpoint-interval-ms", "100", "--partitions", "2"];
     let mut child = cdc(&data, &pg, "acct,log", &args);
     pg.wait_streaming();
     let mut script = String::new();
@@ -302,6 +319,7 @@ fn postgres_sigkill_during_streaming_is_exactly_once() {
     let log = std::fs::read_to_string(data.with_extension("log")).unwrap_or_default();
     assert_eq!(log.matches("streaming into").count(), 3, "three runs: {log}");
     for (table, snapshot_rows) in [("acct", 10), ("log", 0)] {
+        assert_eq!(partitions(&data, &format!("pg.public.{table}")), 2);
         let records = read(&data, &format!("pg.public.{table}"));
         // One snapshot: the restarts resumed from their checkpoints.
         assert_eq!(ops(&records).iter().filter(|op| *op == "r").count(), snapshot_rows, "{table}");

@@ -253,8 +253,8 @@ impl Decoder<'_> {
         new: Option<(u8, Vec<Datum>)>,
     ) -> Result<(), PostgresError> {
         let Some(table) = self.table(oid)? else { return Ok(()) };
-        let before = old.as_ref().map(|(_, values)| row(&table, values, None));
-        let after = new.as_ref().map(|(_, values)| row(&table, values, old.as_ref().filter(|(k, _)| *k == b'O')));
+        let after = new.map(|(_, values)| row(&table, values, old.as_ref().filter(|(k, _)| *k == b'O')));
+        let before = old.map(|(_, values)| row(&table, values, None));
         let txn = self.txn.as_mut().ok_or_else(|| PostgresError::Decode("a change outside a transaction".into()))?;
         let (tx_id, commit_us) = (Some(txn.xid), txn.commit_us);
         txn.changes.push(Change { table, op, before, after, lsn, tx_id, commit_us, snapshot: None });
@@ -264,16 +264,17 @@ impl Decoder<'_> {
 
 /// A tuple as a row; an unchanged TOASTed value is taken from `old` (a whole old row)
 /// when it has it, else it is [`UNAVAILABLE`].
-fn row(table: &TableInfo, values: &[Datum], old: Option<&(u8, Vec<Datum>)>) -> Row {
+fn row(table: &TableInfo, values: Vec<Datum>, old: Option<&(u8, Vec<Datum>)>) -> Row {
+    let mut values = values.into_iter();
     table
         .columns
         .iter()
         .enumerate()
         .map(|(i, (name, oid))| {
-            let value = match values.get(i) {
+            let value = match values.next() {
                 Some(Datum::Text(text)) => json_value(*oid, text),
                 Some(Datum::UnchangedToast) => match old.and_then(|(_, o)| o.get(i)) {
-                    Some(Datum::Text(text)) => json_value(*oid, text),
+                    Some(Datum::Text(text)) => json_value(*oid, text.clone()),
                     Some(Datum::Null) => Value::Null,
                     _ => Value::String(UNAVAILABLE.into()),
                 },

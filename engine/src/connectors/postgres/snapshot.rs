@@ -134,7 +134,7 @@ pub(crate) fn read(
                 .columns
                 .iter()
                 .zip(values)
-                .map(|((name, oid), v)| (name.clone(), v.map_or(Value::Null, |t| json_value(*oid, &t))))
+                .map(|((name, oid), v)| (name.clone(), v.map_or(Value::Null, |t| json_value(*oid, t))))
                 .collect();
             changes.push(Change {
                 table: info.clone(),
