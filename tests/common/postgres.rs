@@ -2,10 +2,7 @@
 //! and what the CDC tests ask of it: SQL that must succeed, a transaction's position, and
 //! waits for sluice's replication to stream and to confirm a position.
 
-use std::{
-    path::Path,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 pub use sluice_engine::connectors::postgres::local::{LocalPostgres, PASSWORD};
 
@@ -13,9 +10,11 @@ pub use sluice_engine::connectors::postgres::local::{LocalPostgres, PASSWORD};
 pub struct Postgres(pub LocalPostgres);
 
 impl Postgres {
-    /// Starts a fresh server for the test `name`.
+    /// Starts a fresh server for the test `name`, under the system's temporary directory:
+    /// under root the server runs as the `postgres` user, who must reach its directory,
+    /// and a checkout's target directory may be in a home only root can enter.
     pub fn start(name: &str) -> Postgres {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("pg-{name}-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("sluice-pg-{name}-{}", std::process::id()));
         Postgres(LocalPostgres::start(&dir).unwrap_or_else(|e| panic!("starting PostgreSQL: {e}")))
     }
 

@@ -50,7 +50,8 @@ fn failed(what: &str, out: &std::process::Output) -> io::Error {
 
 impl LocalPostgres {
     /// Starts a fresh server in `dir` (removed first if it exists), waiting at most a
-    /// minute for it to take connections.
+    /// minute for it to take connections. Under root, the `postgres` user must be able to
+    /// reach `dir` (every directory above it searchable by others, as `/tmp` is).
     ///
     /// # Errors
     ///
