@@ -186,6 +186,32 @@ mod tests {
         let dsn = super::super::Dsn::parse(&pg.dsn()).unwrap();
         let mut c = super::super::wire::Connection::connect(&dsn, false).unwrap();
         assert_eq!(c.query("SELECT 40 + 2").unwrap().rows, vec![vec![Some("42".to_owned())]]);
+        // MD5 and cleartext passwords too, and a wrong one refused with the server's error.
+        pg.psql(
+            "SET password_encryption = 'md5'; CREATE ROLE m LOGIN PASSWORD 'mpw';
+             CREATE ROLE c LOGIN PASSWORD 'cpw';",
+        )
+        .unwrap();
+        let hba = pg.dir.join("data/pg_hba.conf");
+        let rules = std::fs::read_to_string(&hba).unwrap();
+        let first = "host all m 127.0.0.1/32 md5\nhost all c 127.0.0.1/32 password\n";
+        std::fs::write(&hba, format!("{first}{rules}")).unwrap();
+        pg.psql("SELECT pg_reload_conf();").unwrap();
+        let login = |user: &str, password: &str| {
+            let dsn = format!("host=127.0.0.1 port={} user={user} password={password} dbname=postgres", pg.port);
+            super::super::wire::Connection::connect(&super::super::Dsn::parse(&dsn).unwrap(), false)
+                .and_then(|mut c| c.query("SELECT current_user"))
+                .map(|rows| rows.rows[0][0].clone().unwrap())
+        };
+        // The reload is asynchronous: until it is in force, m's MD5-stored password fails
+        // the SCRAM rule.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while let Err(e) = login("m", "mpw") {
+            assert!(Instant::now() < deadline, "MD5 login: {e}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(login("c", "cpw").unwrap(), "c");
+        assert!(matches!(login("m", "nope"), Err(super::super::PostgresError::Server { code, .. }) if code == "28P01"));
         let port = pg.port;
         drop(pg);
         assert!(!dir.exists());
