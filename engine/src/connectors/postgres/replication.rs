@@ -4,6 +4,7 @@
 
 use std::{
     collections::HashMap,
+    future::Future,
     sync::{
         Arc,
         atomic::{AtomicBool, AtomicU64, Ordering},
@@ -115,24 +116,16 @@ fn stream(
     );
     while_in_use(|| repl.start_copy_both(&start_replication))?;
     let mut decoder = Decoder { config, keys, relations: HashMap::new(), txn: None, skip_through: resume };
-    let (mut sent, mut last_status) = (resume.unwrap_or(0), Instant::now());
+    let mut status = Status { sent: resume.unwrap_or(0), last: Instant::now() };
     while !shared.stop.load(Ordering::Acquire) {
-        let acked = shared.acked.load(Ordering::Acquire);
-        if acked > sent || last_status.elapsed() >= STATUS_INTERVAL {
-            repl.copy_data(&pgoutput::status_update(acked.max(sent)))?;
-            (sent, last_status) = (acked.max(sent), Instant::now());
-        }
+        status.send(&mut repl, shared, false)?;
         let Some(message) = repl.read_timeout(READ_WAIT)? else { continue };
         match message.tag {
             b'd' => match pgoutput::frame(message.body)? {
-                Frame::Keepalive { reply: true, .. } => {
-                    repl.copy_data(&pgoutput::status_update(sent))?;
-                    last_status = Instant::now();
-                }
-                Frame::Keepalive { .. } => {}
+                Frame::Keepalive { reply } => status.send(&mut repl, shared, reply)?,
                 Frame::Data { start, message } => {
                     if let Some(unit) = decoder.message(start, pgoutput::logical(message)?)?
-                        && out.send_blocking(Ok(unit)).is_err()
+                        && !deliver(&mut repl, shared, out, unit, &mut status)?
                     {
                         return Ok(());
                     }
@@ -144,6 +137,59 @@ fn stream(
         }
     }
     Ok(())
+}
+
+/// The standby status updates: the position last sent, and when.
+struct Status {
+    sent: Lsn,
+    last: Instant,
+}
+
+impl Status {
+    /// Sends the acknowledged position if it moved, if [`STATUS_INTERVAL`] has passed,
+    /// or if `now` (the server asked).
+    fn send(&mut self, repl: &mut Connection, shared: &Shared, now: bool) -> Result<(), PostgresError> {
+        let acked = shared.acked.load(Ordering::Acquire).max(self.sent);
+        if now || acked > self.sent || self.last.elapsed() >= STATUS_INTERVAL {
+            repl.copy_data(&pgoutput::status_update(acked))?;
+            (self.sent, self.last) = (acked, Instant::now());
+        }
+        Ok(())
+    }
+}
+
+/// Wakes the replication thread when the channel has room.
+struct Unpark(std::thread::Thread);
+
+impl std::task::Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// Hands `unit` to the source (false: the source is gone or stopping). While the channel
+/// is full, the server still gets its status updates, so that a pipeline slower than the
+/// log for longer than the server's `wal_sender_timeout` does not lose the connection.
+fn deliver(
+    repl: &mut Connection,
+    shared: &Shared,
+    out: &async_channel::Sender<Result<Unit, PostgresError>>,
+    unit: Unit,
+    status: &mut Status,
+) -> Result<bool, PostgresError> {
+    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut send = std::pin::pin!(out.send(Ok(unit)));
+    loop {
+        if let std::task::Poll::Ready(sent) = send.as_mut().poll(&mut cx) {
+            return Ok(sent.is_ok());
+        }
+        if shared.stop.load(Ordering::Acquire) {
+            return Ok(false);
+        }
+        status.send(repl, shared, false)?;
+        std::thread::park_timeout(READ_WAIT);
+    }
 }
 
 /// How long a slot still held by a connection that is going away (the previous run's,
