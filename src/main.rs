@@ -7,6 +7,7 @@
 //! exit status is non-zero.
 
 mod acl;
+mod cdc;
 mod count;
 mod group;
 mod records;
@@ -55,6 +56,9 @@ enum Command {
     /// Add, remove and list the ACLs `sluice serve --authorizer acl` applies.
     #[command(subcommand)]
     Acl(acl::AclCommand),
+    /// Change data capture: a database's changes into Debezium-format topics.
+    #[command(subcommand)]
+    Cdc(cdc::CdcCommand),
 }
 
 #[derive(Debug, Args)]
@@ -136,6 +140,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Group(c) => group::run(c),
         Command::User(c) => user::run(c),
         Command::Acl(c) => acl::run(c),
+        Command::Cdc(c) => cdc::run(c),
     }
 }
 

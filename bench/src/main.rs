@@ -45,6 +45,9 @@ enum Workload {
     Footprint(footprint::FootprintArgs),
     /// Append latency while the cleaner compacts the partition, against none
     Cleaning(cleaning::CleaningArgs),
+    /// Changes per second from PostgreSQL into a materialized table against pg_recvlogical
+    /// reading the same slot output, and the commit-to-visible latency
+    Cdc(sluice_bench::workloads::cdc::CdcArgs),
     /// Several runs' --json reports side by side (and their latency curves on one chart
     /// with --plot)
     Report(sluice_bench::report::ReportArgs),
@@ -85,6 +88,10 @@ fn main() -> Result<()> {
         Workload::Cleaning(args) => {
             args.run.refuse_live("cleaning compares two whole runs and reports only their ends")?;
             Shown::none().run(args.run.json.as_deref(), || cleaning::run(&args), |r| r.table())
+        }
+        Workload::Cdc(args) => {
+            let run = || sluice_bench::workloads::cdc::run(&args);
+            Shown::none().run(args.json.as_deref(), run, |r| r.table())
         }
         Workload::Kafka(args) => {
             let options = live::options(args.common.live, args.common.live_linger)?;

@@ -5,6 +5,7 @@
 //! report, and the report's [`Table`](crate::harness::Table). Printing and `--json` output
 //! are left to the binary.
 
+pub mod cdc;
 pub mod checkpoint;
 pub mod cleaning;
 pub mod e2e;

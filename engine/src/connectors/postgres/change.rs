@@ -1,0 +1,183 @@
+//! A change as the source emits it, PostgreSQL's text values as JSON, and the Debezium
+//! messages a change becomes.
+
+use std::sync::Arc;
+
+use base64::Engine as _;
+use serde_json::{Number, Value};
+
+use crate::connectors::debezium::{
+    ChangeEvent, ColumnType, Form, Op, Row, SourceInfo, TableSchema, encode_key, encode_value, key_schema, value_schema,
+};
+
+/// The value Debezium writes for a TOASTed column an update left unchanged when no
+/// before-image holds it (its `unavailable.value.placeholder`).
+pub const UNAVAILABLE: &str = "__debezium_unavailable_value";
+
+/// A table's shape when a change was read: its columns (name, type oid) and primary key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableInfo {
+    /// The schema.
+    pub schema: String,
+    /// The table.
+    pub name: String,
+    /// Its columns, in order: name and type oid.
+    pub columns: Vec<(String, u32)>,
+    /// The primary key's columns (empty: no primary key, so no message key).
+    pub key: Vec<String>,
+}
+
+/// A message as (key, value), each `None` when null.
+pub type Message = (Option<Vec<u8>>, Option<Vec<u8>>);
+
+/// One change of one row (or a truncation), as read from the snapshot or the stream.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Change {
+    /// The table, as it was when the change was read.
+    pub table: Arc<TableInfo>,
+    /// What happened: `Read` for a snapshot's rows.
+    pub op: Op,
+    /// The row before (updates and deletes, as the replica identity gives it).
+    pub before: Option<Row>,
+    /// The row after (reads, inserts, updates).
+    pub after: Option<Row>,
+    /// The change's position in the log (the snapshot's consistent point for a read).
+    pub lsn: u64,
+    /// The transaction's id (none for a snapshot's rows).
+    pub tx_id: Option<u32>,
+    /// The commit time (the snapshot's start for a read), in µs since the Unix epoch.
+    pub commit_us: i64,
+    /// For a snapshot's rows: `true`, or `last` for the last one.
+    pub snapshot: Option<&'static str>,
+}
+
+/// A column type's Debezium type, by oid.
+#[must_use]
+pub fn column_type(oid: u32) -> ColumnType {
+    match oid {
+        16 => ColumnType::Boolean,
+        21 => ColumnType::Int16,
+        23 => ColumnType::Int32,
+        20 | 26 => ColumnType::Int64,
+        700 => ColumnType::Float32,
+        701 => ColumnType::Float64,
+        17 => ColumnType::Bytes,
+        114 | 3802 => ColumnType::Json,
+        2950 => ColumnType::Uuid,
+        _ => ColumnType::String,
+    }
+}
+
+/// A value in PostgreSQL's text form as the JSON Debezium writes for its type: numbers
+/// and booleans as such, bytea as base64, every other type as its text (a text that
+/// does not parse as its type, which the server never sends, stays text). Takes the
+/// text by value: most values are text, and stay the same allocation.
+#[must_use]
+pub fn json_value(oid: u32, text: String) -> Value {
+    let parsed = match column_type(oid) {
+        ColumnType::Boolean => Some(Value::Bool(text == "t")),
+        ColumnType::Int16 | ColumnType::Int32 | ColumnType::Int64 => text.parse::<i64>().ok().map(Value::from),
+        ColumnType::Float32 | ColumnType::Float64 => {
+            text.parse::<f64>().ok().and_then(Number::from_f64).map(Value::Number)
+        }
+        ColumnType::Bytes => text
+            .strip_prefix("\\x")
+            .and_then(|hex| {
+                (0..hex.len())
+                    .step_by(2)
+                    .map(|i| hex.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()))
+                    .collect::<Option<Vec<u8>>>()
+            })
+            .map(|bytes| Value::String(base64::engine::general_purpose::STANDARD.encode(bytes))),
+        _ => None,
+    };
+    parsed.unwrap_or(Value::String(text))
+}
+
+impl Change {
+    /// The message key: the primary key's columns, `None` for a table without one and
+    /// for a truncation.
+    #[must_use]
+    pub fn key(&self) -> Option<Row> {
+        let row = self.after.as_ref().or(self.before.as_ref())?;
+        if self.table.key.is_empty() {
+            return None;
+        }
+        Some(self.table.key.iter().map(|k| (k.clone(), row.get(k).cloned().unwrap_or(Value::Null))).collect())
+    }
+
+    /// The Debezium value of this change; `server` is the logical server name (the
+    /// topics' prefix), `db` the database.
+    #[must_use]
+    pub fn event(&self, server: &str, db: &str) -> ChangeEvent {
+        let source = SourceInfo {
+            version: Some(concat!("sluice-", env!("CARGO_PKG_VERSION")).into()),
+            connector: Some("postgresql".into()),
+            name: Some(server.into()),
+            ts_ms: Some(self.commit_us / 1000),
+            snapshot: Some(self.snapshot.unwrap_or("false").into()),
+            db: Some(db.into()),
+            schema: Some(self.table.schema.clone()),
+            table: Some(self.table.name.clone()),
+            tx_id: self.tx_id.map(i64::from),
+            lsn: i64::try_from(self.lsn).ok(),
+            extra: Row::new(),
+        };
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        ChangeEvent {
+            op: self.op,
+            before: self.before.clone(),
+            after: self.after.clone(),
+            source,
+            ts_ms: i64::try_from(now.as_millis()).ok(),
+            extra: Row::new(),
+        }
+    }
+
+    /// The topic Debezium writes this table's changes to: `<server>.<schema>.<table>`.
+    #[must_use]
+    pub fn topic(&self, server: &str) -> String {
+        format!("{server}.{}.{}", self.table.schema, self.table.name)
+    }
+
+    /// The table's Connect schema, for the with-schema form.
+    #[must_use]
+    pub fn schema(&self, server: &str) -> TableSchema {
+        TableSchema {
+            topic: self.topic(server),
+            columns: self.table.columns.iter().map(|(n, oid)| (n.clone(), column_type(*oid), true)).collect(),
+            key: self.table.key.clone(),
+        }
+    }
+
+    /// The messages Debezium writes for this change, as (key, value): the change, and
+    /// after a delete of a keyed row its tombstone (the key with a null value).
+    #[must_use]
+    pub fn messages(&self, server: &str, db: &str, form: Form) -> Vec<Message> {
+        let schema = (form == Form::WithSchema).then(|| self.schema(server));
+        let key = self.key().map(|k| encode_key(&k, schema.as_ref().map(key_schema).as_ref()));
+        let value = encode_value(&self.event(server, db), schema.as_ref().map(value_schema).as_ref());
+        let mut out = vec![(key.clone(), Some(value))];
+        if self.op == Op::Delete && key.is_some() {
+            out.push((key, None));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn postgres_text_values_as_debezium_json() {
+        assert_eq!(json_value(23, "42".into()), Value::from(42));
+        assert_eq!(json_value(20, "-9000000000".into()), Value::from(-9_000_000_000_i64));
+        assert_eq!(json_value(16, "t".into()), Value::Bool(true));
+        assert_eq!(json_value(701, "1.5".into()), serde_json::json!(1.5));
+        assert_eq!(json_value(701, "NaN".into()), Value::from("NaN"));
+        assert_eq!(json_value(17, "\\x0001ff".into()), Value::from("AAH/"));
+        assert_eq!(json_value(1700, "12.50".into()), Value::from("12.50"));
+        assert_eq!(json_value(25, "hello".into()), Value::from("hello"));
+    }
+}
