@@ -9,6 +9,10 @@ use serde_json::{Number, Value};
 use crate::connectors::debezium::{
     ChangeEvent, ColumnType, Form, Op, Row, SourceInfo, TableSchema, encode_key, encode_value, key_schema, value_schema,
 };
+use crate::dataflow::{
+    changelog::{self, ChangeError},
+    checkpoint::{Data, StateError},
+};
 
 /// The value Debezium writes for a TOASTed column an update left unchanged when no
 /// before-image holds it (its `unavailable.value.placeholder`).
@@ -165,6 +169,35 @@ impl Change {
     }
 }
 
+impl Change {
+    /// This change as a change of its table in the processor's changelog
+    /// ([`changelog::Change`]), keyed by the primary key's columns as JSON (Debezium's key
+    /// payload, such as `{"id":1}`), its rows the columns' values: what
+    /// [`into_table`](crate::dataflow::Stream::into_table) materializes. `None` for a table
+    /// without a primary key (nothing identifies its rows).
+    ///
+    /// # Errors
+    ///
+    /// [`ChangeError::UnknownOp`] for a truncation, which no per-key change expresses.
+    ///
+    /// [`changelog::Change`]: crate::dataflow::changelog::Change
+    pub fn into_changelog(self) -> Option<Result<changelog::Change<String, Row>, ChangeError>> {
+        let key = serde_json::to_string(&self.key()?).ok()?;
+        Some(changelog::Change::from_debezium(key, self.op.code(), self.before, self.after))
+    }
+}
+
+/// A row in a checkpoint (a table's state, records in flight): its JSON text.
+impl Data for Row {
+    fn encode(&self, out: &mut Vec<u8>) {
+        serde_json::to_vec(self).unwrap_or_default().encode(out);
+    }
+    fn decode(input: &mut &[u8]) -> Result<Self, StateError> {
+        let bytes = Vec::<u8>::decode(input)?;
+        serde_json::from_slice(&bytes).map_err(|e| StateError(format!("a row's JSON: {e}")))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -179,5 +212,52 @@ mod tests {
         assert_eq!(json_value(17, "\\x0001ff".into()), Value::from("AAH/"));
         assert_eq!(json_value(1700, "12.50".into()), Value::from("12.50"));
         assert_eq!(json_value(25, "hello".into()), Value::from("hello"));
+    }
+
+    fn row(pairs: &[(&str, Value)]) -> Row {
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect()
+    }
+
+    fn change(op: Op, key: &[&str], before: Option<Row>, after: Option<Row>) -> Change {
+        let table = TableInfo {
+            schema: "public".into(),
+            name: "items".into(),
+            columns: vec![("id".into(), 23), ("title".into(), 25)],
+            key: key.iter().map(|k| (*k).to_owned()).collect(),
+        };
+        Change { table: Arc::new(table), op, before, after, lsn: 1, tx_id: Some(7), commit_us: 0, snapshot: None }
+    }
+
+    #[test]
+    fn postgres_changes_become_changelog_changes_keyed_by_the_primary_key() {
+        use crate::dataflow::changelog::ChangeOp;
+        let (a, b) = (row(&[("id", 1.into()), ("title", "a".into())]), row(&[("id", 1.into()), ("title", "b".into())]));
+        let insert = change(Op::Create, &["id"], None, Some(a.clone())).into_changelog().unwrap().unwrap();
+        assert_eq!((insert.key.as_str(), &insert.op), (r#"{"id":1}"#, &ChangeOp::Insert(a.clone())));
+        let update = change(Op::Update, &["id"], Some(a.clone()), Some(b.clone())).into_changelog().unwrap().unwrap();
+        assert_eq!(update.op, ChangeOp::Update { before: Some(a.clone()), after: b.clone() });
+        let delete = change(Op::Delete, &["id"], Some(b.clone()), None).into_changelog().unwrap().unwrap();
+        assert_eq!(delete.op, ChangeOp::Delete { before: Some(b.clone()) });
+        let read = change(Op::Read, &["id"], None, Some(a.clone())).into_changelog().unwrap().unwrap();
+        assert_eq!(read.op, ChangeOp::Insert(a.clone()));
+        // No primary key: nothing identifies the row. A truncation is no per-key change.
+        assert!(change(Op::Create, &[], None, Some(a.clone())).into_changelog().is_none());
+        assert!(
+            matches!(change(Op::Truncate, &["id"], None, Some(a)).into_changelog(), Some(Err(ChangeError::UnknownOp(op))) if op == "t")
+        );
+    }
+
+    #[test]
+    fn postgres_rows_round_trip_through_checkpoint_data() {
+        let value = row(&[("id", 5.into()), ("title", "x\"y".into()), ("tags", serde_json::json!(["a", 1.5, null]))]);
+        let mut bytes = Vec::new();
+        value.encode(&mut bytes);
+        let mut input = &bytes[..];
+        assert_eq!(Row::decode(&mut input).unwrap(), value);
+        assert!(input.is_empty());
+        // Bytes that are not a row's JSON are a typed error.
+        let mut bad = Vec::new();
+        b"{not json".to_vec().encode(&mut bad);
+        assert!(Row::decode(&mut &bad[..]).is_err());
     }
 }
