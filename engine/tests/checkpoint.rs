@@ -2,7 +2,8 @@
 //! the reference output through its exactly-once sink, and a restart on its checkpoints
 //! replays nothing; a stopped run resumed from a damaged latest checkpoint falls back to
 //! the one before and loses nothing; transactions are invisible to
-//! `read_committed` readers until committed, and aborted ones never show.
+//! `read_committed` readers until committed, and aborted ones never show; an unaligned
+//! checkpoint's in-flight records come back after the watermarks that were before them.
 
 #[path = "checkpoint_job/mod.rs"]
 mod checkpoint_job;
