@@ -750,7 +750,9 @@ fn checkpointed_join_snapshots_write_only_new_records_and_restore_through_the_ch
     // shard through the chain of deltas, every pair comes out once.
     let dir = common::data_dir("checkpoint", "incremental-join");
     let pairs = Table::default();
-    let n = 400_000u64;
+    // Long enough that 8 checkpoints complete before the input ends even while the other
+    // tests load the machine (at 400 000 the input sometimes ended first).
+    let n = 800_000u64;
     let (first, _) = run_incremental_join(&dir, 2, n, &pairs, Some(8));
     let most = first.iter().map(|c| c.keys).max().unwrap();
     let later = first.last().unwrap();
