@@ -2,7 +2,8 @@
 //! the reference output through its exactly-once sink, and a restart on its checkpoints
 //! replays nothing; a stopped run resumed from a damaged latest checkpoint falls back to
 //! the one before and loses nothing; transactions are invisible to
-//! `read_committed` readers until committed, and aborted ones never show.
+//! `read_committed` readers until committed, and aborted ones never show; an unaligned
+//! checkpoint's in-flight records come back after the watermarks that were before them.
 
 #[path = "checkpoint_job/mod.rs"]
 mod checkpoint_job;
@@ -749,7 +750,9 @@ fn checkpointed_join_snapshots_write_only_new_records_and_restore_through_the_ch
     // shard through the chain of deltas, every pair comes out once.
     let dir = common::data_dir("checkpoint", "incremental-join");
     let pairs = Table::default();
-    let n = 400_000u64;
+    // Long enough that 8 checkpoints complete before the input ends even while the other
+    // tests load the machine (at 400 000 the input sometimes ended first).
+    let n = 800_000u64;
     let (first, _) = run_incremental_join(&dir, 2, n, &pairs, Some(8));
     let most = first.iter().map(|c| c.keys).max().unwrap();
     let later = first.last().unwrap();
@@ -991,6 +994,205 @@ fn unaligned_checkpoints_store_in_flight_records_and_restore_them_at_two_and_one
         copy_dir(&first, &again);
         let visible = Visible::new(Mutex::new(partial.clone()));
         let (_, restored) = run_backpressured(&again, shards, n, &visible, None);
+        assert_eq!(restored, Some(last.id), "{shards} shards restore the last checkpoint");
+        let mut got = visible.lock().unwrap().1.clone();
+        got.sort();
+        assert!(got == want, "{shards} shards: {}", checkpoint_job::diff(&got, &want));
+    }
+}
+
+/// Records of [`LateSplits`] from this one on have late ones among them.
+const LATE_FROM: u64 = 1000;
+/// How far behind its position a late record's event time is (ms): more than a source
+/// batch of records (64, 6.4 ms) and a window (5 ms), so the record is late for the
+/// watermark its channel sent before it.
+const LATE_BY_MS: i64 = 20;
+/// The value of [`LateSplits`]' split 1 marker: its event time is far ahead, so that
+/// split never holds the watermark back; it is filtered out before the exchange.
+const MARKER: u64 = u64::MAX;
+
+/// Whether record `i` of [`LateSplits`] is late (every 50th from [`LATE_FROM`] on).
+fn is_late(i: u64) -> bool {
+    i >= LATE_FROM && i % 50 == 49
+}
+
+/// Event time of record `i` of [`LateSplits`]: `i / 10` ms, [`LATE_BY_MS`] less for a
+/// late one; the marker's is far ahead.
+fn late_time(i: &u64) -> EventTime {
+    if *i == MARKER {
+        return EventTime::from_millis(i64::MAX / 4);
+    }
+    let on_time = (*i / 10) as i64;
+    EventTime::from_millis(if is_late(*i) { on_time - LATE_BY_MS } else { on_time })
+}
+
+/// Records `0..count` all in split 0; split 1 emits only [`MARKER`]s, one a poll, until
+/// split 0 has ended (so its watermark is far ahead from its first poll on, after a
+/// restore too): at two shards only shard 0 reads records, and shard 1's source keeps
+/// polling and injecting barriers without ever holding the watermark back, so whether a
+/// record is late is decided by split 0's order alone.
+struct LateSplits {
+    splits: Vec<(u64, u64)>,
+    count: u64,
+    /// Whether split 1 (if this instance reads it) emits next.
+    marker_turn: bool,
+    /// Set once split 0 has ended.
+    done: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl sluice_engine::dataflow::Source<u64> for LateSplits {
+    fn splits(&self) -> usize {
+        self.splits.len()
+    }
+
+    fn poll_next(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+        out: &mut Vec<u64>,
+        max: usize,
+    ) -> std::task::Poll<Option<usize>> {
+        use std::sync::atomic::Ordering;
+        let records = self.splits.iter().position(|(k, next)| *k == 0 && *next < self.count);
+        let markers = self.splits.iter().position(|(k, _)| *k == 1).filter(|_| !self.done.load(Ordering::Acquire));
+        self.marker_turn = !self.marker_turn;
+        match (records, markers) {
+            (_, Some(index)) if self.marker_turn || records.is_none() => {
+                out.push(MARKER);
+                std::task::Poll::Ready(Some(index))
+            }
+            (Some(index), _) => {
+                let next = &mut self.splits[index].1;
+                while *next < self.count && out.len() < max {
+                    out.push(*next);
+                    *next += 1;
+                }
+                if *next == self.count {
+                    self.done.store(true, Ordering::Release);
+                }
+                std::task::Poll::Ready(Some(index))
+            }
+            (None, _) => std::task::Poll::Ready(None),
+        }
+    }
+
+    fn positions(&self) -> Option<Vec<(u64, i64)>> {
+        Some(self.splits.iter().map(|(k, next)| (*k, *next as i64)).collect())
+    }
+
+    fn restore(
+        &mut self,
+        positions: &std::collections::HashMap<u64, i64>,
+    ) -> Result<(), sluice_engine::dataflow::UserError> {
+        for (k, next) in &mut self.splits {
+            let at = positions.get(k).ok_or_else(|| format!("no position for split {k}"))?;
+            *next = u64::try_from(*at).map_err(|_| format!("split {k} at {at}"))?;
+        }
+        Ok(())
+    }
+}
+
+/// Counts records, spending 10 us on each: the slow operator that backs the ring into
+/// its shard up.
+struct SlowCount;
+
+impl sluice_engine::dataflow::Aggregate<u64> for SlowCount {
+    type Acc = u64;
+    type Out = u64;
+    fn create(&self) -> u64 {
+        0
+    }
+    fn add(&self, acc: &mut u64, _: &u64) {
+        let until = Instant::now() + Duration::from_micros(10);
+        while Instant::now() < until {}
+        *acc += 1;
+    }
+    fn merge(&self, into: &mut u64, from: u64) {
+        *into += from;
+    }
+    fn result(&self, acc: &u64) -> u64 {
+        *acc
+    }
+}
+
+/// A backpressured job over [`LateSplits`]: records keyed on [`shard_one_keys`] (so at
+/// two shards the ring into shard 1, of 64 batches, stays full: more than the driver reads
+/// of it in one turn, so its barrier is still far back when shard 1's own passes) straight into 5 ms windows whose count
+/// is slow ([`SlowCount`]; late records dropped), so the window's watermark is what
+/// split 0 sent before each record; unaligned checkpoints every 20 ms.
+fn run_late_in_flight(
+    dir: &std::path::Path,
+    shards: usize,
+    n: u64,
+    visible: &Visible,
+    stop_after: Option<usize>,
+) -> (Vec<sluice_engine::dataflow::CheckpointStats>, Option<CheckpointId>) {
+    use sluice_engine::dataflow::CheckpointMode;
+    use sluice_engine::ring::RingConfig;
+
+    let keys = shard_one_keys();
+    let visible = visible.clone();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let config = PipelineConfig {
+        batch_records: 64,
+        ring: RingConfig { ring_capacity_batches: 64, ..RingConfig::default() },
+        ..PipelineConfig::with_shards(shards)
+    };
+    let running = Pipeline::new(config)
+        .checkpointing(CheckpointConfig::new(dir).interval(Duration::from_millis(20)).mode(CheckpointMode::Unaligned))
+        .spawn(move |scope| {
+            let keys = keys.clone();
+            let splits = (0..2u64).filter(|k| *k as usize % scope.shards() == scope.shard()).map(|k| (k, 0)).collect();
+            let source = LateSplits { splits, count: n, marker_turn: false, done: done.clone() };
+            scope
+                .source(source, WatermarkStrategy::monotonous(late_time))
+                .filter(|i| *i != MARKER)
+                .key_by(move |i| keys[(*i % 8) as usize])
+                .window(Windows::tumbling(Duration::from_millis(5)))
+                .aggregate(SlowCount)
+                .map(|r| format!("{}|{}|{}", r.key, r.window.start.millis(), r.value))
+                .to_two_phase_commit(Staged { visible: visible.clone() });
+        })
+        .unwrap();
+    finish(running, stop_after)
+}
+
+#[test]
+fn unaligned_restores_keep_in_flight_records_late_that_were_late_for_the_watermarks_before_them() {
+    // Every 50th record (from LATE_FROM on) comes LATE_BY_MS behind its channel's
+    // watermark: the window drops it in the run, whatever the timing (shard 1 reads no
+    // records, and its watermark is far ahead). The checkpoint a restore uses stores a
+    // ring's worth of records in flight, late ones among them, behind the watermarks that
+    // made them late; the window's own restored watermark is the one it had when the
+    // first barrier passed, up to a ring and its read-ahead behind, so a restore that
+    // delivered them without those watermarks would count them. Restored at two shards
+    // and at one, every on-time record is counted once and no late one.
+    use std::collections::BTreeMap;
+
+    let dir = common::data_dir("checkpoint", "unaligned-late");
+    let n = 60_000u64;
+    let keys = shard_one_keys();
+    let mut want: Vec<String> = {
+        let mut counts: BTreeMap<(u64, i64), u64> = BTreeMap::new();
+        for i in (0..n).filter(|i| !is_late(*i)) {
+            *counts.entry((keys[(i % 8) as usize], late_time(&i).millis() / 5 * 5)).or_default() += 1;
+        }
+        counts.into_iter().map(|((k, s), c)| format!("{k}|{s}|{c}")).collect()
+    };
+    want.sort();
+    let first = dir.join("first");
+    let visible = Visible::default();
+    let (stats, restored) = run_late_in_flight(&first, 2, n, &visible, Some(3));
+    assert_eq!(restored, None);
+    let last = *stats.last().unwrap();
+    // More than 50 consecutive records of split 0: a late one among them.
+    assert!(last.inflight_records > 100, "the checkpoint a restore uses stored late records in flight: {stats:?}");
+    let partial = visible.lock().unwrap().clone();
+    assert!(partial.1.len() < want.len(), "the first run stopped before the end ({} results)", partial.1.len());
+    for shards in [2, 1] {
+        let again = dir.join(format!("again-{shards}"));
+        copy_dir(&first, &again);
+        let visible = Visible::new(Mutex::new(partial.clone()));
+        let (_, restored) = run_late_in_flight(&again, shards, n, &visible, None);
         assert_eq!(restored, Some(last.id), "{shards} shards restore the last checkpoint");
         let mut got = visible.lock().unwrap().1.clone();
         got.sort();

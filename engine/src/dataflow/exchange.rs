@@ -59,13 +59,15 @@ struct Receiving<T> {
     align: Align,
     held: VecDeque<Message<Event<T>>>,
     out: Port<T>,
-    /// In-flight records restored from a checkpoint, delivered before anything else.
-    restored: Vec<Event<T>>,
+    /// In-flight records restored from a checkpoint, delivered before anything else, each
+    /// after the watermark paired with it (ascending; see [`ChannelHandle::restore`]).
+    restored: Vec<(EventTime, Event<T>)>,
     unaligned: Option<Unaligned<T>>,
 }
 
-/// Records one event into its key's group of a snapshot's in-flight data.
-type Recorder<T> = Box<dyn Fn(&mut GroupWriter, &Event<T>)>;
+/// Records one event, after the watermark its channel had sent before it, into its key's
+/// group of a snapshot's in-flight data.
+type Recorder<T> = Box<dyn Fn(&mut GroupWriter, EventTime, &Event<T>)>;
 
 /// Unaligned barriers at one receiving side (see [`checkpoint`](super::checkpoint)).
 ///
@@ -85,18 +87,43 @@ struct Unaligned<T> {
     current: Option<InFlight>,
     /// The buffer to process first next time: buffers are taken in turn.
     next_buffer: usize,
+    /// Each input's watermark and idleness as read so far (which its next record read is
+    /// behind), whether or not processed yet.
+    seen: Vec<(EventTime, bool)>,
 }
 
 /// The checkpoint whose barrier passed, while some input's has not arrived yet.
 struct InFlight {
     barrier: Barrier,
     arrived: Vec<bool>,
+    /// Each input's watermark and idleness when its barrier arrived (`seen`).
+    at_barrier: Vec<Option<(EventTime, bool)>>,
     writer: GroupWriter,
     /// The barrier waits for every input's, and for what was read ahead to be processed:
     /// the final checkpoint of bounded inputs passes aligned, since its sources end once
     /// it completes and output after its barrier would never be committed. (Its inputs
     /// send nothing after their barriers, so nothing needs holding.)
     deferred: bool,
+}
+
+impl InFlight {
+    /// The watermark the inputs had sent before their barriers of the checkpoint in
+    /// progress, combined as [`Progress`] combines them (an input that ended before its
+    /// barrier holds nothing back): no record after a barrier is late for it unless it
+    /// was late for its own input's watermark.
+    fn floor(&self) -> EventTime {
+        let mut progress = Progress::new(self.at_barrier.len());
+        for (j, at) in self.at_barrier.iter().enumerate() {
+            match at {
+                Some((watermark, idle)) => {
+                    progress.watermark(j, *watermark);
+                    progress.idle(j, *idle);
+                }
+                None => progress.end(j),
+            }
+        }
+        progress.combined()
+    }
 }
 
 impl<T> Unaligned<T> {
@@ -108,20 +135,44 @@ impl<T> Unaligned<T> {
     /// Records `records` from input `j` if they arrived before its barrier of the
     /// checkpoint in progress.
     fn record_from(&mut self, j: usize, records: &[Event<T>]) {
+        let watermark = self.seen[j].0;
         if let Some(c) = self.current.as_mut().filter(|c| !c.arrived[j] && !c.deferred) {
             for e in records {
-                (self.record)(&mut c.writer, e);
+                (self.record)(&mut c.writer, watermark, e);
             }
+        }
+    }
+
+    /// Input `j`'s message read (from its ring, or from this shard's sending side), in
+    /// its order: keeps its watermark and idleness as read.
+    fn read(&mut self, j: usize, message: &Message<Event<T>>) {
+        match message {
+            Message::Watermark(w) => self.seen[j].0 = self.seen[j].0.max(*w),
+            Message::Control(crate::ring::Control::Idle) => self.seen[j].1 = true,
+            Message::Control(crate::ring::Control::Active) => self.seen[j].1 = false,
+            _ => {}
         }
     }
 }
 
 impl<T: 'static> Receiving<T> {
+    /// Delivers the restored in-flight records, each run of them after its watermark, so
+    /// that a record late for the watermarks before it in its channel stays late.
     fn deliver_restored(&mut self) {
-        if !self.restored.is_empty() {
-            let mut records = std::mem::take(&mut self.restored);
-            self.out.borrow_mut().push(&mut records);
+        if self.restored.is_empty() {
+            return;
         }
+        let restored = std::mem::take(&mut self.restored);
+        let mut out = self.out.borrow_mut();
+        let mut records = Vec::new();
+        for (watermark, e) in restored {
+            if watermark > out.watermark() {
+                out.push(&mut records);
+                out.watermark_to(watermark);
+            }
+            records.push(e);
+        }
+        out.push(&mut records);
     }
 
     /// A message from input `from`, read straight from its ring or from this shard's own
@@ -129,6 +180,7 @@ impl<T: 'static> Receiving<T> {
     fn on_message(&mut self, from: usize, message: Message<Event<T>>) -> Option<Vec<Event<T>>> {
         self.deliver_restored();
         let Some(u) = self.unaligned.as_mut() else { return self.apply(from, message) };
+        u.read(from, &message);
         match &message {
             Message::Barrier(id) => {
                 self.unaligned_barrier(from, *id);
@@ -206,15 +258,29 @@ impl<T: 'static> Receiving<T> {
                 let deferred = u.channel.is_final(id);
                 let mut writer = u.channel.writer();
                 if !deferred {
-                    for queue in &u.buffered {
+                    // What was read and not processed yet: each input's watermark before
+                    // it is the processed one, raised by the watermarks between.
+                    for (j, queue) in u.buffered.iter().enumerate() {
+                        let mut watermark = self.progress.input_watermark(j);
                         for message in queue {
-                            if let Message::Data(batch) = message {
-                                batch.iter().for_each(|e| (u.record)(&mut writer, e));
+                            match message {
+                                Message::Data(batch) => {
+                                    batch.iter().for_each(|e| (u.record)(&mut writer, watermark, e))
+                                }
+                                Message::Watermark(w) => watermark = watermark.max(*w),
+                                _ => {}
                             }
                         }
                     }
                 }
-                u.current = Some(InFlight { barrier, arrived: vec![false; u.ended.len()], writer, deferred });
+                let inputs = u.ended.len();
+                u.current = Some(InFlight {
+                    barrier,
+                    arrived: vec![false; inputs],
+                    at_barrier: vec![None; inputs],
+                    writer,
+                    deferred,
+                });
                 if !deferred {
                     self.out.borrow_mut().barrier(barrier);
                 }
@@ -223,6 +289,7 @@ impl<T: 'static> Receiving<T> {
         let u = self.unaligned.as_mut().expect("unaligned mode");
         if let Some(c) = u.current.as_mut() {
             c.arrived[from] = true;
+            c.at_barrier[from] = Some(u.seen[from]);
         }
         self.complete_if_done();
     }
@@ -242,7 +309,8 @@ impl<T: 'static> Receiving<T> {
         if c.deferred {
             out.borrow_mut().barrier(c.barrier);
         }
-        u.channel.report(c.barrier, c.writer);
+        let floor = c.floor();
+        u.channel.report(c.barrier, c.writer, floor);
     }
 
     /// Records routed to this shard by its own sending side: they skip the rings.
@@ -291,6 +359,7 @@ impl<T: 'static> Receiving<T> {
                 }
                 let Ok(message) = inbox.try_recv_from(j) else { break };
                 moved += 1;
+                u.read(j, &message);
                 match message {
                     Message::Barrier(id) => self.unaligned_barrier(j, id),
                     Message::Data(batch) => {
@@ -579,7 +648,12 @@ where
     };
     let unaligned = channel.filter(ChannelHandle::unaligned).map(|channel| {
         let key = key.clone();
-        let record: Recorder<T> = Box::new(move |w, e| w.push_with(&key(&e.value), |out| e.encode(out)));
+        let record: Recorder<T> = Box::new(move |w, watermark, e| {
+            w.push_with(&key(&e.value), |out| {
+                watermark.millis().encode(out);
+                e.encode(out);
+            });
+        });
         Unaligned {
             channel,
             record,
@@ -589,6 +663,7 @@ where
             last: CheckpointId(0),
             current: None,
             next_buffer: 0,
+            seen: vec![(EventTime::MIN, false); shards],
         }
     });
     let receiving = Rc::new(RefCell::new(Receiving {

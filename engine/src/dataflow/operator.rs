@@ -213,6 +213,11 @@ impl Progress {
         input.watermark = input.watermark.max(watermark);
     }
 
+    /// Input `i`'s watermark.
+    pub(crate) fn input_watermark(&self, i: usize) -> EventTime {
+        self.inputs[i].watermark
+    }
+
     /// Records input `i` going idle or active.
     pub fn idle(&mut self, i: usize, idle: bool) {
         self.inputs[i].idle = idle;

@@ -14,7 +14,7 @@ use sluice_io::{CheckpointId, CheckpointStore, Manifest, PartInfo, UringStorage}
 
 use super::{
     CheckpointConfig, CheckpointError, CheckpointStats, Restored, ShardPart, decode_part, encode_part,
-    legacy::PART_FORMAT,
+    legacy::{PART_FORMAT, part_format},
     part_name,
     savepoint::{Savepoint, SavepointRequest},
 };
@@ -281,18 +281,18 @@ async fn read_checkpoint(
         // The part, and the same shard's parts it is a delta on, back to a whole one.
         let mut chain = Vec::new();
         let (mut at, mut info) = (id, info.clone());
-        let mut current = manifest.metadata == PART_FORMAT;
+        let mut format = part_format(&manifest.metadata);
         loop {
             let body = store.read_part(at, &info).await.map_err(io(at))?;
             parts += 1;
             // A checkpoint of the first format (no metadata) keys its operators by
-            // position only.
-            let part = if current { decode_part(body) } else { super::legacy::decode_v1(&body) };
+            // position only; the second's in-flight records carry no watermarks.
+            let part = if format > 1 { decode_part(body, format > 2) } else { super::legacy::decode_v1(&body) };
             let part = part.map_err(|source| CheckpointError::Decode { id: at, part: info.name.clone(), source })?;
             chain.push(part);
             let Some(base) = info.base else { break };
             let older = store.manifest(base).await.map_err(io(base))?;
-            current = older.metadata == PART_FORMAT;
+            format = part_format(&older.metadata);
             info = older.part(&info.name).cloned().ok_or_else(|| CheckpointError::MissingBase {
                 id: base,
                 part: info.name.clone(),

@@ -1,15 +1,32 @@
 //! Parts of the first format (format 1: operators by build position, no uids or type
 //! tags), still read so that a job upgraded to this build restores its last checkpoint.
 //! A checkpoint's manifest says its format ([`PART_FORMAT`]): format 1 wrote no metadata.
+//! Format 2 is format 3's layout with in-flight records stored without the watermarks
+//! before them ([`PART_FORMAT_2`]).
 
 use rkyv::util::AlignedVec;
 
 use super::{
-    ChannelPart, GroupPart, OperatorKey, ReadOperator, ReadPart, RestoredGroup, SinkPart, SourcePart, StateError,
+    ChannelPart, GroupPart, OperatorKey, ReadOperator, ReadPart, RestoredChannel, RestoredGroup, SinkPart, SourcePart,
+    StateError,
 };
 
-/// The manifest metadata of a checkpoint whose parts are of the current format (2).
-pub(crate) const PART_FORMAT: &[u8] = b"sluice-part-format 2";
+/// The manifest metadata of a checkpoint whose parts are of the current format (3: each
+/// in-flight record stored with the watermark its channel had sent before it).
+pub(crate) const PART_FORMAT: &[u8] = b"sluice-part-format 3";
+
+/// Format 2: the same layout, in-flight records stored alone.
+pub(crate) const PART_FORMAT_2: &[u8] = b"sluice-part-format 2";
+
+/// The format of a checkpoint's parts, by its manifest's metadata: 3, 2, or 1 (no
+/// metadata, or none this build knows).
+pub(crate) fn part_format(metadata: &[u8]) -> u8 {
+    match metadata {
+        PART_FORMAT => 3,
+        PART_FORMAT_2 => 2,
+        _ => 1,
+    }
+}
 
 /// Format 1's part body.
 #[derive(Debug, Default, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
@@ -68,7 +85,11 @@ pub(crate) fn decode_v1(body: &AlignedVec<16>) -> Result<ReadPart, StateError> {
             .map(|s| SourcePart { id: s.id, uid: None, positions: s.positions, bounds: s.bounds })
             .collect(),
         sinks: part.sinks,
-        channels: part.channels.into_iter().map(|c| (c.id, groups(c.groups))).collect(),
+        channels: part
+            .channels
+            .into_iter()
+            .map(|c| (c.id, RestoredChannel { floor: None, groups: groups(c.groups) }))
+            .collect(),
     })
 }
 

@@ -281,7 +281,9 @@ pub(crate) struct ShardPart {
 }
 
 /// The in-flight records of one exchange's receiving side, each an [`Event`] encoding in
-/// the key group of its key.
+/// the key group of its key, after the watermark its channel had sent before it (an
+/// `i64`, format 3), and the group [`CHANNEL_FLOOR_GROUP`] whose one entry is the floor
+/// of those watermarks (an `i64`: what every channel had sent before its barrier).
 ///
 /// [`Event`]: crate::dataflow::Event
 #[derive(Debug, Default, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
@@ -289,6 +291,19 @@ pub(crate) struct ChannelPart {
     /// The exchange: its index among the pipeline's `key_by`s, in build order.
     pub(crate) id: u32,
     pub(crate) groups: Vec<GroupPart>,
+}
+
+/// The pseudo key group of a [`ChannelPart`] that holds the floor of its records'
+/// watermarks (no key group is this high).
+pub(crate) const CHANNEL_FLOOR_GROUP: u32 = u32::MAX;
+
+/// One exchange's in-flight records from one part, as read back.
+#[derive(Debug, Clone)]
+pub(crate) struct RestoredChannel {
+    /// The floor of the records' watermarks (`None`: a part of format 2 or 1, whose
+    /// records carry no watermark).
+    pub(crate) floor: Option<i64>,
+    pub(crate) groups: Vec<RestoredGroup>,
 }
 
 /// One stateful operator's state on one shard, by key group.
@@ -361,8 +376,8 @@ pub(crate) struct Restored {
     pub(crate) source_bounds: HashMap<OperatorKey, HashMap<u64, i64>>,
     pub(crate) sinks: HashMap<u32, Vec<PendingTxn>>,
     pub(crate) sink_txns: HashMap<u32, Vec<Vec<u8>>>,
-    /// Per exchange: the in-flight records of every key group.
-    pub(crate) channels: HashMap<u32, Vec<RestoredGroup>>,
+    /// Per exchange: its in-flight records, one entry per part that held some.
+    pub(crate) channels: HashMap<u32, Vec<RestoredChannel>>,
 }
 
 /// One operator's restored state, merged over the shards.
@@ -415,7 +430,7 @@ pub(crate) struct ReadPart {
     pub(crate) sources: Vec<SourcePart>,
     pub(crate) sinks: Vec<SinkPart>,
     /// Per exchange (its id): its in-flight records.
-    pub(crate) channels: Vec<(u32, Vec<RestoredGroup>)>,
+    pub(crate) channels: Vec<(u32, RestoredChannel)>,
 }
 
 /// An [`OperatorPart`] as read back.
@@ -454,8 +469,8 @@ impl Restored {
             last = Some((part.shards, part.key_groups, part.sources, part.sinks, part.channels));
         }
         let Some((shards, key_groups, sources, sinks, channels)) = last else { return };
-        for (id, groups) in channels {
-            self.channels.entry(id).or_default().extend(groups);
+        for (id, channel) in channels {
+            self.channels.entry(id).or_default().push(channel);
         }
         self.shards = shards;
         self.key_groups = key_groups;
@@ -496,8 +511,9 @@ pub(crate) fn encode_part(part: &ShardPart) -> std::result::Result<Vec<u8>, Stat
 
 /// Decodes a part body (as [`sluice_io::CheckpointStore::read_part`] returns it): checks
 /// the archive, then takes its small pieces out and leaves every key group's entries in
-/// `body`, which the groups share.
-pub(crate) fn decode_part(body: AlignedVec<16>) -> std::result::Result<ReadPart, StateError> {
+/// `body`, which the groups share. `watermarked`: the part is of format 3, its in-flight
+/// records stored with their watermarks.
+pub(crate) fn decode_part(body: AlignedVec<16>, watermarked: bool) -> std::result::Result<ReadPart, StateError> {
     use rkyv::rancor::Error;
     let body = Arc::new(body);
     let archived = rkyv::access::<ArchivedShardPart, Error>(&body).map_err(|e| StateError(e.to_string()))?;
@@ -536,7 +552,11 @@ pub(crate) fn decode_part(body: AlignedVec<16>) -> std::result::Result<ReadPart,
             groups: groups(&op.groups),
         })
         .collect();
-    let channels = archived.channels.iter().map(|c| (c.id.to_native(), groups(&c.groups))).collect();
+    let channels = archived
+        .channels
+        .iter()
+        .map(|c| Ok((c.id.to_native(), restored_channel(groups(&c.groups), watermarked)?)))
+        .collect::<std::result::Result<_, StateError>>()?;
     let small = |e: Error| StateError(e.to_string());
     Ok(ReadPart {
         shards: archived.shards.to_native(),
@@ -546,6 +566,28 @@ pub(crate) fn decode_part(body: AlignedVec<16>) -> std::result::Result<ReadPart,
         sinks: rkyv::deserialize::<Vec<SinkPart>, Error>(&archived.sinks).map_err(small)?,
         channels,
     })
+}
+
+/// Takes a channel part's floor out of its groups (format 3).
+fn restored_channel(
+    mut groups: Vec<RestoredGroup>,
+    watermarked: bool,
+) -> std::result::Result<RestoredChannel, StateError> {
+    if !watermarked {
+        return Ok(RestoredChannel { floor: None, groups });
+    }
+    let at = groups
+        .iter()
+        .position(|g| g.key_group == CHANNEL_FLOOR_GROUP)
+        .ok_or_else(|| StateError("in-flight records without the floor of their watermarks".into()))?;
+    let group = groups.remove(at);
+    let mut floor = None;
+    codec::read_entries_raw(group.bytes(), |input| {
+        floor = Some(i64::decode(input)?);
+        Ok(())
+    })?;
+    let floor = floor.ok_or_else(|| StateError("an empty floor of in-flight watermarks".into()))?;
+    Ok(RestoredChannel { floor: Some(floor), groups })
 }
 
 #[cfg(test)]
@@ -574,13 +616,58 @@ mod tests {
         let read = |part: ShardPart| {
             let mut body = AlignedVec::new();
             body.extend_from_slice(&encode_part(&part).unwrap());
-            decode_part(body).unwrap()
+            decode_part(body, false).unwrap()
         };
         let mut restored = Restored::default();
         restored.merge_chain(vec![read(older), read(newer)]);
         restored.merge_chain(vec![read(other)]);
-        let groups: Vec<(u32, u64)> = restored.channels[&0].iter().map(|g| (g.key_group, g.entries)).collect();
+        let groups: Vec<(u32, u64)> =
+            restored.channels[&0].iter().flat_map(|c| &c.groups).map(|g| (g.key_group, g.entries)).collect();
         assert_eq!(groups, [(2, 3), (6, 4)]);
+    }
+
+    #[test]
+    fn in_flight_records_of_format_3_carry_their_floor_and_format_2_none() {
+        let mut floor = EntryWriter::new();
+        floor.push_with(|out| 42i64.encode(out));
+        let mut part = channel(0, 1, 5);
+        part.groups.push(GroupPart { key_group: CHANNEL_FLOOR_GROUP, entries: 1, bytes: floor.finish() });
+        let body = || {
+            let part = ShardPart {
+                shard: 0,
+                shards: 1,
+                key_groups: 8,
+                channels: vec![part_clone(&part)],
+                ..ShardPart::default()
+            };
+            let mut body = AlignedVec::new();
+            body.extend_from_slice(&encode_part(&part).unwrap());
+            body
+        };
+        let (id, channel) = decode_part(body(), true).unwrap().channels.remove(0);
+        assert_eq!((id, channel.floor), (0, Some(42)));
+        let groups: Vec<u32> = channel.groups.iter().map(|g| g.key_group).collect();
+        assert_eq!(groups, [1], "the floor is no key group");
+        // The same part read as format 2: every group is records, none has a floor.
+        let (_, channel) = decode_part(body(), false).unwrap().channels.remove(0);
+        assert_eq!(channel.floor, None);
+        // Format 3 without the floor is refused, not restored without watermarks.
+        let bare =
+            ShardPart { shard: 0, shards: 1, key_groups: 8, channels: vec![channel_at(1)], ..ShardPart::default() };
+        let mut body = AlignedVec::new();
+        body.extend_from_slice(&encode_part(&bare).unwrap());
+        let err = decode_part(body, true).unwrap_err();
+        assert!(err.to_string().contains("floor"), "{err}");
+    }
+
+    fn part_clone(c: &ChannelPart) -> ChannelPart {
+        let groups =
+            c.groups.iter().map(|g| GroupPart { key_group: g.key_group, entries: g.entries, bytes: g.bytes.clone() });
+        ChannelPart { id: c.id, groups: groups.collect() }
+    }
+
+    fn channel_at(key_group: u32) -> ChannelPart {
+        channel(0, key_group, 1)
     }
 
     #[test]

@@ -13,8 +13,8 @@ use std::{
 use sluice_io::{CheckpointId, EventTime};
 
 use super::{
-    Barrier, ChannelPart, CheckpointError, CheckpointMode, Data, EntryWriter, GroupPart, OperatorKey, OperatorPart,
-    ShardPart, SinkPart, SourcePart, StateError, StateTypes,
+    Barrier, CHANNEL_FLOOR_GROUP, ChannelPart, CheckpointError, CheckpointMode, Data, EntryWriter, GroupPart,
+    OperatorKey, OperatorPart, ShardPart, SinkPart, SourcePart, StateError, StateTypes,
     coordinator::{Ack, CheckpointCoordinator},
 };
 use crate::dataflow::{Event, key_group, shard_of_group};
@@ -478,19 +478,30 @@ impl ChannelHandle {
         self.unaligned
     }
 
-    /// The restored in-flight records of the key groups this shard owns, in the order
-    /// they were recorded within each group (empty when nothing is restored).
-    pub(crate) fn restore<T: Data>(&self) -> Result<Vec<Event<T>>, StateError> {
+    /// The restored in-flight records of the key groups this shard owns, each with the
+    /// watermark to deliver before it: the least of the watermark its channel had sent
+    /// before it and the floor of its part (what every channel had sent before its
+    /// barrier), or `EventTime::MIN` for a checkpoint of format 2 or 1. Sorted by that
+    /// watermark, stably (each group's records in the order they were recorded; a
+    /// channel's watermarks only rise along it). Empty when nothing is restored.
+    pub(crate) fn restore<T: Data>(&self) -> Result<Vec<(EventTime, Event<T>)>, StateError> {
         let shard = self.shard.borrow();
         let mut records = Vec::new();
         let Some(restored) = shard.coordinator.restored.as_ref() else { return Ok(records) };
-        let Some(groups) = restored.channels.get(&self.id) else { return Ok(records) };
-        for group in groups.iter().filter(|g| shard.owns(g.key_group)) {
-            super::codec::read_entries_raw(group.bytes(), &mut |input: &mut &[u8]| {
-                records.push(Event::<T>::decode(input)?);
-                Ok(())
-            })?;
+        let Some(channels) = restored.channels.get(&self.id) else { return Ok(records) };
+        for channel in channels {
+            for group in channel.groups.iter().filter(|g| shard.owns(g.key_group)) {
+                super::codec::read_entries_raw(group.bytes(), &mut |input: &mut &[u8]| {
+                    let watermark = match channel.floor {
+                        Some(floor) => i64::decode(input)?.min(floor),
+                        None => i64::MIN,
+                    };
+                    records.push((EventTime::from_millis(watermark), Event::<T>::decode(input)?));
+                    Ok(())
+                })?;
+            }
         }
+        records.sort_by_key(|(watermark, _)| *watermark);
         Ok(records)
     }
 
@@ -504,10 +515,12 @@ impl ChannelHandle {
         GroupWriter { key_groups: self.key_groups, groups: BTreeMap::new() }
     }
 
-    /// Hands the in-flight records of checkpoint `barrier` to the shard.
-    pub(crate) fn report(&self, barrier: Barrier, writer: GroupWriter) {
+    /// Hands the in-flight records of checkpoint `barrier` to the shard, with `floor`:
+    /// the watermark the channels had sent before their barriers, combined as the
+    /// exchange combines them (see [`CHANNEL_FLOOR_GROUP`]).
+    pub(crate) fn report(&self, barrier: Barrier, writer: GroupWriter, floor: EventTime) {
         let mut records = 0;
-        let groups = writer
+        let mut groups: Vec<GroupPart> = writer
             .groups
             .into_iter()
             .map(|(key_group, w)| {
@@ -515,6 +528,9 @@ impl ChannelHandle {
                 GroupPart { key_group, entries: w.count(), bytes: w.finish() }
             })
             .collect();
+        let mut w = EntryWriter::new();
+        w.push_with(|out| floor.millis().encode(out));
+        groups.push(GroupPart { key_group: CHANNEL_FLOOR_GROUP, entries: 1, bytes: w.finish() });
         self.shard.borrow_mut().report_channel(barrier.id, ChannelPart { id: self.id, groups }, records);
     }
 }
