@@ -48,6 +48,7 @@
 //!
 //! [`TwoPhaseCommitSink`]: crate::dataflow::TwoPhaseCommitSink
 
+pub mod repartition;
 pub mod sink;
 pub mod source;
 
@@ -55,6 +56,7 @@ use std::time::Duration;
 
 use rdkafka::{ClientConfig, error::KafkaError};
 
+pub use repartition::{Repartition, RepartitionConfig};
 pub use sink::{DeliveryGuarantee, KafkaSink, KafkaSinkConfig, KafkaSinkFactory, KafkaTxn, OutRecord, SinkStats};
 pub use source::{KafkaRecord, KafkaSource, KafkaSourceConfig, KafkaSourceFactory};
 

@@ -1,0 +1,231 @@
+//! One job across several OS processes (issue 27, first slice): a windowed count whose keys
+//! meet through a repartition topic (`Repartition::key_by_through`) on a Kafka-protocol
+//! broker, the library's listener over a fresh engine (what `sluice serve` runs), on a
+//! loopback port in this process.
+//!
+//! `multi_process_windowed_count`: three child processes (this binary again, started with
+//! `SLUICE_MP_CHILD` set), two shards each, are instances 0..3 of one job. Each reads its
+//! own third of the input (event `i` goes to instance `i % 3`), writes it to the
+//! repartition topic by key, and reads back the partitions the job's consumer group gives
+//! it; the tumbling one-second counts each prints must together equal, record for record,
+//! the same job run in one process with a plain `key_by`, every key counted in exactly one
+//! process and every process counting some. The children start writing only once the
+//! group is stable with all six readers, so each reader starts at the topic's beginning.
+//!
+//! This test has its own `main` (`harness = false`); `cargo test multi_process` runs it.
+
+mod common;
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    io::{BufRead, BufReader, Write},
+    process::{Child, Command, Stdio},
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use common::kafka::Served;
+use futures_lite::future::block_on;
+use sluice_engine::{
+    connectors::kafka::{Repartition, RepartitionConfig},
+    dataflow::{ChannelSource, Generator, Pipeline, PipelineConfig, WatermarkStrategy, Windows},
+    group::classic::GroupState,
+    kafka::KafkaConfig,
+};
+use sluice_io::EventTime;
+
+const CHILD: &str = "SLUICE_MP_CHILD";
+const EVENTS: u64 = 6_000;
+const KEYS: u64 = 24;
+const INSTANCES: u32 = 3;
+const SHARDS: usize = 2;
+const PARTITIONS: u32 = 6;
+const JOB: &str = "mp-job";
+const TOPIC: &str = "mp-through";
+
+/// A result line: key, window start, count.
+type Count = (u64, i64, u64);
+
+fn event(i: u64) -> (u64, u64) {
+    ((i * 7919) % KEYS, i)
+}
+
+fn time(r: &(u64, u64)) -> EventTime {
+    EventTime::from_millis(r.1 as i64 * 10)
+}
+
+fn main() {
+    if let Ok(spec) = std::env::var(CHILD) {
+        child(&spec);
+        return;
+    }
+    // `cargo test NAME` passes NAME on: run only when it selects this test.
+    let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    if filter.iter().any(|f| !"multi_process_windowed_count".contains(f.as_str())) {
+        return;
+    }
+    let started = Instant::now();
+    multi_process_windowed_count();
+    println!("test multi_process_windowed_count ... ok ({:.1?})", started.elapsed());
+}
+
+/// The job in one process, with a plain `key_by`: the reference.
+fn single_process() -> Vec<Count> {
+    let out: Arc<Mutex<Vec<Count>>> = Arc::default();
+    let sink = out.clone();
+    Pipeline::new(PipelineConfig::with_shards(1))
+        .run(move |scope| {
+            let sink = sink.clone();
+            scope
+                .source(
+                    Generator::new(scope.shard(), scope.shards(), EVENTS, event),
+                    WatermarkStrategy::bounded_out_of_orderness(Duration::from_secs(1), time),
+                )
+                .key_by(|r: &(u64, u64)| r.0)
+                .window(Windows::tumbling(Duration::from_secs(1)))
+                .count()
+                .for_each(move |e| sink.lock().unwrap().push((e.value.key, e.value.window.start.0, e.value.value)));
+        })
+        .expect("the single-process job runs");
+    let mut out = std::mem::take(&mut *out.lock().unwrap());
+    out.sort_unstable();
+    out
+}
+
+fn multi_process_windowed_count() {
+    let expected = single_process();
+    assert_eq!(expected.iter().map(|c| c.2).sum::<u64>(), EVENTS);
+    let served = Served::launch("multi_process", "windowed_count", 1, KafkaConfig::new("127.0.0.1:0".parse().unwrap()));
+    block_on(served.handle().create_topic(TOPIC, PARTITIONS, None)).expect("the repartition topic is created");
+    let bootstrap = served.addr().to_string();
+    let results: Arc<Mutex<Vec<(u32, Count)>>> = Arc::default();
+    let mut children = Children((0..INSTANCES).map(|i| spawn(&bootstrap, i, &results)).collect());
+    wait_stable(&served, INSTANCES as usize * SHARDS);
+    for c in &mut children.0 {
+        writeln!(c.stdin.as_mut().expect("piped"), "go").expect("the child reads its stdin");
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let total = || results.lock().unwrap().iter().map(|(_, c)| c.2).sum::<u64>();
+    while total() < EVENTS && Instant::now() < deadline {
+        for c in &mut children.0 {
+            assert!(c.try_wait().expect("wait").is_none(), "a child exited early");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Anything counted twice would come now.
+    std::thread::sleep(Duration::from_millis(500));
+    drop(children);
+    let results = std::mem::take(&mut *results.lock().unwrap());
+    let mut got: Vec<Count> = results.iter().map(|(_, c)| *c).collect();
+    got.sort_unstable();
+    assert_eq!(got, expected, "the three processes' counts differ from the single process's");
+    let mut owner: BTreeMap<u64, BTreeSet<u32>> = BTreeMap::new();
+    for (instance, (key, _, _)) in &results {
+        owner.entry(*key).or_default().insert(*instance);
+    }
+    assert!(owner.values().all(|o| o.len() == 1), "a key was counted in two processes: {owner:?}");
+    let mut keys = BTreeMap::<u32, usize>::new();
+    for o in owner.values().flatten() {
+        *keys.entry(*o).or_default() += 1;
+    }
+    assert_eq!(keys.len(), INSTANCES as usize, "keys by process: {owner:?}");
+    println!("{} counts from {} processes; keys per process {keys:?}", results.len(), INSTANCES);
+}
+
+/// The job's processes, killed (SIGKILL) and reaped when dropped, also when an assertion
+/// fails.
+struct Children(Vec<Child>);
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Starts instance `instance`, collecting its result lines into `results`.
+fn spawn(bootstrap: &str, instance: u32, results: &Arc<Mutex<Vec<(u32, Count)>>>) -> Child {
+    let mut child = Command::new(std::env::current_exe().expect("the test binary"))
+        .env(CHILD, format!("{bootstrap},{instance}"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("the child starts");
+    let stdout = child.stdout.take().expect("piped");
+    let results = results.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if let ["RESULT", key, start, count] = f[..] {
+                let c = (key.parse().unwrap(), start.parse().unwrap(), count.parse().unwrap());
+                results.lock().unwrap().push((instance, c));
+            }
+        }
+    });
+    child
+}
+
+/// Waits until the job's group is stable with `members` readers.
+fn wait_stable(served: &Served, members: usize) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let view = block_on(served.handle().group_view(JOB)).expect("the group's view");
+        if let Some(g) = view.classic
+            && g.state == GroupState::Stable
+            && g.members.len() == members
+        {
+            // The followers learn their assignment from their SyncGroup answers, moments
+            // after the group turns stable; nothing is written before they start reading
+            // anyway, and a reader starts at the topic's beginning.
+            return;
+        }
+        assert!(Instant::now() < deadline, "the group did not become stable with {members} members");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A child: instance `instance` of the job, writing its share of the input once its stdin
+/// says `go`, printing every count as `RESULT key start count`.
+fn child(spec: &str) {
+    let (bootstrap, instance) = spec.rsplit_once(',').expect("bootstrap,instance");
+    let instance: u32 = instance.parse().expect("an instance number");
+    let config = RepartitionConfig::new(bootstrap, JOB, TOPIC, instance, INSTANCES);
+    let through = Repartition::new(config).expect("the repartition topic is there");
+    let (tx, rx) = async_channel::bounded(1024);
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).expect("stdin");
+        for i in (u64::from(instance)..EVENTS).step_by(INSTANCES as usize) {
+            tx.send_blocking(event(i)).expect("the job runs");
+        }
+    });
+    let errors = through.clone();
+    std::thread::spawn(move || {
+        let mut shown = 0;
+        loop {
+            std::thread::sleep(Duration::from_secs(1));
+            let all = errors.errors();
+            for e in &all[shown.min(all.len())..] {
+                eprintln!("instance {instance}: {e}");
+            }
+            shown = all.len();
+        }
+    });
+    Pipeline::new(PipelineConfig::with_shards(SHARDS))
+        .run(move |scope| {
+            let input = scope.source(
+                ChannelSource::new(rx.clone()),
+                WatermarkStrategy::bounded_out_of_orderness(Duration::from_secs(1), time),
+            );
+            through
+                .key_by_through(input, |r: &(u64, u64)| r.0)
+                .expect("the repartition producer and consumer start")
+                .window(Windows::tumbling(Duration::from_secs(1)))
+                .count()
+                .for_each(|e| println!("RESULT {} {} {}", e.value.key, e.value.window.start.0, e.value.value));
+        })
+        .expect("the job runs");
+}
