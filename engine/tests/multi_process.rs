@@ -26,10 +26,10 @@ use std::{
 
 use common::kafka::Served;
 use futures_lite::future::block_on;
+use rdkafka::{mocking::MockCluster, producer::DefaultProducerContext};
 use sluice_engine::{
     connectors::kafka::{Repartition, RepartitionConfig},
     dataflow::{ChannelSource, Generator, Pipeline, PipelineConfig, WatermarkStrategy, Windows},
-    group::classic::GroupState,
     kafka::KafkaConfig,
 };
 use sluice_io::EventTime;
@@ -64,9 +64,15 @@ fn main() {
     if filter.iter().any(|f| !"multi_process_windowed_count".contains(f.as_str())) {
         return;
     }
-    let started = Instant::now();
-    multi_process_windowed_count();
-    println!("test multi_process_windowed_count ... ok ({:.1?})", started.elapsed());
+    let kinds: Vec<String> = match std::env::var("BROKER") {
+        Ok(k) => vec![k],
+        Err(_) => vec!["served".into(), "mock".into()],
+    };
+    for kind in kinds.iter().map(String::as_str) {
+        let started = Instant::now();
+        multi_process_windowed_count(kind);
+        println!("test multi_process_windowed_count ({kind}) ... ok ({:.1?})", started.elapsed());
+    }
 }
 
 /// The job in one process, with a plain `key_by`: the reference.
@@ -92,15 +98,51 @@ fn single_process() -> Vec<Count> {
     out
 }
 
-fn multi_process_windowed_count() {
+/// The broker the job's processes meet at.
+enum Broker {
+    Served(Box<Served>),
+    Mock(MockCluster<'static, DefaultProducerContext>),
+}
+
+impl Broker {
+    /// One with the repartition topic.
+    fn start(kind: &str) -> Broker {
+        match kind {
+            "served" => {
+                let served = Served::launch(
+                    "multi_process",
+                    "windowed_count",
+                    1,
+                    KafkaConfig::new("127.0.0.1:0".parse().unwrap()),
+                );
+                block_on(served.handle().create_topic(TOPIC, PARTITIONS, None))
+                    .expect("the repartition topic is created");
+                Broker::Served(Box::new(served))
+            }
+            _ => {
+                let mock = MockCluster::new(1).expect("the mock cluster starts");
+                mock.create_topic(TOPIC, PARTITIONS as i32, 1).expect("the repartition topic is created");
+                Broker::Mock(mock)
+            }
+        }
+    }
+
+    fn bootstrap(&self) -> String {
+        match self {
+            Broker::Served(s) => s.addr().to_string(),
+            Broker::Mock(m) => m.bootstrap_servers(),
+        }
+    }
+}
+
+fn multi_process_windowed_count(kind: &str) {
     let expected = single_process();
     assert_eq!(expected.iter().map(|c| c.2).sum::<u64>(), EVENTS);
-    let served = Served::launch("multi_process", "windowed_count", 1, KafkaConfig::new("127.0.0.1:0".parse().unwrap()));
-    block_on(served.handle().create_topic(TOPIC, PARTITIONS, None)).expect("the repartition topic is created");
-    let bootstrap = served.addr().to_string();
+    let broker = Broker::start(kind);
     let results: Arc<Mutex<Vec<(u32, Count)>>> = Arc::default();
-    let mut children = Children((0..INSTANCES).map(|i| spawn(&bootstrap, i, &results)).collect());
-    wait_stable(&served, INSTANCES as usize * SHARDS);
+    let assigned: Arc<Mutex<BTreeMap<(u32, usize), Vec<i32>>>> = Arc::default();
+    let mut children = Children((0..INSTANCES).map(|i| spawn(&broker.bootstrap(), i, &results, &assigned)).collect());
+    wait_assigned(&assigned);
     for c in &mut children.0 {
         writeln!(c.stdin.as_mut().expect("piped"), "go").expect("the child reads its stdin");
     }
@@ -118,7 +160,18 @@ fn multi_process_windowed_count() {
     let results = std::mem::take(&mut *results.lock().unwrap());
     let mut got: Vec<Count> = results.iter().map(|(_, c)| *c).collect();
     got.sort_unstable();
-    assert_eq!(got, expected, "the three processes' counts differ from the single process's");
+    if got != expected {
+        let (g, e): (BTreeSet<Count>, BTreeSet<Count>) =
+            (got.iter().copied().collect(), expected.iter().copied().collect());
+        let missing: Vec<&Count> = e.difference(&g).take(10).collect();
+        let extra: Vec<&Count> = g.difference(&e).take(10).collect();
+        panic!(
+            "{kind}: the processes' {} counts differ from the single process's {}; missing (first 10): {missing:?}; \
+             not expected (first 10): {extra:?}",
+            got.len(),
+            expected.len()
+        );
+    }
     let mut owner: BTreeMap<u64, BTreeSet<u32>> = BTreeMap::new();
     for (instance, (key, _, _)) in &results {
         owner.entry(*key).or_default().insert(*instance);
@@ -146,7 +199,12 @@ impl Drop for Children {
 }
 
 /// Starts instance `instance`, collecting its result lines into `results`.
-fn spawn(bootstrap: &str, instance: u32, results: &Arc<Mutex<Vec<(u32, Count)>>>) -> Child {
+fn spawn(
+    bootstrap: &str,
+    instance: u32,
+    results: &Arc<Mutex<Vec<(u32, Count)>>>,
+    assigned: &Arc<Mutex<BTreeMap<(u32, usize), Vec<i32>>>>,
+) -> Child {
     let mut child = Command::new(std::env::current_exe().expect("the test binary"))
         .env(CHILD, format!("{bootstrap},{instance}"))
         .stdin(Stdio::piped())
@@ -155,35 +213,59 @@ fn spawn(bootstrap: &str, instance: u32, results: &Arc<Mutex<Vec<(u32, Count)>>>
         .spawn()
         .expect("the child starts");
     let stdout = child.stdout.take().expect("piped");
-    let results = results.clone();
+    let (results, assigned) = (results.clone(), assigned.clone());
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
             let f: Vec<&str> = line.split_whitespace().collect();
-            if let ["RESULT", key, start, count] = f[..] {
-                let c = (key.parse().unwrap(), start.parse().unwrap(), count.parse().unwrap());
-                results.lock().unwrap().push((instance, c));
+            match f[..] {
+                ["RESULT", key, start, count] => {
+                    let c = (key.parse().unwrap(), start.parse().unwrap(), count.parse().unwrap());
+                    results.lock().unwrap().push((instance, c));
+                }
+                ["ASSIGNED", ref shards @ ..] => {
+                    let mut assigned = assigned.lock().unwrap();
+                    for shard in shards {
+                        let (s, ps) = shard.split_once(':').expect("shard:partitions");
+                        let ps = ps.split(',').filter(|p| !p.is_empty()).map(|p| p.parse().unwrap()).collect();
+                        assigned.insert((instance, s.parse().unwrap()), ps);
+                    }
+                }
+                _ => {}
             }
         }
     });
     child
 }
 
-/// Waits until the job's group is stable with `members` readers.
-fn wait_stable(served: &Served, members: usize) {
-    let deadline = Instant::now() + Duration::from_secs(60);
+/// Waits until every reader (each shard of each process) holds a partition of the
+/// repartition topic and together they hold each once, unchanged for a second (a reader
+/// holding none would hold back the watermark of the `key_by` after it).
+fn wait_assigned(assigned: &Mutex<BTreeMap<(u32, usize), Vec<i32>>>) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut since: Option<(Instant, BTreeMap<(u32, usize), Vec<i32>>)> = None;
     loop {
-        let view = block_on(served.handle().group_view(JOB)).expect("the group's view");
-        if let Some(g) = view.classic
-            && g.state == GroupState::Stable
-            && g.members.len() == members
-        {
-            // The followers learn their assignment from their SyncGroup answers, moments
-            // after the group turns stable; nothing is written before they start reading
-            // anyway, and a reader starts at the topic's beginning.
-            return;
+        let now = assigned.lock().unwrap().clone();
+        let mut all: Vec<i32> = now.values().flatten().copied().collect();
+        all.sort_unstable();
+        let every_reader = now.len() == INSTANCES as usize * SHARDS && now.values().all(|ps| !ps.is_empty());
+        if every_reader && all == (0..PARTITIONS as i32).collect::<Vec<_>>() {
+            match &since {
+                Some((at, was)) if *was == now => {
+                    if at.elapsed() >= Duration::from_secs(1) {
+                        return;
+                    }
+                }
+                _ => since = Some((Instant::now(), now)),
+            }
+        } else {
+            since = None;
         }
-        assert!(Instant::now() < deadline, "the group did not become stable with {members} members");
-        std::thread::sleep(Duration::from_millis(100));
+        assert!(
+            Instant::now() < deadline,
+            "the readers never held every partition once: {:?}",
+            assigned.lock().unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
@@ -204,9 +286,19 @@ fn child(spec: &str) {
     });
     let errors = through.clone();
     std::thread::spawn(move || {
-        let mut shown = 0;
+        let (mut shown, mut held) = (0, None);
         loop {
-            std::thread::sleep(Duration::from_secs(1));
+            std::thread::sleep(Duration::from_millis(100));
+            let now = errors.assignment();
+            if held.as_ref() != Some(&now) {
+                // `shard:p,p shard:p ...`
+                let shards: Vec<String> = now
+                    .iter()
+                    .map(|(s, ps)| format!("{s}:{}", ps.iter().map(i32::to_string).collect::<Vec<_>>().join(",")))
+                    .collect();
+                println!("ASSIGNED {}", shards.join(" "));
+                held = Some(now);
+            }
             let all = errors.errors();
             for e in &all[shown.min(all.len())..] {
                 eprintln!("instance {instance}: {e}");

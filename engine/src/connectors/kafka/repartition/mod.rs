@@ -45,7 +45,9 @@ use rdkafka::consumer::BaseConsumer;
 
 pub use self::reader::{RepartitionSource, Through};
 pub use self::writer::RepartitionWriter;
-use super::{KafkaConnectorError, client_config, validate_common, validate_group};
+use super::{
+    KafkaConnectorError, KafkaSourceConfig, KafkaSourceFactory, client_config, validate_common, validate_group,
+};
 use crate::dataflow::{Data, KeyedStream, Stream, WatermarkStrategy};
 
 /// The header that marks a record of a repartition topic as a watermark record; its value
@@ -119,11 +121,22 @@ impl RepartitionConfig {
 pub(super) struct Shared {
     config: RepartitionConfig,
     partitions: u32,
+    /// The readers' factory, one per process: its shards hand partitions to each other.
+    readers: KafkaSourceFactory,
     /// Problems the writers and readers reported, oldest first, at most a few.
     errors: Mutex<Vec<String>>,
+    /// The partitions each reader (by shard) read at its last poll.
+    assigned: Mutex<std::collections::BTreeMap<usize, Vec<i32>>>,
 }
 
 impl Shared {
+    fn note_assigned(&self, shard: usize, partitions: Vec<i32>) {
+        let mut assigned = self.assigned.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if assigned.get(&shard) != Some(&partitions) {
+            assigned.insert(shard, partitions);
+        }
+    }
+
     fn report(&self, error: String) {
         let mut errors = self.errors.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if errors.len() < 16 {
@@ -165,7 +178,19 @@ impl Repartition {
             topic: config.topic.clone(),
             detail: "has more partitions than fit in a u32".into(),
         })?;
-        Ok(Repartition { shared: Arc::new(Shared { config, partitions, errors: Mutex::new(Vec::new()) }) })
+        let mut source = KafkaSourceConfig::new(&config.bootstrap_servers, &config.job_id, &config.topic);
+        source.request_timeout = config.request_timeout;
+        source.properties.clone_from(&config.properties);
+        let readers = KafkaSourceFactory::new(source)?;
+        Ok(Repartition {
+            shared: Arc::new(Shared {
+                config,
+                partitions,
+                readers,
+                errors: Mutex::new(Vec::new()),
+                assigned: Mutex::default(),
+            }),
+        })
     }
 
     /// The repartition topic's partition count.
@@ -179,6 +204,14 @@ impl Repartition {
     #[must_use]
     pub fn errors(&self) -> Vec<String> {
         self.shared.errors.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// The partitions of the repartition topic each reader of this process holds, by
+    /// shard, as they last saw them (each reader notes its assignment whenever the
+    /// pipeline polls it).
+    #[must_use]
+    pub fn assignment(&self) -> std::collections::BTreeMap<usize, Vec<i32>> {
+        self.shared.assigned.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 
     /// Partitions `stream` by `key` across every process of the job, through the

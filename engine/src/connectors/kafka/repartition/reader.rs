@@ -10,7 +10,7 @@ use std::{
 use sluice_io::EventTime;
 
 use super::{KafkaConnectorError, Shared, WATERMARK_HEADER};
-use crate::connectors::kafka::{KafkaRecord, KafkaSource, KafkaSourceConfig, KafkaSourceFactory};
+use crate::connectors::kafka::{KafkaRecord, KafkaSource};
 use crate::dataflow::{Data, Source, UserError};
 
 /// What the reader emits: a record with its event time, or the reader's watermark (a
@@ -86,11 +86,9 @@ fn decode<T: Data>(r: &KafkaRecord<'_>) -> Decoded<T> {
 /// the minimum over every writer's last watermark record there.
 pub struct RepartitionSource<T> {
     shared: Arc<Shared>,
+    shard: usize,
     inner: KafkaSource<Decoded<T>, Decode<T>>,
-    /// How many writers the job has (`instances * shards`).
-    writers: u64,
-    /// Per partition, each writer's last watermark.
-    marks: HashMap<i32, BTreeMap<u64, EventTime>>,
+    marks: Marks,
     /// The last watermark emitted.
     emitted: EventTime,
     scratch: Vec<Decoded<T>>,
@@ -99,7 +97,7 @@ pub struct RepartitionSource<T> {
 impl<T> std::fmt::Debug for RepartitionSource<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RepartitionSource")
-            .field("writers", &self.writers)
+            .field("writers", &self.marks.writers)
             .field("emitted", &self.emitted)
             .finish_non_exhaustive()
     }
@@ -107,46 +105,51 @@ impl<T> std::fmt::Debug for RepartitionSource<T> {
 
 impl<T: Data> RepartitionSource<T> {
     pub(super) fn new(shared: Arc<Shared>, shard: usize, shards: usize) -> Result<Self, KafkaConnectorError> {
-        let config = &shared.config;
-        let mut source = KafkaSourceConfig::new(&config.bootstrap_servers, &config.job_id, &config.topic);
-        source.request_timeout = config.request_timeout;
-        source.properties.clone_from(&config.properties);
         let decode: Decode<T> = Box::new(|r| decode(&r));
-        let inner = KafkaSourceFactory::new(source)?.instance(shard, decode)?;
-        let writers = u64::from(config.instances) * shards as u64;
-        Ok(RepartitionSource {
-            shared,
-            inner,
-            writers,
-            marks: HashMap::new(),
-            emitted: EventTime::MIN,
-            scratch: Vec::new(),
-        })
+        let inner = shared.readers.instance(shard, decode)?;
+        let marks = Marks::new(u64::from(shared.config.instances) * shards as u64);
+        Ok(RepartitionSource { shared, shard, inner, marks, emitted: EventTime::MIN, scratch: Vec::new() })
     }
 }
 
-impl<T> RepartitionSource<T> {
-    /// The watermark of what this shard holds now; `None` while it holds no partition.
-    fn watermark(&self) -> Option<EventTime> {
-        let held = self.inner.assigned();
-        let partition = |p: &i32| match self.marks.get(p) {
-            Some(m) if m.len() as u64 == self.writers => m.values().copied().min().unwrap_or(EventTime::MIN),
-            _ => EventTime::MIN,
-        };
-        held.iter().map(partition).min()
+/// The writers' last watermark records, per partition.
+#[derive(Debug)]
+struct Marks {
+    /// How many writers the job has (`instances * shards`).
+    writers: u64,
+    /// Per partition, each writer's last watermark.
+    by_partition: HashMap<i32, BTreeMap<u64, EventTime>>,
+}
+
+impl Marks {
+    fn new(writers: u64) -> Self {
+        Marks { writers, by_partition: HashMap::new() }
     }
 
-    fn mark(&mut self, partition: i32, writer: u64, watermark: EventTime) {
+    /// Takes writer `writer`'s watermark record on `partition`; an error for a writer
+    /// number beyond the job's writers.
+    fn mark(&mut self, partition: i32, writer: u64, watermark: EventTime) -> Result<(), String> {
         if writer >= self.writers {
-            self.shared.report(format!(
+            return Err(format!(
                 "repartition reader: a watermark from writer {writer} on partition {partition}, but the job has {} \
                  writers (instances * shards): does every instance run as many shards?",
                 self.writers
             ));
-            return;
         }
-        let at = self.marks.entry(partition).or_default().entry(writer).or_insert(EventTime::MIN);
+        let at = self.by_partition.entry(partition).or_default().entry(writer).or_insert(EventTime::MIN);
         *at = (*at).max(watermark);
+        Ok(())
+    }
+
+    /// The watermark over the partitions `held`: per partition the minimum over the
+    /// writers (`EventTime::MIN` until every writer has written one there), and the
+    /// minimum of those; `None` when nothing is held.
+    fn watermark(&self, held: &[i32]) -> Option<EventTime> {
+        let partition = |p: &i32| match self.by_partition.get(p) {
+            Some(m) if m.len() as u64 == self.writers => m.values().copied().min().unwrap_or(EventTime::MIN),
+            _ => EventTime::MIN,
+        };
+        held.iter().map(partition).min()
     }
 }
 
@@ -161,12 +164,19 @@ impl<T: 'static> Source<Through<T>> for RepartitionSource<T> {
         for item in scratch.drain(..) {
             match item {
                 Decoded::Data(v, t) => out.push(Through::Data(v, t)),
-                Decoded::Mark { partition, writer, watermark } => self.mark(partition, writer, watermark),
+                Decoded::Mark { partition, writer, watermark } => {
+                    if let Err(e) = self.marks.mark(partition, writer, watermark) {
+                        self.shared.report(e);
+                    }
+                }
                 Decoded::Bad(e) => self.shared.report(format!("repartition reader: {e}")),
             }
         }
         self.scratch = scratch;
-        if let Some(w) = self.watermark()
+        let assigned = self.inner.assigned();
+        let watermark = self.marks.watermark(&assigned);
+        self.shared.note_assigned(self.shard, assigned);
+        if let Some(w) = watermark
             && w > self.emitted
         {
             self.emitted = w;
@@ -189,5 +199,54 @@ impl<T: 'static> Source<Through<T>> for RepartitionSource<T> {
 
     fn checkpoint_completed(&mut self, positions: &[(u64, i64)]) {
         self.inner.checkpoint_completed(positions);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(ms: i64) -> EventTime {
+        EventTime::from_millis(ms)
+    }
+
+    #[test]
+    fn a_partition_waits_for_every_writer() {
+        let mut marks = Marks::new(2);
+        marks.mark(0, 0, t(100)).unwrap();
+        assert_eq!(marks.watermark(&[0]), Some(EventTime::MIN), "writer 1 has not written yet");
+        marks.mark(0, 1, t(50)).unwrap();
+        assert_eq!(marks.watermark(&[0]), Some(t(50)));
+        marks.mark(0, 1, t(200)).unwrap();
+        assert_eq!(marks.watermark(&[0]), Some(t(100)), "the slower writer holds it back");
+        marks.mark(0, 0, t(90)).unwrap();
+        assert_eq!(marks.watermark(&[0]), Some(t(100)), "a writer's watermark never goes back");
+    }
+
+    #[test]
+    fn the_minimum_over_held_partitions() {
+        let mut marks = Marks::new(1);
+        marks.mark(0, 0, t(300)).unwrap();
+        marks.mark(1, 0, t(100)).unwrap();
+        assert_eq!(marks.watermark(&[0, 1]), Some(t(100)));
+        assert_eq!(marks.watermark(&[0]), Some(t(300)));
+        assert_eq!(marks.watermark(&[0, 2]), Some(EventTime::MIN), "partition 2 has no watermark yet");
+        assert_eq!(marks.watermark(&[]), None);
+    }
+
+    #[test]
+    fn a_writer_out_of_range_is_an_error() {
+        let mut marks = Marks::new(2);
+        let e = marks.mark(3, 2, t(1)).unwrap_err();
+        assert!(e.contains("writer 2 on partition 3") && e.contains("2 writers"), "{e}");
+        assert_eq!(marks.watermark(&[3]), Some(EventTime::MIN));
+    }
+
+    #[test]
+    fn through_items() {
+        let d = Through::Data(7u8, t(5));
+        assert_eq!((d.time(), d.watermark(), d.into_data()), (t(5), None, Some(7)));
+        let w = Through::<u8>::Watermark(t(9));
+        assert_eq!((w.time(), w.watermark(), w.into_data()), (t(9), Some(t(9)), None));
     }
 }
