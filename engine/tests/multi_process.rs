@@ -46,6 +46,9 @@ const TOPIC: &str = "mp-through";
 /// A result line: key, window start, count.
 type Count = (u64, i64, u64);
 
+/// The partitions each reader holds, by (instance, shard).
+type Assignment = BTreeMap<(u32, usize), Vec<i32>>;
+
 fn event(i: u64) -> (u64, u64) {
     ((i * 7919) % KEYS, i)
 }
@@ -140,7 +143,7 @@ fn multi_process_windowed_count(kind: &str) {
     assert_eq!(expected.iter().map(|c| c.2).sum::<u64>(), EVENTS);
     let broker = Broker::start(kind);
     let results: Arc<Mutex<Vec<(u32, Count)>>> = Arc::default();
-    let assigned: Arc<Mutex<BTreeMap<(u32, usize), Vec<i32>>>> = Arc::default();
+    let assigned: Arc<Mutex<Assignment>> = Arc::default();
     let mut children = Children((0..INSTANCES).map(|i| spawn(&broker.bootstrap(), i, &results, &assigned)).collect());
     wait_assigned(&assigned);
     for c in &mut children.0 {
@@ -203,7 +206,7 @@ fn spawn(
     bootstrap: &str,
     instance: u32,
     results: &Arc<Mutex<Vec<(u32, Count)>>>,
-    assigned: &Arc<Mutex<BTreeMap<(u32, usize), Vec<i32>>>>,
+    assigned: &Arc<Mutex<Assignment>>,
 ) -> Child {
     let mut child = Command::new(std::env::current_exe().expect("the test binary"))
         .env(CHILD, format!("{bootstrap},{instance}"))
@@ -240,9 +243,9 @@ fn spawn(
 /// Waits until every reader (each shard of each process) holds a partition of the
 /// repartition topic and together they hold each once, unchanged for a second (a reader
 /// holding none would hold back the watermark of the `key_by` after it).
-fn wait_assigned(assigned: &Mutex<BTreeMap<(u32, usize), Vec<i32>>>) {
+fn wait_assigned(assigned: &Mutex<Assignment>) {
     let deadline = Instant::now() + Duration::from_secs(90);
-    let mut since: Option<(Instant, BTreeMap<(u32, usize), Vec<i32>>)> = None;
+    let mut since: Option<(Instant, Assignment)> = None;
     loop {
         let now = assigned.lock().unwrap().clone();
         let mut all: Vec<i32> = now.values().flatten().copied().collect();

@@ -9,8 +9,10 @@
 //!   one Kafka transaction once its checkpoint completes, exactly once across restores,
 //!   or, in [`DeliveryGuarantee::AtLeastOnce`], through a plain idempotent producer
 //!   flushed at every barrier. See [`sink`] for the write-ahead design.
+//! - [`Repartition`]: a `key_by` across processes through a repartition topic, with
+//!   watermarks carried as records ([`Repartition::key_by_through`]). See [`repartition`].
 //!
-//! Both work against any Kafka-protocol broker: Apache Kafka, `sluice serve`
+//! All work against any Kafka-protocol broker: Apache Kafka, `sluice serve`
 //! ([`crate::kafka`]), librdkafka's mock cluster.
 //!
 //! ```no_run
