@@ -27,9 +27,11 @@
 //! the watermark state of a partition is not checkpointed and starts over when a partition
 //! moves to another process, which then waits for every writer's next watermark record on
 //! it; every process must run the same number of shards; an idle writer holds the readers
-//! back (it writes no watermark while its input is idle); every reader shard should hold at
-//! least one partition (`partitions >= instances * shards`), since a shard without one
-//! holds back the watermark of the `key_by` that follows.
+//! back (it writes no watermark while its input is idle); every reader shard must hold at
+//! least one partition, since a shard without one holds back the watermark of the
+//! `key_by` that follows: [`Repartition::key_by_through`] refuses a topic with fewer than
+//! `instances * shards` partitions, and the input should start once the group has settled
+//! ([`Repartition::assignment`]).
 //!
 //! [`KafkaSource`]: super::KafkaSource
 
@@ -220,6 +222,7 @@ impl Repartition {
     ///
     /// # Errors
     ///
+    /// A topic with fewer partitions than the job has readers (`instances * shards`), or
     /// librdkafka refusing the producer or the consumer.
     pub fn key_by_through<T, K, KS>(
         &self,
@@ -233,6 +236,7 @@ impl Repartition {
     {
         let scope = stream.scope().clone();
         let (shard, shards) = (scope.shard(), scope.shards());
+        check_partitions(self.shared.partitions, self.shared.config.instances, shards, &self.shared.config.topic)?;
         let writer = RepartitionWriter::new(self.shared.clone(), shard, shards, key.clone())?;
         stream.attach(writer);
         let reader = RepartitionSource::<T>::new(self.shared.clone(), shard, shards)?;
@@ -241,9 +245,33 @@ impl Repartition {
     }
 }
 
+/// Refuses a topic with fewer partitions than readers: a reader shard holding none would
+/// hold back the watermark of the `key_by` after it for good.
+fn check_partitions(partitions: u32, instances: u32, shards: usize, topic: &str) -> Result<(), KafkaConnectorError> {
+    let readers = u64::from(instances) * shards as u64;
+    if u64::from(partitions) < readers {
+        return Err(KafkaConnectorError::Topic {
+            topic: topic.into(),
+            detail: format!(
+                "has {partitions} partitions, fewer than the job's {readers} readers ({instances} instances x {shards} \
+                 shards): a reader without a partition would hold the watermark back"
+            ),
+        });
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_topic_needs_a_partition_per_reader() {
+        assert!(check_partitions(6, 3, 2, "t").is_ok());
+        assert!(check_partitions(7, 3, 2, "t").is_ok());
+        let e = check_partitions(5, 3, 2, "t").unwrap_err().to_string();
+        assert!(e.contains("5 partitions") && e.contains("6 readers"), "{e}");
+    }
 
     #[test]
     fn config_refuses_bad_instances() {
