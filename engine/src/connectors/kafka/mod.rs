@@ -9,8 +9,10 @@
 //!   one Kafka transaction once its checkpoint completes, exactly once across restores,
 //!   or, in [`DeliveryGuarantee::AtLeastOnce`], through a plain idempotent producer
 //!   flushed at every barrier. See [`sink`] for the write-ahead design.
+//! - [`Repartition`]: a `key_by` across processes through a repartition topic, with
+//!   watermarks carried as records ([`Repartition::key_by_through`]). See [`repartition`].
 //!
-//! Both work against any Kafka-protocol broker: Apache Kafka, `sluice serve`
+//! All work against any Kafka-protocol broker: Apache Kafka, `sluice serve`
 //! ([`crate::kafka`]), librdkafka's mock cluster.
 //!
 //! ```no_run
@@ -48,6 +50,7 @@
 //!
 //! [`TwoPhaseCommitSink`]: crate::dataflow::TwoPhaseCommitSink
 
+pub mod repartition;
 pub mod sink;
 pub mod source;
 
@@ -55,6 +58,7 @@ use std::time::Duration;
 
 use rdkafka::{ClientConfig, error::KafkaError};
 
+pub use repartition::{Repartition, RepartitionConfig};
 pub use sink::{DeliveryGuarantee, KafkaSink, KafkaSinkConfig, KafkaSinkFactory, KafkaTxn, OutRecord, SinkStats};
 pub use source::{KafkaRecord, KafkaSource, KafkaSourceConfig, KafkaSourceFactory};
 

@@ -1,7 +1,7 @@
 //! Changelog streams and tables: a stream of [`Change`]s (insert, update with its before
 //! and after, delete) per key, the keyed [`Table`] materialized from one, aggregates over a
 //! table that retract a row's old contribution when it changes ([`GroupedTable`]), and the
-//! event-time temporal join of a stream with a table ([`Stream::temporal_join`]).
+//! event-time temporal join of a stream with a table ([`Stream::temporal_join`](crate::dataflow::Stream::temporal_join)).
 //!
 //! The change type follows the two references: Flink's `RowKind` (`+I`, `-U`, `+U`, `-D`;
 //! [`Change::row_kinds`]) and Kafka Streams' `Change<V>` (the old and the new value of a
@@ -16,7 +16,7 @@
 //! state on the shard owning its key, is part of every checkpoint (incrementally), and
 //! moves between shard counts by key group like any other keyed state.
 //!
-//! - [`Stream::into_table`]: the table keeps the latest value per key and *normalizes*
+//! - [`Stream::into_table`](crate::dataflow::Stream::into_table): the table keeps the latest value per key and *normalizes*
 //!   the changelog: what it emits always carries the true before image (its own previous
 //!   value), so an upsert or a delete without a before image becomes a full change, a
 //!   delete of an absent key and an update that changes nothing emit nothing. It applies a
@@ -30,7 +30,7 @@
 //!   that time; so its output depends only on the input, not on how the exchange
 //!   interleaved the shards (which is what makes a restored run's output equal an
 //!   uninterrupted one's). The price: results wait for the watermark.
-//! - [`Stream::temporal_join`]: each event is joined, once the watermark passes its time,
+//! - [`Stream::temporal_join`](crate::dataflow::Stream::temporal_join): each event is joined, once the watermark passes its time,
 //!   with the table's row *as of the event's time* (Flink's event-time temporal join).
 //!
 //! ```

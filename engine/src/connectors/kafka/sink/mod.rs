@@ -308,7 +308,7 @@ impl KafkaSinkFactory {
 }
 
 /// Sends `record`, waiting (serving delivery reports) while librdkafka's queue is full.
-fn send_with_backpressure<C: ProducerContext>(
+pub(super) fn send_with_backpressure<C: ProducerContext>(
     producer: &BaseProducer<C>,
     mut record: BaseRecord<'_, [u8], [u8], C::DeliveryOpaque>,
 ) -> Result<(), KafkaError> {

@@ -294,7 +294,7 @@ impl KafkaSourceFactory {
 }
 
 /// The partitions of `topic`, sorted.
-fn partitions<C: ConsumerContext>(
+pub(super) fn partitions<C: ConsumerContext>(
     consumer: &BaseConsumer<C>,
     topic: &str,
     timeout: Duration,
@@ -363,6 +363,13 @@ impl<T, F> KafkaSource<T, F> {
     #[must_use]
     pub fn errors(&self) -> Vec<String> {
         lock(&self.consumer.context().errors).clone()
+    }
+
+    /// The partitions the group has given this shard and that it reads now (not those
+    /// still waiting for another local shard to hand them over), sorted.
+    #[must_use]
+    pub fn assigned(&self) -> Vec<i32> {
+        lock(&self.held).iter().filter(|(_, part)| !part.waiting).map(|(&p, _)| p).collect()
     }
 
     fn positions_now(&self) -> Vec<(i32, i64)> {

@@ -1,0 +1,334 @@
+//! One job across several OS processes (issue 27, first slice): a windowed count whose keys
+//! meet through a repartition topic (`Repartition::key_by_through`) on a Kafka-protocol
+//! broker, the library's listener over a fresh engine (what `sluice serve` runs), on a
+//! loopback port in this process.
+//!
+//! `multi_process_windowed_count`: three child processes (this binary again, started with
+//! `SLUICE_MP_CHILD` set), two shards each, are instances 0..3 of one job. Each reads its
+//! own third of the input (event `i` goes to instance `i % 3`), writes it to the
+//! repartition topic by key, and reads back the partitions the job's consumer group gives
+//! it; the tumbling one-second counts each prints must together equal, record for record,
+//! the same job run in one process with a plain `key_by`, every key counted in exactly one
+//! process and every process counting some. The children start writing only once every
+//! one of the six readers holds a partition (so each starts at the topic's beginning);
+//! instance 0 starts a second after the others, so that a reader that did not wait for
+//! every writer's watermark would close windows before its records arrive.
+//!
+//! This test has its own `main` (`harness = false`); `cargo test multi_process` runs it.
+
+mod common;
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    io::{BufRead, BufReader, Write},
+    process::{Child, Command, Stdio},
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use common::kafka::Served;
+use futures_lite::future::block_on;
+use rdkafka::{mocking::MockCluster, producer::DefaultProducerContext};
+use sluice_engine::{
+    connectors::kafka::{Repartition, RepartitionConfig},
+    dataflow::{ChannelSource, Generator, Pipeline, PipelineConfig, WatermarkStrategy, Windows},
+    kafka::KafkaConfig,
+};
+use sluice_io::EventTime;
+
+const CHILD: &str = "SLUICE_MP_CHILD";
+const EVENTS: u64 = 6_000;
+const KEYS: u64 = 24;
+const INSTANCES: u32 = 3;
+const SHARDS: usize = 2;
+const PARTITIONS: u32 = 6;
+const JOB: &str = "mp-job";
+const TOPIC: &str = "mp-through";
+
+/// A result line: key, window start, count.
+type Count = (u64, i64, u64);
+
+/// The partitions each reader holds, by (instance, shard).
+type Assignment = BTreeMap<(u32, usize), Vec<i32>>;
+
+fn event(i: u64) -> (u64, u64) {
+    ((i * 7919) % KEYS, i)
+}
+
+fn time(r: &(u64, u64)) -> EventTime {
+    EventTime::from_millis(r.1 as i64 * 10)
+}
+
+fn main() {
+    if let Ok(spec) = std::env::var(CHILD) {
+        child(&spec);
+        return;
+    }
+    // `cargo test NAME` passes NAME on: run only when it selects this test.
+    let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    if filter.iter().any(|f| !"multi_process_windowed_count".contains(f.as_str())) {
+        println!("multi_process: filtered out");
+        return;
+    }
+    let kinds: Vec<String> = match std::env::var("BROKER") {
+        Ok(k) => vec![k],
+        Err(_) => vec!["served".into(), "mock".into()],
+    };
+    for kind in kinds.iter().map(String::as_str) {
+        let started = Instant::now();
+        multi_process_windowed_count(kind);
+        println!("test multi_process_windowed_count ({kind}) ... ok ({:.1?})", started.elapsed());
+    }
+}
+
+/// The job in one process, with a plain `key_by`: the reference.
+fn single_process() -> Vec<Count> {
+    let out: Arc<Mutex<Vec<Count>>> = Arc::default();
+    let sink = out.clone();
+    Pipeline::new(PipelineConfig::with_shards(1))
+        .run(move |scope| {
+            let sink = sink.clone();
+            scope
+                .source(
+                    Generator::new(scope.shard(), scope.shards(), EVENTS, event),
+                    WatermarkStrategy::bounded_out_of_orderness(Duration::from_secs(1), time),
+                )
+                .key_by(|r: &(u64, u64)| r.0)
+                .window(Windows::tumbling(Duration::from_secs(1)))
+                .count()
+                .for_each(move |e| sink.lock().unwrap().push((e.value.key, e.value.window.start.0, e.value.value)));
+        })
+        .expect("the single-process job runs");
+    let mut out = std::mem::take(&mut *out.lock().unwrap());
+    out.sort_unstable();
+    out
+}
+
+/// The broker the job's processes meet at.
+enum Broker {
+    Served(Box<Served>),
+    Mock(MockCluster<'static, DefaultProducerContext>),
+}
+
+impl Broker {
+    /// One with the repartition topic.
+    fn start(kind: &str) -> Broker {
+        match kind {
+            "served" => {
+                let served = Served::launch(
+                    "multi_process",
+                    "windowed_count",
+                    1,
+                    KafkaConfig::new("127.0.0.1:0".parse().unwrap()),
+                );
+                block_on(served.handle().create_topic(TOPIC, PARTITIONS, None))
+                    .expect("the repartition topic is created");
+                Broker::Served(Box::new(served))
+            }
+            _ => {
+                let mock = MockCluster::new(1).expect("the mock cluster starts");
+                mock.create_topic(TOPIC, PARTITIONS as i32, 1).expect("the repartition topic is created");
+                Broker::Mock(mock)
+            }
+        }
+    }
+
+    fn bootstrap(&self) -> String {
+        match self {
+            Broker::Served(s) => s.addr().to_string(),
+            Broker::Mock(m) => m.bootstrap_servers(),
+        }
+    }
+}
+
+fn multi_process_windowed_count(kind: &str) {
+    let expected = single_process();
+    assert_eq!(expected.iter().map(|c| c.2).sum::<u64>(), EVENTS);
+    let broker = Broker::start(kind);
+    let results: Arc<Mutex<Vec<(u32, Count)>>> = Arc::default();
+    let assigned: Arc<Mutex<Assignment>> = Arc::default();
+    let mut children = Children((0..INSTANCES).map(|i| spawn(&broker.bootstrap(), i, &results, &assigned)).collect());
+    wait_assigned(&assigned);
+    for c in &mut children.0 {
+        writeln!(c.stdin.as_mut().expect("piped"), "go").expect("the child reads its stdin");
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let total = || results.lock().unwrap().iter().map(|(_, c)| c.2).sum::<u64>();
+    while total() < EVENTS && Instant::now() < deadline {
+        for c in &mut children.0 {
+            assert!(c.try_wait().expect("wait").is_none(), "a child exited early");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Anything counted twice would come now.
+    std::thread::sleep(Duration::from_millis(500));
+    drop(children);
+    let results = std::mem::take(&mut *results.lock().unwrap());
+    let mut got: Vec<Count> = results.iter().map(|(_, c)| *c).collect();
+    got.sort_unstable();
+    if got != expected {
+        let (g, e): (BTreeSet<Count>, BTreeSet<Count>) =
+            (got.iter().copied().collect(), expected.iter().copied().collect());
+        let missing: Vec<&Count> = e.difference(&g).take(10).collect();
+        let extra: Vec<&Count> = g.difference(&e).take(10).collect();
+        panic!(
+            "{kind}: the processes' {} counts differ from the single process's {}; missing (first 10): {missing:?}; \
+             not expected (first 10): {extra:?}",
+            got.len(),
+            expected.len()
+        );
+    }
+    let mut owner: BTreeMap<u64, BTreeSet<u32>> = BTreeMap::new();
+    for (instance, (key, _, _)) in &results {
+        owner.entry(*key).or_default().insert(*instance);
+    }
+    assert!(owner.values().all(|o| o.len() == 1), "a key was counted in two processes: {owner:?}");
+    let mut keys = BTreeMap::<u32, usize>::new();
+    for o in owner.values().flatten() {
+        *keys.entry(*o).or_default() += 1;
+    }
+    assert_eq!(keys.len(), INSTANCES as usize, "keys by process: {owner:?}");
+    println!("{} counts from {} processes; keys per process {keys:?}", results.len(), INSTANCES);
+}
+
+/// The job's processes, killed (SIGKILL) and reaped when dropped, also when an assertion
+/// fails.
+struct Children(Vec<Child>);
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Starts instance `instance`, collecting its result lines into `results`.
+fn spawn(
+    bootstrap: &str,
+    instance: u32,
+    results: &Arc<Mutex<Vec<(u32, Count)>>>,
+    assigned: &Arc<Mutex<Assignment>>,
+) -> Child {
+    let mut child = Command::new(std::env::current_exe().expect("the test binary"))
+        .env(CHILD, format!("{bootstrap},{instance}"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("the child starts");
+    let stdout = child.stdout.take().expect("piped");
+    let (results, assigned) = (results.clone(), assigned.clone());
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            match f[..] {
+                ["RESULT", key, start, count] => {
+                    let c = (key.parse().unwrap(), start.parse().unwrap(), count.parse().unwrap());
+                    results.lock().unwrap().push((instance, c));
+                }
+                ["ASSIGNED", ref shards @ ..] => {
+                    let mut assigned = assigned.lock().unwrap();
+                    for shard in shards {
+                        let (s, ps) = shard.split_once(':').expect("shard:partitions");
+                        let ps = ps.split(',').filter(|p| !p.is_empty()).map(|p| p.parse().unwrap()).collect();
+                        assigned.insert((instance, s.parse().unwrap()), ps);
+                    }
+                }
+                _ => {}
+            }
+        }
+    });
+    child
+}
+
+/// Waits until every reader (each shard of each process) holds a partition of the
+/// repartition topic and together they hold each once, unchanged for a second (a reader
+/// holding none would hold back the watermark of the `key_by` after it).
+fn wait_assigned(assigned: &Mutex<Assignment>) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut since: Option<(Instant, Assignment)> = None;
+    loop {
+        let now = assigned.lock().unwrap().clone();
+        let mut all: Vec<i32> = now.values().flatten().copied().collect();
+        all.sort_unstable();
+        let every_reader = now.len() == INSTANCES as usize * SHARDS && now.values().all(|ps| !ps.is_empty());
+        if every_reader && all == (0..PARTITIONS as i32).collect::<Vec<_>>() {
+            match &since {
+                Some((at, was)) if *was == now => {
+                    if at.elapsed() >= Duration::from_secs(1) {
+                        return;
+                    }
+                }
+                _ => since = Some((Instant::now(), now)),
+            }
+        } else {
+            since = None;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the readers never held every partition once: {:?}",
+            assigned.lock().unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A child: instance `instance` of the job, writing its share of the input once its stdin
+/// says `go`, printing every count as `RESULT key start count`.
+fn child(spec: &str) {
+    let (bootstrap, instance) = spec.rsplit_once(',').expect("bootstrap,instance");
+    let instance: u32 = instance.parse().expect("an instance number");
+    let config = RepartitionConfig::new(bootstrap, JOB, TOPIC, instance, INSTANCES);
+    let through = Repartition::new(config).expect("the repartition topic is there");
+    let (tx, rx) = async_channel::bounded(1024);
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).expect("stdin");
+        if instance == 0 {
+            // A writer behind the others: without the minimum over writers, their
+            // watermarks would close windows before its records arrive.
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        for i in (u64::from(instance)..EVENTS).step_by(INSTANCES as usize) {
+            tx.send_blocking(event(i)).expect("the job runs");
+        }
+    });
+    let errors = through.clone();
+    std::thread::spawn(move || {
+        let (mut shown, mut held) = (0, None);
+        loop {
+            std::thread::sleep(Duration::from_millis(100));
+            let now = errors.assignment();
+            if held.as_ref() != Some(&now) {
+                // `shard:p,p shard:p ...`
+                let shards: Vec<String> = now
+                    .iter()
+                    .map(|(s, ps)| format!("{s}:{}", ps.iter().map(i32::to_string).collect::<Vec<_>>().join(",")))
+                    .collect();
+                println!("ASSIGNED {}", shards.join(" "));
+                held = Some(now);
+            }
+            let all = errors.errors();
+            for e in &all[shown.min(all.len())..] {
+                eprintln!("instance {instance}: {e}");
+            }
+            shown = all.len();
+        }
+    });
+    Pipeline::new(PipelineConfig::with_shards(SHARDS))
+        .run(move |scope| {
+            let input = scope.source(
+                ChannelSource::new(rx.clone()),
+                WatermarkStrategy::bounded_out_of_orderness(Duration::from_secs(1), time),
+            );
+            through
+                .key_by_through(input, |r: &(u64, u64)| r.0)
+                .expect("the repartition producer and consumer start")
+                .window(Windows::tumbling(Duration::from_secs(1)))
+                .count()
+                .for_each(|e| println!("RESULT {} {} {}", e.value.key, e.value.window.start.0, e.value.value));
+        })
+        .expect("the job runs");
+}
