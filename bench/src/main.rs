@@ -53,6 +53,9 @@ enum Workload {
     Report(sluice_bench::report::ReportArgs),
 }
 
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> Result<()> {
     match Cli::parse().workload {
         Workload::Log(args) if args.is_e2e() => {

@@ -34,7 +34,6 @@
 
 use std::{
     cell::RefCell,
-    collections::HashMap,
     process::Stdio,
     rc::Rc,
     sync::{
@@ -46,6 +45,7 @@ use std::{
 
 use anyhow::{Context, bail, ensure};
 use clap::Args;
+use rustc_hash::FxHashMap;
 use serde::Serialize;
 use sluice_engine::{
     connectors::postgres::{Change, Dsn, PostgresConfig, PostgresSource, local::LocalPostgres},
@@ -143,7 +143,7 @@ fn start(source: &PostgresSource, checkpoints: &std::path::Path, seen: &Arc<Seen
     let pipeline = Pipeline::new(PipelineConfig::with_shards(1))
         .checkpointing(CheckpointConfig::new(checkpoints).interval(Duration::from_secs(1)));
     Ok(pipeline.spawn(move |scope| {
-        let table: Rc<RefCell<HashMap<String, serde_json::Map<String, serde_json::Value>>>> = Rc::default();
+        let table: Rc<RefCell<FxHashMap<String, serde_json::Map<String, serde_json::Value>>>> = Rc::default();
         let seen = seen.clone();
         let time = |c: &Change| EventTime::from_millis(c.commit_us / 1000);
         scope.source(source.reader(scope.shard()), WatermarkStrategy::monotonous(time)).for_each(
