@@ -137,7 +137,6 @@ where
             aggregate: aggregate.clone(),
             size: pane,
             open: Vec::new(),
-            watermark: EventTime::MIN,
             buf: Vec::new(),
             out: out.clone(),
             _t: PhantomData,
@@ -188,8 +187,6 @@ struct Combiner<K, T, KS, A: Aggregate<T>> {
     size: i64,
     /// (pane start, partial per key) of the panes not sent yet; usually one or two.
     open: Vec<(i64, FxHashMap<K, A::Acc>)>,
-    /// The last watermark passed on: windows ending at or before it have been sent.
-    watermark: EventTime,
     buf: Vec<Event<(K, A::Acc)>>,
     out: Port<(K, A::Acc)>,
     _t: PhantomData<fn(&T)>,
@@ -238,6 +235,8 @@ where
     fn on_batch(&mut self, batch: &mut Vec<Event<T>>) {
         // Records of one window come in runs: the window is worked out, and its map looked
         // up, once per run.
+        // Windows ending at or before the watermark passed on have been sent.
+        let sent_through = self.out.borrow().watermark();
         let mut rest = &batch[..];
         while let Some(first) = rest.first() {
             let start = first.time.0 - first.time.0.rem_euclid(self.size);
@@ -245,7 +244,7 @@ where
             let run = rest.iter().position(|e| e.time.0 < start || e.time.0 > last).unwrap_or(rest.len());
             let (this, next) = rest.split_at(run);
             rest = next;
-            if last <= self.watermark.0 {
+            if last <= sent_through.0 {
                 // Its window has been sent: on at once, for the owner to judge.
                 for event in this {
                     let mut acc = self.aggregate.create();
@@ -267,7 +266,6 @@ where
     fn on_watermark(&mut self, watermark: EventTime) {
         let size = self.size;
         self.send(|start| start.saturating_add(size).saturating_sub(1) <= watermark.0);
-        self.watermark = self.watermark.max(watermark);
         self.out.borrow_mut().watermark_to(watermark);
     }
 
