@@ -35,18 +35,68 @@ pub type Overview = dyn Fn() -> Result<String, String> + Send + Sync;
 const PAGE_HTML: &str = include_str!("page/serve.html");
 const PAGE_JS: &str = include_str!("page/serve.js");
 
-/// A running metrics endpoint. Dropping it stops it.
-pub struct MetricsServer {
+/// A `tiny_http` server answering on a thread of its own: what the metrics endpoint and
+/// `sluice-bench`'s live page share. Dropping it stops it: the stop flag is set, the
+/// server unblocked, and the thread joined.
+pub struct HttpThread {
     addr: SocketAddr,
     server: Arc<Server>,
     stopping: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
-impl std::fmt::Debug for MetricsServer {
+impl std::fmt::Debug for HttpThread {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MetricsServer").field("addr", &self.addr).finish_non_exhaustive()
+        f.debug_struct("HttpThread").field("addr", &self.addr).finish_non_exhaustive()
     }
+}
+
+impl HttpThread {
+    /// Binds `addr` (port 0 picks one) and runs `serve` on a thread named `name`, with the
+    /// server and the flag that is set once the server is stopping (`serve` returns when
+    /// `incoming_requests` ends, or earlier when it sees the flag).
+    ///
+    /// # Errors
+    ///
+    /// Binding `addr`, or starting the thread.
+    pub fn start(
+        addr: SocketAddr,
+        name: &str,
+        serve: impl FnOnce(&Server, &Arc<AtomicBool>) + Send + 'static,
+    ) -> std::io::Result<HttpThread> {
+        let server = Server::http(addr).map_err(|e| std::io::Error::other(format!("binding {addr}: {e}")))?;
+        let bound = server
+            .server_addr()
+            .to_ip()
+            .ok_or_else(|| std::io::Error::other(format!("{addr} is not an IP address")))?;
+        let server = Arc::new(server);
+        let stopping = Arc::new(AtomicBool::new(false));
+        let (serving, stop) = (server.clone(), stopping.clone());
+        let thread = std::thread::Builder::new().name(name.into()).spawn(move || serve(&serving, &stop))?;
+        Ok(HttpThread { addr: bound, server, stopping, thread: Some(thread) })
+    }
+
+    /// The bound address (with the port chosen when the address said 0).
+    #[must_use]
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for HttpThread {
+    fn drop(&mut self) {
+        self.stopping.store(true, Ordering::Release);
+        self.server.unblock();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A running metrics endpoint. Dropping it stops it.
+#[derive(Debug)]
+pub struct MetricsServer {
+    http: HttpThread,
 }
 
 impl MetricsServer {
@@ -66,16 +116,8 @@ impl MetricsServer {
     }
 
     fn serve(addr: SocketAddr, render: Arc<Render>, overview: Option<Arc<Overview>>) -> std::io::Result<MetricsServer> {
-        let server = Server::http(addr).map_err(|e| std::io::Error::other(format!("binding {addr}: {e}")))?;
-        let bound = server
-            .server_addr()
-            .to_ip()
-            .ok_or_else(|| std::io::Error::other(format!("{addr} is not an IP address")))?;
-        let server = Arc::new(server);
-        let stopping = Arc::new(AtomicBool::new(false));
-        let (serving, stop) = (server.clone(), stopping.clone());
-        let thread = std::thread::Builder::new().name("sluice-metrics".into()).spawn(move || {
-            for request in serving.incoming_requests() {
+        let http = HttpThread::start(addr, "sluice-metrics", move |server, stop| {
+            for request in server.incoming_requests() {
                 // Requests still queued when the server stops get 503 and the loop
                 // ends (a client that keeps scraping would otherwise hold it open).
                 if stop.load(Ordering::Acquire) {
@@ -85,50 +127,42 @@ impl MetricsServer {
                 let response = respond(&request, &*render, overview.as_deref());
                 let _ = request.respond(response);
             }
-            while let Ok(Some(request)) = serving.try_recv() {
+            while let Ok(Some(request)) = server.try_recv() {
                 let _ = request.respond(text(503, "no metrics now: the server is stopping\n"));
             }
         })?;
-        Ok(MetricsServer { addr: bound, server, stopping, thread: Some(thread) })
+        Ok(MetricsServer { http })
     }
 
     /// The bound address (with the port chosen when the address said 0).
     #[must_use]
     pub fn local_addr(&self) -> SocketAddr {
-        self.addr
+        self.http.local_addr()
     }
 
     /// Stops serving: the request being answered is finished, the port closes.
-    pub fn shutdown(mut self) {
-        self.stop();
-    }
-
-    fn stop(&mut self) {
-        self.stopping.store(true, Ordering::Release);
-        self.server.unblock();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+    pub fn shutdown(self) {
+        drop(self);
     }
 }
 
-impl Drop for MetricsServer {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-fn header(name: &str, value: &str) -> Header {
+/// A header from a name and value known to be valid.
+#[must_use]
+pub fn header(name: &str, value: &str) -> Header {
     Header::from_bytes(name.as_bytes(), value.as_bytes()).expect("a valid header")
 }
 
-fn text(status: u16, body: &str) -> Response<std::io::Cursor<Vec<u8>>> {
+/// A text response with `status`.
+#[must_use]
+pub fn text(status: u16, body: &str) -> Response<std::io::Cursor<Vec<u8>>> {
     Response::from_string(body)
         .with_status_code(status)
         .with_header(header("Content-Type", "text/plain; charset=utf-8"))
 }
 
-fn asset(body: &str, content_type: &str) -> Response<std::io::Cursor<Vec<u8>>> {
+/// A page asset of `content_type`, not to be cached (the binary serves what it holds).
+#[must_use]
+pub fn asset(body: &str, content_type: &str) -> Response<std::io::Cursor<Vec<u8>>> {
     Response::from_string(body)
         .with_header(header("Content-Type", content_type))
         .with_header(header("Cache-Control", "no-store"))

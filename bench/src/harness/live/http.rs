@@ -8,10 +8,10 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
-use tiny_http::{Header, Method, Request, Response, Server};
+use sluice_engine::metrics::http::{HttpThread, asset, header, text};
+use tiny_http::{Method, Request};
 
 use super::Feed;
 
@@ -26,73 +26,31 @@ pub const MAX_STREAMS: usize = 16;
 const KEEPALIVE: Duration = Duration::from_secs(10);
 
 /// The page's server. Dropping it stops it (open event streams end at their next write).
+#[derive(Debug)]
 pub struct LiveServer {
-    addr: SocketAddr,
-    server: Arc<Server>,
-    stopping: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl std::fmt::Debug for LiveServer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LiveServer").field("addr", &self.addr).finish_non_exhaustive()
-    }
+    http: HttpThread,
 }
 
 impl LiveServer {
     /// Binds `addr` (port 0 picks one) and serves the page fed by `feed`.
     pub fn start(addr: SocketAddr, feed: Arc<Feed>) -> std::io::Result<LiveServer> {
-        let server = Server::http(addr).map_err(|e| std::io::Error::other(format!("binding {addr}: {e}")))?;
-        let bound = server
-            .server_addr()
-            .to_ip()
-            .ok_or_else(|| std::io::Error::other(format!("{addr} is not an IP address")))?;
-        let server = Arc::new(server);
-        let stopping = Arc::new(AtomicBool::new(false));
-        let (serving, stop) = (server.clone(), stopping.clone());
         let streams = Arc::new(AtomicUsize::new(0));
-        let thread = std::thread::Builder::new().name("sluice-live-http".into()).spawn(move || {
-            for request in serving.incoming_requests() {
+        let http = HttpThread::start(addr, "sluice-live-http", move |server, stop| {
+            for request in server.incoming_requests() {
                 if stop.load(Ordering::Acquire) {
                     break;
                 }
-                serve(request, &feed, &streams, &stop);
+                serve(request, &feed, &streams, stop);
             }
         })?;
-        Ok(LiveServer { addr: bound, server, stopping, thread: Some(thread) })
+        Ok(LiveServer { http })
     }
 
     /// The bound address (with the port chosen when the address said 0).
     #[must_use]
     pub fn local_addr(&self) -> SocketAddr {
-        self.addr
+        self.http.local_addr()
     }
-}
-
-impl Drop for LiveServer {
-    fn drop(&mut self) {
-        self.stopping.store(true, Ordering::Release);
-        self.server.unblock();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-fn header(name: &str, value: &str) -> Header {
-    Header::from_bytes(name.as_bytes(), value.as_bytes()).expect("a valid header")
-}
-
-fn text(status: u16, body: &str) -> Response<std::io::Cursor<Vec<u8>>> {
-    Response::from_string(body)
-        .with_status_code(status)
-        .with_header(header("Content-Type", "text/plain; charset=utf-8"))
-}
-
-fn asset(body: &str, content_type: &str) -> Response<std::io::Cursor<Vec<u8>>> {
-    Response::from_string(body)
-        .with_header(header("Content-Type", content_type))
-        .with_header(header("Cache-Control", "no-store"))
 }
 
 /// Answers one request (an event stream on a thread of its own).
