@@ -564,11 +564,22 @@ impl<T: 'static, S: Source<T>, E: Fn(&T) -> EventTime + 'static> Input for Sourc
         // read once, when the first record is stamped.
         let before = self.batch.len();
         let (scratch, batch, max) = (&mut self.scratch, &mut self.batch, self.batch_records);
+        // The batch's greatest event time is noted as each record is stamped, in the
+        // source's own loop, rather than in a pass of its own over the batch.
+        let latest = std::cell::Cell::new(EventTime::MIN);
         let polled = match &self.strategy.time {
-            TimeSource::Extract(extract) => self.source.poll_events(cx, scratch, batch, max, extract),
+            TimeSource::Extract(extract) => self.source.poll_events(cx, scratch, batch, max, &|v: &T| {
+                let time = extract(v);
+                latest.set(latest.get().max(time));
+                time
+            }),
             TimeSource::Processing => {
                 let now = std::cell::OnceCell::new();
-                self.source.poll_events(cx, scratch, batch, max, &|_: &T| *now.get_or_init(EventTime::now))
+                self.source.poll_events(cx, scratch, batch, max, &|_: &T| {
+                    let time = *now.get_or_init(EventTime::now);
+                    latest.set(time);
+                    time
+                })
             }
         };
         let split = match polled {
@@ -602,7 +613,7 @@ impl<T: 'static, S: Source<T>, E: Fn(&T) -> EventTime + 'static> Input for Sourc
         let was_idle = std::mem::replace(&mut clock.idle, false);
         clock.last_record = now;
         let stamped = &self.batch[before..];
-        let max_time = stamped.iter().fold(clock.max_time, |m, e| m.max(e.time));
+        let max_time = clock.max_time.max(latest.get());
         let punctuation = match &self.strategy.kind {
             WatermarkKind::Punctuated(punctuate) => {
                 stamped.iter().filter_map(|e| punctuate(&e.value, e.time)).fold(clock.watermark, EventTime::max)

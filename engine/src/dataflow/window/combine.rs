@@ -137,6 +137,7 @@ where
             aggregate: aggregate.clone(),
             size: pane,
             open: Vec::new(),
+            spare: Vec::new(),
             buf: Vec::new(),
             out: out.clone(),
             _t: PhantomData,
@@ -178,6 +179,9 @@ where
     }
 }
 
+/// How many emptied maps a [`Combiner`] keeps for reuse.
+const SPARE_MAPS: usize = 2;
+
 /// The local phase on one shard: the open windows' partials, per key.
 struct Combiner<K, T, KS, A: Aggregate<T>> {
     key: KS,
@@ -187,6 +191,8 @@ struct Combiner<K, T, KS, A: Aggregate<T>> {
     size: i64,
     /// (pane start, partial per key) of the panes not sent yet; usually one or two.
     open: Vec<(i64, FxHashMap<K, A::Acc>)>,
+    /// Emptied maps of sent panes, kept with their capacity for the next ones.
+    spare: Vec<FxHashMap<K, A::Acc>>,
     buf: Vec<Event<(K, A::Acc)>>,
     out: Port<(K, A::Acc)>,
     _t: PhantomData<fn(&T)>,
@@ -203,7 +209,7 @@ where
         match self.open.iter().position(|(s, _)| *s == start) {
             Some(i) => i,
             None => {
-                self.open.push((start, FxHashMap::default()));
+                self.open.push((start, self.spare.pop().unwrap_or_default()));
                 self.open.len() - 1
             }
         }
@@ -218,9 +224,13 @@ where
                 i += 1;
                 continue;
             }
-            let (start, partials) = self.open.remove(i);
+            let (start, mut partials) = self.open.remove(i);
             let time = EventTime::from_millis(start.saturating_add(self.size).saturating_sub(1));
-            self.buf.extend(partials.into_iter().map(|partial| Event { time, value: partial }));
+            self.buf.extend(partials.drain().map(|partial| Event { time, value: partial }));
+            // The next window has about as many keys: its map starts at this one's size.
+            if self.spare.len() < SPARE_MAPS {
+                self.spare.push(partials);
+            }
         }
         self.out.borrow_mut().push(&mut self.buf);
     }
@@ -241,11 +251,12 @@ where
         while let Some(first) = rest.first() {
             let start = first.time.0 - first.time.0.rem_euclid(self.size);
             let last = start.saturating_add(self.size).saturating_sub(1);
-            let run = rest.iter().position(|e| e.time.0 < start || e.time.0 > last).unwrap_or(rest.len());
-            let (this, next) = rest.split_at(run);
-            rest = next;
+            let in_window = |e: &Event<T>| (start..=last).contains(&e.time.0);
             if last <= sent_through.0 {
                 // Its window has been sent: on at once, for the owner to judge.
+                let run = rest.iter().position(|e| !in_window(e)).unwrap_or(rest.len());
+                let (this, next) = rest.split_at(run);
+                rest = next;
                 for event in this {
                     let mut acc = self.aggregate.create();
                     self.aggregate.add(&mut acc, &event.value);
@@ -255,10 +266,24 @@ where
             }
             let index = self.window(start);
             let (partials, aggregate, key) = (&mut self.open[index].1, &*self.aggregate, &self.key);
-            for event in this {
-                let acc = partials.entry(key(&event.value)).or_insert_with(|| aggregate.create());
-                aggregate.add(acc, &event.value);
-            }
+            // The run's end is found in the same pass that folds it in.
+            let run = rest.iter().position(|event| {
+                if !in_window(event) {
+                    return true;
+                }
+                // A probe first, building an entry only for a key new to the window.
+                let key = key(&event.value);
+                match partials.get_mut(&key) {
+                    Some(acc) => aggregate.add(acc, &event.value),
+                    None => {
+                        let mut acc = aggregate.create();
+                        aggregate.add(&mut acc, &event.value);
+                        partials.insert(key, acc);
+                    }
+                }
+                false
+            });
+            rest = &rest[run.unwrap_or(rest.len())..];
         }
         self.out.borrow_mut().push(&mut self.buf);
     }
