@@ -280,7 +280,13 @@ fn wait_assigned(assigned: &Mutex<Assignment>) {
 fn child(spec: &str) {
     let (bootstrap, instance) = spec.rsplit_once(',').expect("bootstrap,instance");
     let instance: u32 = instance.parse().expect("an instance number");
-    let config = RepartitionConfig::new(bootstrap, JOB, TOPIC, instance, INSTANCES);
+    // Short group timeouts: a member whose SyncGroup failed rejoins under a new member id,
+    // and librdkafka's mock coordinator waits for the old id until its session times out
+    // before the next generation forms (45 s by default, seen as a 90 s stall on a loaded
+    // machine). The consumers' warning that the producer ignores these is harmless.
+    let config = RepartitionConfig::new(bootstrap, JOB, TOPIC, instance, INSTANCES)
+        .set("session.timeout.ms", "6000")
+        .set("heartbeat.interval.ms", "500");
     let through = Repartition::new(config).expect("the repartition topic is there");
     let (tx, rx) = async_channel::bounded(1024);
     std::thread::spawn(move || {
