@@ -768,6 +768,141 @@ fn checkpointed_join_snapshots_write_only_new_records_and_restore_through_the_ch
     assert_eq!(*pairs.lock().unwrap(), want);
 }
 
+/// The interval join job's sides: records below 20 000 are on the left if even, on the
+/// right if odd, each under its own key (none of them match). From 20 000 on, every 100th
+/// record (`i % 100 == 0`) is on the left under a key of its own, and the record 10 050
+/// after it (`i % 100 == 50`) on the right under the same key: the pair's records are
+/// about 10 ms of event time apart, so many pairs straddle a checkpoint, their left record
+/// in a delta. The rest are on the left under `i % 10`, piling up.
+fn interval_right(i: &u64) -> bool {
+    if *i < 20_000 { i % 2 == 1 } else { i % 100 == 50 }
+}
+
+fn interval_left_key(i: u64) -> u64 {
+    match i {
+        ..20_000 => i,
+        _ if i % 100 == 0 => 20_000 + i / 100,
+        _ => i % 10,
+    }
+}
+
+fn interval_right_key(i: u64) -> u64 {
+    if i < 20_000 { i } else { 20_000 + (i - 50) / 100 - 100 }
+}
+
+/// `r.time` in `[l.time + LOWER, l.time + UPPER]`: a left record is kept 300 ms, a right
+/// one 5 ms, so right records (and the keys that hold only them) come and go at every
+/// checkpoint while the left ones pile up.
+const INTERVAL_LOWER: i64 = -5;
+const INTERVAL_UPPER: i64 = 300;
+
+/// The interval join's pairs over records `0..n` at event time `i / 1000` ms, as
+/// (right record, left record): each right record matches at most one left one.
+fn interval_pairs_want(n: u64) -> std::collections::BTreeMap<u64, u64> {
+    let time = |i: u64| (i / 1000) as i64;
+    let mut lefts: std::collections::HashMap<u64, Vec<u64>> = std::collections::HashMap::new();
+    for i in (0..n).filter(|i| !interval_right(i)) {
+        lefts.entry(interval_left_key(i)).or_default().push(i);
+    }
+    let mut want = std::collections::BTreeMap::new();
+    for r in (0..n).filter(interval_right) {
+        for &l in lefts.get(&interval_right_key(r)).into_iter().flatten() {
+            if (time(l) + INTERVAL_LOWER..=time(l) + INTERVAL_UPPER).contains(&time(r)) {
+                assert!(want.insert(r, l).is_none(), "right record {r} matches one left record");
+            }
+        }
+    }
+    want
+}
+
+/// Runs the interval join job at `shards` shards (10 ms interval, every 4th snapshot
+/// whole, two kept) over records `0..n` at event time `i / 1000` ms, upserting each pair
+/// into `pairs` through a two-phase-commit sink; stopped after `stop_after` checkpoints if
+/// given.
+fn run_incremental_interval_join(
+    dir: &std::path::Path,
+    shards: usize,
+    n: u64,
+    pairs: &Table,
+    stop_after: Option<usize>,
+) -> (Vec<sluice_engine::dataflow::CheckpointStats>, Option<CheckpointId>) {
+    let pairs = pairs.clone();
+    let running = Pipeline::new(PipelineConfig::with_shards(shards))
+        .checkpointing(CheckpointConfig::new(dir).interval(Duration::from_millis(10)).full_every(4).keep(2))
+        .spawn(move |scope| {
+            let pairs = pairs.clone();
+            let records = scope
+                .source(
+                    Generator::new(scope.shard(), scope.shards(), n, |i| i),
+                    WatermarkStrategy::monotonous(|i: &u64| EventTime::from_millis((*i / 1000) as i64)),
+                )
+                .map(|i| {
+                    let until = Instant::now() + Duration::from_micros(2);
+                    while Instant::now() < until {}
+                    i
+                });
+            let left = records.clone().filter(|i| !interval_right(i)).key_by(|i| interval_left_key(*i));
+            left.interval_join(
+                records.filter(interval_right).key_by(|i| interval_right_key(*i)),
+                INTERVAL_LOWER,
+                INTERVAL_UPPER,
+                |_, l, r| (*r, *l),
+            )
+            .to_two_phase_commit(sluice_engine::dataflow::Upsert::new(move |r: u64, l: u64| {
+                pairs.lock().unwrap().insert(r, l);
+                Ok(())
+            }));
+        })
+        .unwrap();
+    finish(running, stop_after)
+}
+
+#[test]
+fn checkpointed_join_interval_snapshots_write_only_new_records_and_restore_through_the_chain() {
+    // Left records pile up under 20 000 early keys, a key per pair and 10 more keys while
+    // right records come and go: a whole snapshot (every 4th) holds them all, a delta only
+    // the records that came since, front drops and tombstones. Stopped at 2 shards, again at 1, then
+    // run to the end at 2, restoring through the chain each time: every pair comes out
+    // once, as in a run without a failure.
+    let dir = common::data_dir("checkpoint", "incremental-interval-join");
+    let pairs = Table::default();
+    let n = 800_000u64;
+    let mut runs: Vec<Vec<sluice_engine::dataflow::CheckpointStats>> = Vec::new();
+    // Every 4th snapshot of a run is whole, the first one included; a stop after 11 or 7
+    // (even with one more completing meanwhile) leaves a delta last, so each restore reads
+    // a chain.
+    for (shards, stop_after) in [(2, Some(11)), (1, Some(7)), (2, None)] {
+        let (stats, restored) = run_incremental_interval_join(&dir, shards, n, &pairs, stop_after);
+        for c in &stats {
+            eprintln!("{shards} shards: checkpoint {} {} bytes {} entries", c.id.get(), c.bytes, c.keys);
+        }
+        if let Some(before) = runs.last() {
+            let restored = restored.expect("the runs after the first restore");
+            let at = before.iter().position(|c| c.id == restored).unwrap_or(before.len());
+            assert!(at % 4 != 0, "{shards} shards: restored {restored:?}, a delta: {before:?}");
+        }
+        runs.push(stats);
+    }
+    let first = &runs[0];
+    let most = first.iter().map(|c| c.keys).max().unwrap();
+    // The deltas after the second whole snapshot (the first ones hold the early keys).
+    let last = first.iter().enumerate().skip(5).filter(|(j, _)| j % 4 != 0).map(|(_, c)| c.keys).max().unwrap();
+    assert!(most >= 10_000, "a whole snapshot holds every key: {first:?}");
+    assert!(last < most / 5, "a delta holds only the keys that changed: {first:?}");
+    // The second run starts from all the first one's records (11 checkpoints' worth): each
+    // delta is much smaller than the whole snapshot before it.
+    let second = &runs[1];
+    for (j, c) in second.iter().enumerate().filter(|(j, _)| j % 4 != 0) {
+        let whole = &second[j - j % 4];
+        assert!(c.bytes < whole.bytes / 3, "a delta holds only the records that came: {second:?}");
+    }
+    let got = pairs.lock().unwrap().clone();
+    let want = interval_pairs_want(n);
+    assert!(want.len() > 1_000, "{} pairs", want.len());
+    assert_eq!(got.len(), want.len());
+    assert!(got == want, "the pairs differ from a run without a failure");
+}
+
 #[test]
 fn incremental_window_snapshots_write_only_changed_keys_and_restore_exactly() {
     // One long window: its later checkpoints hold the few changed keys, and after a stop
