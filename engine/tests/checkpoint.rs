@@ -781,7 +781,7 @@ fn interval_right(i: &u64) -> bool {
 fn interval_left_key(i: u64) -> u64 {
     match i {
         ..20_000 => i,
-        _ if i % 100 == 0 => 20_000 + i / 100,
+        _ if i.is_multiple_of(100) => 20_000 + i / 100,
         _ => i % 10,
     }
 }
@@ -925,6 +925,73 @@ fn incremental_window_snapshots_write_only_changed_keys_and_restore_exactly() {
         *want.entry(incremental_key(i)).or_insert(0u64) += 1;
     }
     assert_eq!(*table.lock().unwrap(), want);
+}
+
+#[test]
+fn a_checkpoint_directory_removed_under_a_running_pipeline_fails_its_checkpoints_not_the_pipeline() {
+    // Removing the directory once made glommio panic in the checkpoint coordinator's
+    // thread (it unwraps a statfs of a file it just opened) and the pipeline hang. Now
+    // each checkpoint after it fails with the reason, as a failed write does, the
+    // directory is not made again, records keep flowing, and the pipeline stops when asked.
+    let dir = common::data_dir("checkpoint", "removed-dir");
+    let seen = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counter = seen.clone();
+    let running = Pipeline::new(PipelineConfig::with_shards(2))
+        .checkpointing(CheckpointConfig::new(&dir).interval(Duration::from_millis(10)))
+        .spawn(move |scope| {
+            let counter = counter.clone();
+            scope
+                .source(
+                    Generator::new(scope.shard(), scope.shards(), u64::MAX, |i| i),
+                    WatermarkStrategy::monotonous(|i: &u64| EventTime::from_millis((*i / 100) as i64)),
+                )
+                .map(|i| {
+                    let until = Instant::now() + Duration::from_micros(20);
+                    while Instant::now() < until {}
+                    i
+                })
+                .key_by(|i| i % 100)
+                .window(Windows::tumbling(Duration::from_millis(100)))
+                .count()
+                .for_each(move |_| {
+                    counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                });
+        })
+        .unwrap();
+    let first = running.wait_for_checkpoint(CheckpointId(0), Duration::from_secs(30)).expect("a first checkpoint");
+    assert!(running.wait_for_checkpoint(first.id, Duration::from_secs(30)).is_some(), "a second checkpoint");
+    // Files appear in it while it is being removed: try again until it is gone.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while dir.exists() {
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(Instant::now() < deadline, "{} could not be removed", dir.display());
+    }
+    let completed = running.checkpoints().len();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let failed = loop {
+        let failed = running.failed_checkpoints();
+        if failed.iter().filter(|f| f.reason.contains("was removed")).count() >= 2 {
+            break failed;
+        }
+        assert!(Instant::now() < deadline, "no failed checkpoints reported: {failed:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let removed = failed.iter().find(|f| f.reason.contains("was removed")).unwrap();
+    assert!(removed.reason.contains(&dir.display().to_string()), "{removed:?}");
+    assert!(failed.windows(2).all(|w| w[0].id < w[1].id), "in order, each its own id: {failed:?}");
+    assert_eq!(running.checkpoints().len(), completed, "no checkpoint completes without its directory");
+    assert!(!dir.exists(), "the checkpoint directory is not made again");
+    let results = seen.load(std::sync::atomic::Ordering::Relaxed);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while seen.load(std::sync::atomic::Ordering::Relaxed) == results {
+        assert!(Instant::now() < deadline, "the pipeline goes on: no results after the failures");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    running.stop(false);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(running.join().map_err(|e| e.to_string())));
+    let joined = rx.recv_timeout(Duration::from_secs(30)).expect("the pipeline stops within 30 s");
+    joined.unwrap();
 }
 
 #[test]

@@ -448,8 +448,11 @@ mod tests {
         entries
     }
 
-    /// Every key's records, by side, as (time, value).
-    fn contents(join: &Join) -> BTreeMap<u32, (Vec<(i64, Rec)>, Vec<(i64, Rec)>)> {
+    /// One side's records, as (time, value).
+    type SideRecords = Vec<(i64, Rec)>;
+
+    /// Every key's records, by side.
+    fn contents(join: &Join) -> BTreeMap<u32, (SideRecords, SideRecords)> {
         let side = |s: &VecDeque<Event<Rec>>| s.iter().map(|e| (e.time.millis(), e.value)).collect();
         join.keys.iter().map(|(k, s)| (*k, (side(&s.left), side(&s.right)))).collect()
     }
