@@ -981,6 +981,12 @@ fn a_checkpoint_directory_removed_under_a_running_pipeline_fails_its_checkpoints
     assert!(failed.windows(2).all(|w| w[0].id < w[1].id), "in order, each its own id: {failed:?}");
     assert_eq!(running.checkpoints().len(), completed, "no checkpoint completes without its directory");
     assert!(!dir.exists(), "the checkpoint directory is not made again");
+    let families = running.metric_families();
+    let metric = families.get("sluice_pipeline_checkpoints_failed_total", &[("pipeline", "pipeline")]);
+    let Some(sluice_engine::metrics::Value::Counter(sluice_engine::metrics::Num::Int(counted))) = metric else {
+        panic!("a failed-checkpoint counter: {metric:?}")
+    };
+    assert!(*counted >= failed.len() as i64, "{counted} failed checkpoints counted, {} listed", failed.len());
     let results = seen.load(std::sync::atomic::Ordering::Relaxed);
     let deadline = Instant::now() + Duration::from_secs(30);
     while seen.load(std::sync::atomic::Ordering::Relaxed) == results {
