@@ -790,11 +790,11 @@ fn interval_right_key(i: u64) -> u64 {
     if i < 20_000 { i } else { 20_000 + (i - 50) / 100 - 100 }
 }
 
-/// `r.time` in `[l.time + LOWER, l.time + UPPER]`: a left record is kept 300 ms, a right
-/// one 5 ms, so right records (and the keys that hold only them) come and go at every
-/// checkpoint while the left ones pile up.
+/// `r.time` in `[l.time + LOWER, l.time + UPPER]`: a left record is kept 1 s (longer than
+/// the input's 800 ms), a right one 5 ms, so right records (and the keys that hold only
+/// them) come and go at every checkpoint while the left ones pile up.
 const INTERVAL_LOWER: i64 = -5;
-const INTERVAL_UPPER: i64 = 300;
+const INTERVAL_UPPER: i64 = 1000;
 
 /// The interval join's pairs over records `0..n` at event time `i / 1000` ms, as
 /// (right record, left record): each right record matches at most one left one.
@@ -859,11 +859,13 @@ fn run_incremental_interval_join(
 
 #[test]
 fn checkpointed_join_interval_snapshots_write_only_new_records_and_restore_through_the_chain() {
-    // Left records pile up under 20 000 early keys, a key per pair and 10 more keys while
+    // Left records pile up under 10 000 early keys, a key per pair and 10 more keys while
     // right records come and go: a whole snapshot (every 4th) holds them all, a delta only
-    // the records that came since, front drops and tombstones. Stopped at 2 shards, again at 1, then
-    // run to the end at 2, restoring through the chain each time: every pair comes out
-    // once, as in a run without a failure.
+    // the records that came since, the right records dropped from the front and the
+    // tombstones of keys that held only right records. Stopped at 2 shards, again at 1,
+    // then run to the end at 2, restoring through the chain each time: every pair comes
+    // out once, as in a run without a failure (many pairs have their left record in a
+    // delta and their right one after the restore).
     let dir = common::data_dir("checkpoint", "incremental-interval-join");
     let pairs = Table::default();
     let n = 800_000u64;
@@ -883,8 +885,7 @@ fn checkpointed_join_interval_snapshots_write_only_new_records_and_restore_throu
         }
         runs.push(stats);
     }
-    // Medians, as the few thousand early keys' tombstones land in one or two deltas when
-    // the watermark passes 300 ms, wherever that falls.
+    // Medians: a slow spell of the machine makes one cycle, and so its delta, long.
     let median = |mut v: Vec<u64>| {
         v.sort_unstable();
         v[v.len() / 2]
