@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use sluice_engine::dataflow::checkpoint::CheckpointError;
 use sluice_engine::dataflow::topic::{StartFrom, TopicRecord, TopicSource};
 use sluice_engine::dataflow::{
-    ChannelSource, CheckpointConfig, Generator, Pipeline, PipelineConfig, WatermarkStrategy, Windows,
+    ChannelSource, CheckpointConfig, CheckpointStats, Generator, Pipeline, PipelineConfig, WatermarkStrategy, Windows,
 };
 use sluice_engine::{Consumer, EngineError, Isolation, OffsetReset, OwnedRecord, SeekTo};
 use sluice_io::{CheckpointId, EventTime, PartitionId, ProducerId, Timestamp, txn::Marker};
@@ -768,6 +768,149 @@ fn checkpointed_join_snapshots_write_only_new_records_and_restore_through_the_ch
     assert_eq!(*pairs.lock().unwrap(), want);
 }
 
+/// The interval join job's sides: records below 20 000 are on the left if even, on the
+/// right if odd, each under its own key (none of them match). From 20 000 on, every 100th
+/// record (`i % 100 == 0`) is on the left under a key of its own, and the record 10 050
+/// after it (`i % 100 == 50`) on the right under the same key: the pair's records are
+/// about 10 ms of event time apart, so many pairs straddle a checkpoint, their left record
+/// in a delta. The rest are on the left under `i % 10`, piling up.
+fn interval_right(i: &u64) -> bool {
+    if *i < 20_000 { i % 2 == 1 } else { i % 100 == 50 }
+}
+
+fn interval_left_key(i: u64) -> u64 {
+    match i {
+        ..20_000 => i,
+        _ if i.is_multiple_of(100) => 20_000 + i / 100,
+        _ => i % 10,
+    }
+}
+
+fn interval_right_key(i: u64) -> u64 {
+    if i < 20_000 { i } else { 20_000 + (i - 50) / 100 - 100 }
+}
+
+/// `r.time` in `[l.time + LOWER, l.time + UPPER]`: a left record is kept 1 s (longer than
+/// the input's 800 ms), a right one 5 ms, so right records (and the keys that hold only
+/// them) come and go at every checkpoint while the left ones pile up.
+const INTERVAL_LOWER: i64 = -5;
+const INTERVAL_UPPER: i64 = 1000;
+
+/// The interval join's pairs over records `0..n` at event time `i / 1000` ms, as
+/// (right record, left record): each right record matches at most one left one.
+fn interval_pairs_want(n: u64) -> std::collections::BTreeMap<u64, u64> {
+    let time = |i: u64| (i / 1000) as i64;
+    let mut lefts: std::collections::HashMap<u64, Vec<u64>> = std::collections::HashMap::new();
+    for i in (0..n).filter(|i| !interval_right(i)) {
+        lefts.entry(interval_left_key(i)).or_default().push(i);
+    }
+    let mut want = std::collections::BTreeMap::new();
+    for r in (0..n).filter(interval_right) {
+        for &l in lefts.get(&interval_right_key(r)).into_iter().flatten() {
+            if (time(l) + INTERVAL_LOWER..=time(l) + INTERVAL_UPPER).contains(&time(r)) {
+                assert!(want.insert(r, l).is_none(), "right record {r} matches one left record");
+            }
+        }
+    }
+    want
+}
+
+/// Runs the interval join job at `shards` shards (10 ms interval, every 4th snapshot
+/// whole, two kept) over records `0..n` at event time `i / 1000` ms, upserting each pair
+/// into `pairs` through a two-phase-commit sink; stopped after `stop_after` checkpoints if
+/// given.
+fn run_incremental_interval_join(
+    dir: &std::path::Path,
+    shards: usize,
+    n: u64,
+    pairs: &Table,
+    stop_after: Option<usize>,
+) -> (Vec<sluice_engine::dataflow::CheckpointStats>, Option<CheckpointId>) {
+    let pairs = pairs.clone();
+    let running = Pipeline::new(PipelineConfig::with_shards(shards))
+        .checkpointing(CheckpointConfig::new(dir).interval(Duration::from_millis(10)).full_every(4).keep(2))
+        .spawn(move |scope| {
+            let pairs = pairs.clone();
+            let records = scope
+                .source(
+                    Generator::new(scope.shard(), scope.shards(), n, |i| i),
+                    WatermarkStrategy::monotonous(|i: &u64| EventTime::from_millis((*i / 1000) as i64)),
+                )
+                .map(|i| {
+                    let until = Instant::now() + Duration::from_micros(2);
+                    while Instant::now() < until {}
+                    i
+                });
+            let left = records.clone().filter(|i| !interval_right(i)).key_by(|i| interval_left_key(*i));
+            left.interval_join(
+                records.filter(interval_right).key_by(|i| interval_right_key(*i)),
+                INTERVAL_LOWER,
+                INTERVAL_UPPER,
+                |_, l, r| (*r, *l),
+            )
+            .to_two_phase_commit(sluice_engine::dataflow::Upsert::new(move |r: u64, l: u64| {
+                pairs.lock().unwrap().insert(r, l);
+                Ok(())
+            }));
+        })
+        .unwrap();
+    finish(running, stop_after)
+}
+
+#[test]
+fn checkpointed_join_interval_snapshots_write_only_new_records_and_restore_through_the_chain() {
+    // Left records pile up under 10 000 early keys, a key per pair and 10 more keys while
+    // right records come and go: a whole snapshot (every 4th) holds them all, a delta only
+    // the records that came since, the right records dropped from the front and the
+    // tombstones of keys that held only right records. Stopped at 2 shards, again at 1,
+    // then run to the end at 2, restoring through the chain each time: every pair comes
+    // out once, as in a run without a failure (many pairs have their left record in a
+    // delta and their right one after the restore).
+    let dir = common::data_dir("checkpoint", "incremental-interval-join");
+    let pairs = Table::default();
+    let n = 800_000u64;
+    let mut runs: Vec<Vec<CheckpointStats>> = Vec::new();
+    // Every 4th snapshot of a run is whole, the first one included; a stop after 11 or 7
+    // (even with one more completing meanwhile) leaves a delta last, so each restore reads
+    // a chain.
+    for (shards, stop_after) in [(2, Some(11)), (1, Some(7)), (2, None)] {
+        let (stats, restored) = run_incremental_interval_join(&dir, shards, n, &pairs, stop_after);
+        for c in &stats {
+            eprintln!("{shards} shards: checkpoint {} {} bytes {} entries", c.id.get(), c.bytes, c.keys);
+        }
+        if let Some(before) = runs.last() {
+            let restored = restored.expect("the runs after the first restore");
+            let at = before.iter().position(|c| c.id == restored).unwrap_or(before.len());
+            assert!(at % 4 != 0, "{shards} shards: restored {restored:?}, a delta: {before:?}");
+        }
+        runs.push(stats);
+    }
+    // Medians: a slow spell of the machine makes one cycle, and so its delta, long.
+    let median = |mut v: Vec<u64>| {
+        v.sort_unstable();
+        v[v.len() / 2]
+    };
+    // The median over a run's deltas from its `from`-th checkpoint on.
+    let deltas = |run: &[CheckpointStats], from: usize, what: fn(&CheckpointStats) -> u64| {
+        median(run.iter().enumerate().skip(from).filter(|(j, _)| j % 4 != 0).map(|(_, c)| what(c)).collect())
+    };
+    let first = &runs[0];
+    let most = first.iter().map(|c| c.keys).max().unwrap();
+    // The deltas after the second whole snapshot (the first ones hold the early keys).
+    assert!(most >= 10_000, "a whole snapshot holds every key: {first:?}");
+    assert!(deltas(first, 5, |c| c.keys) < most / 5, "a delta holds only the keys that changed: {first:?}");
+    // The second run starts from all the first one's records (11 checkpoints' worth): its
+    // deltas are much smaller than its whole snapshots.
+    let second = &runs[1];
+    let whole = second.iter().step_by(4).map(|c| c.bytes).min().unwrap();
+    assert!(deltas(second, 0, |c| c.bytes) < whole / 3, "a delta holds only the records that came: {second:?}");
+    let got = pairs.lock().unwrap().clone();
+    let want = interval_pairs_want(n);
+    assert!(want.len() > 1_000, "{} pairs", want.len());
+    assert_eq!(got.len(), want.len());
+    assert!(got == want, "the pairs differ from a run without a failure");
+}
+
 #[test]
 fn incremental_window_snapshots_write_only_changed_keys_and_restore_exactly() {
     // One long window: its later checkpoints hold the few changed keys, and after a stop
@@ -783,6 +926,79 @@ fn incremental_window_snapshots_write_only_changed_keys_and_restore_exactly() {
         *want.entry(incremental_key(i)).or_insert(0u64) += 1;
     }
     assert_eq!(*table.lock().unwrap(), want);
+}
+
+#[test]
+fn a_checkpoint_directory_removed_under_a_running_pipeline_fails_its_checkpoints_not_the_pipeline() {
+    // Removing the directory once made glommio panic in the checkpoint coordinator's
+    // thread (it unwraps a statfs of a file it just opened) and the pipeline hang. Now
+    // each checkpoint after it fails with the reason, as a failed write does, the
+    // directory is not made again, records keep flowing, and the pipeline stops when asked.
+    let dir = common::data_dir("checkpoint", "removed-dir");
+    let seen = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counter = seen.clone();
+    let running = Pipeline::new(PipelineConfig::with_shards(2))
+        .checkpointing(CheckpointConfig::new(&dir).interval(Duration::from_millis(10)))
+        .spawn(move |scope| {
+            let counter = counter.clone();
+            scope
+                .source(
+                    Generator::new(scope.shard(), scope.shards(), u64::MAX, |i| i),
+                    WatermarkStrategy::monotonous(|i: &u64| EventTime::from_millis((*i / 100) as i64)),
+                )
+                .map(|i| {
+                    let until = Instant::now() + Duration::from_micros(20);
+                    while Instant::now() < until {}
+                    i
+                })
+                .key_by(|i| i % 100)
+                .window(Windows::tumbling(Duration::from_millis(100)))
+                .count()
+                .for_each(move |_| {
+                    counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                });
+        })
+        .unwrap();
+    let first = running.wait_for_checkpoint(CheckpointId(0), Duration::from_secs(30)).expect("a first checkpoint");
+    assert!(running.wait_for_checkpoint(first.id, Duration::from_secs(30)).is_some(), "a second checkpoint");
+    // Files appear in it while it is being removed: try again until it is gone.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while dir.exists() {
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(Instant::now() < deadline, "{} could not be removed", dir.display());
+    }
+    let completed = running.checkpoints().len();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let failed = loop {
+        let failed = running.failed_checkpoints();
+        if failed.iter().filter(|f| f.reason.contains("was removed")).count() >= 2 {
+            break failed;
+        }
+        assert!(Instant::now() < deadline, "no failed checkpoints reported: {failed:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let removed = failed.iter().find(|f| f.reason.contains("was removed")).unwrap();
+    assert!(removed.reason.contains(&dir.display().to_string()), "{removed:?}");
+    assert!(failed.windows(2).all(|w| w[0].id < w[1].id), "in order, each its own id: {failed:?}");
+    assert_eq!(running.checkpoints().len(), completed, "no checkpoint completes without its directory");
+    assert!(!dir.exists(), "the checkpoint directory is not made again");
+    let families = running.metric_families();
+    let metric = families.get("sluice_pipeline_checkpoints_failed_total", &[("pipeline", "pipeline")]);
+    let Some(sluice_engine::metrics::Value::Counter(sluice_engine::metrics::Num::Int(counted))) = metric else {
+        panic!("a failed-checkpoint counter: {metric:?}")
+    };
+    assert!(*counted >= failed.len() as i64, "{counted} failed checkpoints counted, {} listed", failed.len());
+    let results = seen.load(std::sync::atomic::Ordering::Relaxed);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while seen.load(std::sync::atomic::Ordering::Relaxed) == results {
+        assert!(Instant::now() < deadline, "the pipeline goes on: no results after the failures");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    running.stop(false);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(running.join().map_err(|e| e.to_string())));
+    let joined = rx.recv_timeout(Duration::from_secs(30)).expect("the pipeline stops within 30 s");
+    joined.unwrap();
 }
 
 #[test]

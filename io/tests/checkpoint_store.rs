@@ -401,3 +401,31 @@ fn checkpoint_ids_advance_past_a_savepoint() {
         assert_eq!(store.next_id(), CheckpointId(9));
     });
 }
+
+#[test]
+fn checkpoint_root_removed_under_the_store_fails_checkpoints_and_is_not_made_again() {
+    let root = temp_dir("chk-root-removed");
+    run(move || async move {
+        let mut store = CheckpointStore::open(UringStorage, &root, 3).await.unwrap();
+        let first = checkpoint(&mut store, &[("shard-0", None, b"whole")], b"").await;
+        // Removed while a checkpoint is being written: its part fails, as a write does.
+        let id = store.begin().await.unwrap();
+        std::fs::remove_dir_all(&root).unwrap();
+        let err = store.write_part(id, "shard-0", None, b"lost").await.unwrap_err();
+        assert!(err.to_string().contains("shard-0"), "{err}");
+        // The next one cannot begin, and the root is not made again.
+        let err = store.begin().await.unwrap_err();
+        assert!(matches!(err, LogError::Checkpoint { .. }) && err.to_string().contains("was removed"), "{err}");
+        assert!(!root.exists(), "the root is not made again");
+        // Made again by someone else: a delta on a checkpoint that went with it is refused,
+        // a whole one commits.
+        std::fs::create_dir_all(&root).unwrap();
+        let id = store.begin().await.unwrap();
+        let part = store.write_part(id, "shard-0", Some(first.id), b"delta").await.unwrap();
+        let refused = store.commit(&Manifest::new(id, vec![part], Vec::new())).await.unwrap_err();
+        assert!(refused.to_string().contains("not a completed checkpoint"), "{refused}");
+        store.abort(id).await.unwrap();
+        let whole = checkpoint(&mut store, &[("shard-0", None, b"whole again")], b"").await;
+        assert_eq!(store.completed(), vec![whole.id]);
+    });
+}

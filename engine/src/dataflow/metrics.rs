@@ -197,6 +197,12 @@ impl PipelineMetrics {
             l(),
             stats.len(),
         );
+        out.counter(
+            "sluice_pipeline_checkpoints_failed_total",
+            "Checkpoints of this run that failed (could not begin, a part not written, timed out, or the commit failed)",
+            l(),
+            coordinator.failures().len(),
+        );
         let mut duration = LatencyCounts::default();
         let mut alignment = LatencyCounts::default();
         for s in &stats {

@@ -57,7 +57,7 @@ mod watermark;
 pub mod window;
 
 pub use changelog::{Change, ChangeError, ChangeOp, RowKind, Table};
-pub use checkpoint::{Barrier, CheckpointConfig, CheckpointMode, CheckpointStats, Data, Savepoint};
+pub use checkpoint::{Barrier, CheckpointConfig, CheckpointFailure, CheckpointMode, CheckpointStats, Data, Savepoint};
 pub use event::Event;
 pub use exchange::{key_group, shard_of_group};
 pub use metrics::Metrics;

@@ -438,6 +438,16 @@ impl RunningPipeline {
         self.coordinator.as_ref().map(|(c, _)| c.stats()).unwrap_or_default()
     }
 
+    /// Every checkpoint of this run that failed, in order, with the reason (also logged
+    /// to stderr). A failed checkpoint does not stop the pipeline: the next one begins
+    /// after the interval. A checkpoint directory removed under the pipeline fails every
+    /// checkpoint from then on (it is not made again: the checkpoints a delta would build
+    /// on went with it); once it is back, the next whole snapshot starts a new chain.
+    #[must_use]
+    pub fn failed_checkpoints(&self) -> Vec<super::CheckpointFailure> {
+        self.coordinator.as_ref().map(|(c, _)| c.failures()).unwrap_or_default()
+    }
+
     /// Blocks until a checkpoint with an id above `after` has completed in this run, and
     /// returns its figures: `wait_for_checkpoint(0, ..)` waits for the first, and
     /// passing the id of the last entry of [`RunningPipeline::checkpoints`] waits for the

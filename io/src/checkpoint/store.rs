@@ -174,10 +174,20 @@ impl<S: Storage> CheckpointStore<S> {
 
     /// Starts the next checkpoint: hands out its id and creates its directory, so that
     /// parts can be written into it.
+    ///
+    /// The root must still be there: a root removed since the store opened is not made
+    /// again (`LogError::Checkpoint`), since the completed checkpoints a delta would
+    /// build on went with it. The store forgets them, so once the root is back (made by
+    /// someone else) only whole snapshots can commit until a new chain begins.
     pub async fn begin(&mut self) -> Result<CheckpointId> {
         let id = self.next_id;
         // Advanced first: even a failed begin uses its id up, so ids stay unique.
         self.next_id = id.next();
+        if !self.root().is_dir() {
+            self.completed.clear();
+            let reason = format!("the checkpoint directory {} was removed", self.root().display());
+            return Err(LogError::Checkpoint { id, reason });
+        }
         let dir = checkpoint_dir(self.root(), id);
         self.storage().create_dir_all(&dir).map_err(|e| LogError::io("create directory", &dir, e))?;
         self.pending.insert(id);

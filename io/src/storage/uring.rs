@@ -7,6 +7,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
+use futures_lite::FutureExt;
 use glommio::io::{DmaBuffer, DmaFile, OpenOptions, ReadResult};
 
 use super::{Storage, StorageFile};
@@ -20,6 +21,30 @@ fn os_error<T>(e: glommio::GlommioError<T>) -> io::Error {
         glommio::GlommioError::IoError(e) => e,
         glommio::GlommioError::EnhancedIoError { source, .. } => source,
         e => e.into(),
+    }
+}
+
+/// Runs a glommio open of `path`, turning a panic inside it into an error. glommio's
+/// `DmaFile::open_at` opens the file and then unwraps a `statfs` of its path, so a file
+/// whose directory is removed in between (a checkpoint directory deleted under a running
+/// pipeline) panicked the task that opened it: the checkpoint coordinator's thread
+/// died and the pipeline hung. The panic still goes through the panic hook (a line on
+/// stderr); what unwinds is only the open's own future, dropped here with the file it had
+/// opened.
+async fn open_unwinding<T>(path: &Path, open: impl Future<Output = io::Result<T>>) -> io::Result<T> {
+    match std::panic::AssertUnwindSafe(open).catch_unwind().await {
+        Ok(opened) => opened,
+        Err(panic) => {
+            let why = panic
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| panic.downcast_ref::<&str>().copied())
+                .unwrap_or("no message");
+            Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("opening {} failed inside glommio (was it removed meanwhile?): {why}", path.display()),
+            ))
+        }
     }
 }
 
@@ -46,7 +71,7 @@ async fn probe_device_once(dir: &Path) -> io::Result<()> {
     if std::fs::metadata(&probe).map(|m| m.len()).unwrap_or(0) < 4096 {
         std::fs::write(&probe, [0u8; 4096])?;
     }
-    let file = DmaFile::open(&probe).await.map_err(os_error)?;
+    let file = open_unwinding(&probe, async { DmaFile::open(&probe).await.map_err(os_error) }).await?;
     file.close().await.map_err(os_error)?;
     PROBED_DEVICES.with(|p| p.borrow_mut().insert(dev));
     Ok(())
@@ -58,7 +83,9 @@ impl Storage for UringStorage {
     async fn open(&self, path: &Path, create: bool) -> io::Result<UringFile> {
         let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         probe_device_once(dir).await?;
-        let file = OpenOptions::new().read(true).write(true).create(create).dma_open(path).await.map_err(os_error)?;
+        let opening =
+            async { OpenOptions::new().read(true).write(true).create(create).dma_open(path).await.map_err(os_error) };
+        let file = open_unwinding(path, opening).await?;
         Ok(UringFile { file: Rc::new(file), path: path.to_path_buf() })
     }
 
@@ -120,5 +147,25 @@ impl StorageFile for UringFile {
 
     fn path(&self) -> &Path {
         &self.path
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_inside_an_open_is_an_error() {
+        let path = Path::new("/nowhere/chk-1/shard-0");
+        // As glommio's `statfs(path).unwrap()` does when the path is gone.
+        let panicking = async {
+            std::fs::metadata(path).unwrap();
+            Ok(())
+        };
+        let err = futures_lite::future::block_on(open_unwinding::<()>(path, panicking)).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::NotFound);
+        assert!(err.to_string().contains("/nowhere/chk-1/shard-0") && err.to_string().contains("NotFound"), "{err}");
+        let fine = futures_lite::future::block_on(open_unwinding(path, async { Ok(7) })).unwrap();
+        assert_eq!(fine, 7);
     }
 }

@@ -34,6 +34,20 @@ pub(crate) struct Ack {
     pub(crate) alignment: Duration,
 }
 
+/// A checkpoint of this run that did not complete, and why. The pipeline goes on and
+/// begins the next one after its interval, as it does after every failed checkpoint (so
+/// a cause that lasts, such as a checkpoint directory removed under the pipeline, fails
+/// each one in turn: see [`RunningPipeline::failed_checkpoints`]).
+///
+/// [`RunningPipeline::failed_checkpoints`]: crate::dataflow::RunningPipeline::failed_checkpoints
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointFailure {
+    /// The checkpoint (its id is used up).
+    pub id: CheckpointId,
+    /// What failed: beginning it, a shard's snapshot, its deadline, or its commit.
+    pub reason: String,
+}
+
 /// What the coordinator and the shards share. The shards only read atomics and send
 /// acknowledgements; nothing here is on the record path.
 #[derive(Debug)]
@@ -72,6 +86,8 @@ pub(crate) struct CheckpointCoordinator {
     shards: usize,
     acks: (async_channel::Sender<Ack>, async_channel::Receiver<Ack>),
     stats: Mutex<Vec<CheckpointStats>>,
+    /// The checkpoints of this run that failed, in order.
+    failures: Mutex<Vec<CheckpointFailure>>,
     /// When the last checkpoint completed (for its age in the metrics).
     pub(crate) last_completed_at: Mutex<Option<std::time::Instant>>,
     /// How long reading the restored checkpoint took (its parts read, checked and
@@ -104,6 +120,7 @@ impl CheckpointCoordinator {
             shards,
             acks: async_channel::unbounded(),
             stats: Mutex::new(Vec::new()),
+            failures: Mutex::new(Vec::new()),
             last_completed_at: Mutex::new(None),
             restore_read: Mutex::new(None),
             changed: Condvar::new(),
@@ -177,6 +194,18 @@ impl CheckpointCoordinator {
     /// Every completed checkpoint's figures, in order.
     pub(crate) fn stats(&self) -> Vec<CheckpointStats> {
         self.stats.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Every failed checkpoint of this run, in order.
+    pub(crate) fn failures(&self) -> Vec<CheckpointFailure> {
+        self.failures.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Checkpoint `id` failed for `reason`: logged and kept for
+    /// [`CheckpointCoordinator::failures`].
+    fn failed(&self, id: CheckpointId, reason: String) {
+        eprintln!("sluice: checkpoint {id} failed: {reason}");
+        self.failures.lock().unwrap_or_else(PoisonError::into_inner).push(CheckpointFailure { id, reason });
     }
 
     /// Whether every source of the pipeline has run out.
@@ -432,7 +461,7 @@ async fn take_checkpoints(
         let id = match store.begin().await {
             Ok(id) => id,
             Err(e) => {
-                eprintln!("sluice: cannot begin a checkpoint: {e}");
+                coordinator.failed(CheckpointId(store.next_id().0 - 1), format!("cannot begin: {e}"));
                 if let Some(request) = savepoint {
                     request.fail(format!("cannot begin its checkpoint: {e}"));
                 }
@@ -459,7 +488,7 @@ async fn take_checkpoints(
                 return;
             }
             Collect::Failed(reason) => {
-                eprintln!("sluice: checkpoint {id} aborted: {reason}");
+                coordinator.failed(id, format!("aborted: {reason}"));
                 if let Err(e) = store.abort(id).await {
                     eprintln!("sluice: removing aborted checkpoint {id} failed: {e}");
                 }
@@ -488,7 +517,7 @@ async fn take_checkpoints(
                 }
             }
             Err(e) => {
-                eprintln!("sluice: checkpoint {id} failed to commit: {e}");
+                coordinator.failed(id, format!("failed to commit: {e}"));
                 fail_savepoint(coordinator, savepoint, format!("its checkpoint {id} failed to commit: {e}"));
             }
         }

@@ -74,6 +74,7 @@ pub use crate::error::CheckpointError;
 #[cfg(test)]
 pub(crate) use codec::read_entries_raw;
 pub use codec::{Data, EntryWriter, StateError, read_entries, take};
+pub use coordinator::CheckpointFailure;
 pub(crate) use coordinator::{CheckpointCoordinator, open_store, run_coordinator};
 pub(crate) use identity::{OperatorKey, StateTypes};
 pub use savepoint::Savepoint;

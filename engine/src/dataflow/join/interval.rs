@@ -10,6 +10,13 @@
 //!
 //! Clean-up runs on a timer per key (`expiries`): a key is looked at when the watermark
 //! reaches the earliest expiry among its records, and then registered again for the next.
+//!
+//! Snapshots are incremental: each side of a key remembers how much of what the last
+//! snapshot wrote is still at its front ([`Mark`]), so a delta writes per changed key only
+//! how many records to drop from the front of what the chain holds, how many of the rest
+//! to keep, and the records after those (the ones that came since; an out-of-order one
+//! that went in before a written record makes the records after it count as new). A key
+//! whose buffers emptied gets a tombstone.
 
 use std::{
     collections::{BTreeMap, VecDeque},
@@ -32,6 +39,76 @@ struct Sides<K, L, R> {
     right: VecDeque<Event<R>>,
     /// The watermark at which this key is next cleaned up: its live entry in `expiries`.
     expiry: EventTime,
+    /// What the join's last snapshot holds of each side, and what left it since.
+    left_mark: Mark,
+    right_mark: Mark,
+    /// The join's last snapshot holds this key (so its removal needs a tombstone).
+    written: bool,
+}
+
+/// One side of a key against the join's last snapshot. Of the records that snapshot wrote
+/// of the side, in its order, the first `cut` have been evicted since, the next `kept` are
+/// still the side's first `kept` records, and any after those were pushed out of place by
+/// an out-of-order record that went in before them. A delta drops `cut` records from the
+/// front of what the chain holds, keeps the next `kept`, and appends the side's records
+/// after its first `kept` (so the out-of-place ones are written again).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Mark {
+    kept: usize,
+    cut: usize,
+}
+
+impl Mark {
+    /// A record went in at index `at`: written records from there on are no longer in place.
+    fn inserted(&mut self, at: usize) {
+        self.kept = self.kept.min(at);
+    }
+
+    /// `n` records left the front (the written ones come first, as long as they are there).
+    fn evicted(&mut self, n: usize) {
+        let written = n.min(self.kept);
+        self.kept -= written;
+        self.cut += written;
+    }
+
+    /// The side is as a snapshot wrote it, in full: `len` records.
+    fn written(len: usize) -> Mark {
+        Mark { kept: len, cut: 0 }
+    }
+
+    /// A delta has something to say about a side of `len` records.
+    fn changed(self, len: usize) -> bool {
+        self.cut > 0 || self.kept < len
+    }
+}
+
+/// In place of a whole entry's left-record count (a count no list can have), the tag of a
+/// delta entry: old whole snapshots have no tag and read as they always did.
+const DELTA: u64 = u64::MAX;
+
+/// A side's part of a delta entry: its [`Mark`] and its records after the kept ones.
+fn encode_side<T: Data>(side: &VecDeque<Event<T>>, mark: Mark, out: &mut Vec<u8>) {
+    (mark.cut as u64, mark.kept as u64, (side.len() - mark.kept) as u64).encode(out);
+    side.range(mark.kept..).for_each(|e| e.encode(out));
+}
+
+/// Applies a side's part of a delta entry to what the chain before it restored.
+fn apply_side<T: Data>(side: &mut VecDeque<Event<T>>, input: &mut &[u8], what: &str) -> Result<(), StateError> {
+    let (cut, kept) = <(usize, usize)>::decode(input)?;
+    let records = Vec::<Event<T>>::decode(input)?;
+    if cut.checked_add(kept).is_none_or(|n| n > side.len()) {
+        return Err(StateError(format!(
+            "an interval join delta drops {cut} and keeps {kept} {what} records of a key, but the snapshots \
+             before it restored {}",
+            side.len()
+        )));
+    }
+    side.drain(..cut);
+    side.truncate(kept);
+    for record in records {
+        store(side, record);
+    }
+    Ok(())
 }
 
 pub(super) struct IntervalJoin<K, L, R, O, F> {
@@ -45,6 +122,8 @@ pub(super) struct IntervalJoin<K, L, R, O, F> {
     /// once its key's `expiry` is another time.
     expiries: BTreeMap<EventTime, Vec<K>>,
     watermark: EventTime,
+    /// Keys the last snapshot holds whose buffers emptied since: the next delta deletes them.
+    dropped: Vec<K>,
     _out: std::marker::PhantomData<fn() -> O>,
 }
 
@@ -67,14 +146,24 @@ fn next_expiry<K, L, R>(sides: &Sides<K, L, R>, lower: i64, upper: i64) -> Optio
         .min()
 }
 
-/// Inserts `event` in time order, after the records with the same time.
-fn store<T>(side: &mut VecDeque<Event<T>>, event: Event<T>) {
+/// Inserts `event` in time order, after the records with the same time; returns its index.
+fn store<T>(side: &mut VecDeque<Event<T>>, event: Event<T>) -> usize {
     if side.back().is_none_or(|last| last.time <= event.time) {
         side.push_back(event);
+        side.len() - 1
     } else {
         let at = side.partition_point(|e| e.time <= event.time);
         side.insert(at, event);
+        at
     }
+}
+
+/// Drops the records of `side` whose expiry (`time + after`) the watermark has reached;
+/// returns how many.
+fn evict<T>(side: &mut VecDeque<Event<T>>, after: i64, watermark: EventTime) -> usize {
+    let n = side.partition_point(|e| plus(e.time, after) <= watermark);
+    side.drain(..n);
+    n
 }
 
 impl<K, L, R, O, F> IntervalJoin<K, L, R, O, F>
@@ -98,6 +187,7 @@ where
             keys: FxHashMap::default(),
             expiries: BTreeMap::new(),
             watermark: EventTime::MIN,
+            dropped: Vec::new(),
             _out: std::marker::PhantomData,
         }
     }
@@ -111,7 +201,15 @@ where
     }
 
     fn new_sides(key: K) -> Sides<K, L, R> {
-        Sides { key, left: VecDeque::new(), right: VecDeque::new(), expiry: EventTime::MAX }
+        Sides {
+            key,
+            left: VecDeque::new(),
+            right: VecDeque::new(),
+            expiry: EventTime::MAX,
+            left_mark: Mark::default(),
+            right_mark: Mark::default(),
+            written: false,
+        }
     }
 
     #[cfg(test)]
@@ -152,7 +250,8 @@ where
             out.push(Event::new(event.time.max(r.time), (self.f)(&sides.key, &event.value, &r.value)));
         }
         if keep {
-            store(&mut sides.left, event);
+            let at = store(&mut sides.left, event);
+            sides.left_mark.inserted(at);
             Self::expire_at(&mut self.expiries, sides, expiry);
         }
         true
@@ -175,7 +274,8 @@ where
             out.push(Event::new(event.time.max(l.time), (self.f)(&sides.key, &l.value, &event.value)));
         }
         if keep {
-            store(&mut sides.right, event);
+            let at = store(&mut sides.right, event);
+            sides.right_mark.inserted(at);
             Self::expire_at(&mut self.expiries, sides, expiry);
         }
         true
@@ -194,15 +294,13 @@ where
                 if sides.expiry != due {
                     continue;
                 }
-                while sides.left.front().is_some_and(|l| plus(l.time, upper) <= watermark) {
-                    sides.left.pop_front();
-                }
-                while sides.right.front().is_some_and(|r| plus(r.time, lower.saturating_neg()) <= watermark) {
-                    sides.right.pop_front();
-                }
+                sides.left_mark.evicted(evict(&mut sides.left, upper, watermark));
+                sides.right_mark.evicted(evict(&mut sides.right, lower.saturating_neg(), watermark));
                 match next_expiry(sides, lower, upper) {
                     None => {
-                        self.keys.remove(&key);
+                        if self.keys.remove(&key).is_some_and(|s| s.written) {
+                            self.dropped.push(key);
+                        }
                     }
                     Some(next) => {
                         sides.expiry = EventTime::MAX;
@@ -213,25 +311,73 @@ where
         }
     }
 
-    /// One entry per key: the key, its left records and its right records, in time order.
-    fn snapshot(&mut self, writer: &mut GroupWriter, _delta: bool) -> bool {
-        for sides in self.keys.values() {
-            writer.push_with(&sides.key, |out| {
-                sides.key.encode(out);
-                sides.left.encode(out);
-                sides.right.encode(out);
-            });
+    /// One entry per key. Whole: the key, its left records and its right records, in time
+    /// order. A delta, per key changed since the last snapshot: the key, [`DELTA`], and for
+    /// each side how many records to drop from the front of what the chain holds, how many
+    /// of the rest to keep, and the records after those; a key the last snapshot holds
+    /// whose buffers emptied since gets a tombstone (nothing kept, nothing added). A key
+    /// emptied and filled again since writes nothing kept, which replaces it all the same.
+    fn snapshot(&mut self, writer: &mut GroupWriter, delta: bool) -> bool {
+        for sides in self.keys.values_mut() {
+            if !delta {
+                writer.push_with(&sides.key, |out| {
+                    sides.key.encode(out);
+                    sides.left.encode(out);
+                    sides.right.encode(out);
+                });
+            } else if !sides.written
+                || sides.left_mark.changed(sides.left.len())
+                || sides.right_mark.changed(sides.right.len())
+            {
+                writer.push_with(&sides.key, |out| {
+                    sides.key.encode(out);
+                    DELTA.encode(out);
+                    encode_side(&sides.left, sides.left_mark, out);
+                    encode_side(&sides.right, sides.right_mark, out);
+                });
+            }
+            sides.written = true;
+            sides.left_mark = Mark::written(sides.left.len());
+            sides.right_mark = Mark::written(sides.right.len());
         }
-        false
+        for key in self.dropped.drain(..) {
+            if delta && !self.keys.contains_key(&key) {
+                writer.push_with(&key, |out| {
+                    key.encode(out);
+                    DELTA.encode(out);
+                    encode_side::<L>(&VecDeque::new(), Mark::default(), out);
+                    encode_side::<R>(&VecDeque::new(), Mark::default(), out);
+                });
+            }
+        }
+        delta
     }
 
     fn restore(&mut self, input: &mut &[u8]) -> Result<(), StateError> {
         let key = K::decode(input)?;
+        let mut peek = *input;
+        if u64::decode(&mut peek)? == DELTA {
+            *input = peek;
+            let sides = self.keys.entry(key.clone()).or_insert_with(|| Self::new_sides(key.clone()));
+            apply_side(&mut sides.left, input, "left")?;
+            apply_side(&mut sides.right, input, "right")?;
+            match next_expiry(sides, self.lower, self.upper) {
+                Some(next) => Self::expire_at(&mut self.expiries, sides, next),
+                None => {
+                    self.keys.remove(&key);
+                }
+            }
+            return Ok(());
+        }
         let left = VecDeque::<Event<L>>::decode(input)?;
         let right = VecDeque::<Event<R>>::decode(input)?;
         let sides = self.keys.entry(key.clone()).or_insert_with(|| Self::new_sides(key));
-        left.into_iter().for_each(|l| store(&mut sides.left, l));
-        right.into_iter().for_each(|r| store(&mut sides.right, r));
+        left.into_iter().for_each(|l| {
+            store(&mut sides.left, l);
+        });
+        right.into_iter().for_each(|r| {
+            store(&mut sides.right, r);
+        });
         if let Some(next) = next_expiry(sides, self.lower, self.upper) {
             Self::expire_at(&mut self.expiries, sides, next);
         }
@@ -266,6 +412,118 @@ mod tests {
         let mut out = Vec::new();
         let taken = join.right(Event::new(at(ms), (key, ms)), &mut out);
         (taken, out)
+    }
+
+    /// Snapshots `join` (a delta on its last snapshot when `delta`) into one entry list
+    /// per key group, in group order.
+    fn snapshot(join: &mut Join, delta: bool) -> Vec<Vec<u8>> {
+        let mut w = GroupWriter::for_tests(4);
+        assert_eq!(join.snapshot(&mut w, delta), delta);
+        w.finish_all()
+    }
+
+    /// One side of a delta entry: (records dropped from the front, records kept, the
+    /// times of the records added).
+    type SideDelta = (usize, usize, Vec<i64>);
+
+    fn side_delta(input: &mut &[u8]) -> SideDelta {
+        let (cut, kept) = <(usize, usize)>::decode(input).unwrap();
+        let records = Vec::<Event<Rec>>::decode(input).unwrap();
+        (cut, kept, records.iter().map(|e| e.time.millis()).collect())
+    }
+
+    /// The entries of a delta, by key: each side's [`SideDelta`].
+    fn deltas(groups: &[Vec<u8>]) -> BTreeMap<u32, (SideDelta, SideDelta)> {
+        let mut entries = BTreeMap::new();
+        for g in groups {
+            crate::dataflow::checkpoint::read_entries_raw(g, |input| {
+                let key = u32::decode(input)?;
+                assert_eq!(u64::decode(input)?, DELTA, "key {key}: a delta entry");
+                let left = side_delta(input);
+                entries.insert(key, (left, side_delta(input)));
+                Ok(())
+            })
+            .unwrap();
+        }
+        entries
+    }
+
+    /// One side's records, as (time, value).
+    type SideRecords = Vec<(i64, Rec)>;
+
+    /// Every key's records, by side.
+    fn contents(join: &Join) -> BTreeMap<u32, (SideRecords, SideRecords)> {
+        let side = |s: &VecDeque<Event<Rec>>| s.iter().map(|e| (e.time.millis(), e.value)).collect();
+        join.keys.iter().map(|(k, s)| (*k, (side(&s.left), side(&s.right)))).collect()
+    }
+
+    /// A fresh join with `parts` restored in order.
+    fn restored(parts: &[&Vec<Vec<u8>>]) -> Result<Join, StateError> {
+        let mut join = join(-3, 2);
+        for groups in parts.iter().flat_map(|p| p.iter()) {
+            crate::dataflow::checkpoint::read_entries_raw(groups, |input| join.restore(input))?;
+        }
+        Ok(join)
+    }
+
+    #[test]
+    fn checkpointed_join_interval_deltas_hold_only_new_records_and_front_drops() {
+        // r.time in [l.time - 3, l.time + 2]: l is kept while l + 2 is above the watermark,
+        // r while r + 3 is.
+        let mut join = join(-3, 2);
+        for (key, ms) in [(1, 10), (1, 11), (2, 15)] {
+            left(&mut join, key, ms);
+        }
+        for (key, ms) in [(1, 9), (3, 10)] {
+            right(&mut join, key, ms);
+        }
+        let whole = snapshot(&mut join, false);
+        // Left 10 and right 9 of key 1 expire; 14 comes after 11, 13 before key 2's 15.
+        join.advance(at(12), &mut Vec::new());
+        left(&mut join, 1, 14);
+        left(&mut join, 2, 13);
+        let first = snapshot(&mut join, true);
+        let want =
+            BTreeMap::from([(1, ((1, 1, vec![14]), (1, 0, vec![]))), (2, ((0, 0, vec![13, 15]), (0, 0, vec![])))]);
+        assert_eq!(deltas(&first), want, "key 3 did not change; key 2's 15 is out of place after 13");
+        assert_eq!(contents(&restored(&[&whole, &first]).unwrap()), contents(&join));
+        // Key 3's right record expires and the key goes: a tombstone. Key 1 drops 11.
+        join.advance(at(13), &mut Vec::new());
+        right(&mut join, 4, 14);
+        let second = snapshot(&mut join, true);
+        let want = BTreeMap::from([
+            (1, ((1, 1, vec![]), (0, 0, vec![]))),
+            (3, ((0, 0, vec![]), (0, 0, vec![]))),
+            (4, ((0, 0, vec![]), (0, 0, vec![14]))),
+        ]);
+        assert_eq!(deltas(&second), want);
+        let back = restored(&[&whole, &first, &second]).unwrap();
+        assert_eq!(contents(&back), contents(&join), "the chain restores the live state");
+        assert!(!back.keys.contains_key(&3), "the tombstone removed key 3");
+        // Nothing changed: an empty delta; a whole snapshot has every key again.
+        assert!(deltas(&snapshot(&mut join, true)).is_empty());
+        let whole_again = snapshot(&mut join, false);
+        assert_eq!(contents(&restored(&[&whole_again]).unwrap()), contents(&join));
+        // A delta that drops more than the chain before it holds is refused, not a panic.
+        let err = restored(&[&first]).err().expect("a delta on nothing");
+        assert!(err.0.contains("drops 1 and keeps 1 left records"), "{err}");
+    }
+
+    #[test]
+    fn checkpointed_join_interval_state_of_the_old_whole_format_restores() {
+        // Before incremental snapshots an entry was the key and both sides' records.
+        let mut w = GroupWriter::for_tests(4);
+        let l: VecDeque<Event<Rec>> = [Event::new(at(10), (7, 10)), Event::new(at(12), (7, 12))].into();
+        let r: VecDeque<Event<Rec>> = [Event::new(at(11), (7, 11))].into();
+        w.push_with(&7u32, |out| {
+            7u32.encode(out);
+            l.encode(out);
+            r.encode(out);
+        });
+        let old = w.finish_all();
+        let back = restored(&[&old]).unwrap();
+        let want = BTreeMap::from([(7, (vec![(10, (7, 10)), (12, (7, 12))], vec![(11, (7, 11))]))]);
+        assert_eq!(contents(&back), want);
     }
 
     #[test]
