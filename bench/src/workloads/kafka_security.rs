@@ -109,8 +109,9 @@ impl Secure {
         block_on(handle.create_topic(&name, partitions, Some(topic.clone())))?;
         let (self_before, children_before) = (cpu(libc::RUSAGE_SELF), cpu(libc::RUSAGE_CHILDREN));
         let addr = server.local_addrs()[1].to_string();
-        sums.rates.push(through_kcat(&addr, &name, args, dir, &self.kcat_args())?);
-        sums.listener_cpu += cpu(libc::RUSAGE_SELF).saturating_sub(self_before);
+        let (rate, making_inputs) = through_kcat(&addr, &name, args, dir, &self.kcat_args())?;
+        sums.rates.push(rate);
+        sums.listener_cpu += cpu(libc::RUSAGE_SELF).saturating_sub(self_before).saturating_sub(making_inputs);
         sums.kcat_cpu += cpu(libc::RUSAGE_CHILDREN).saturating_sub(children_before);
         anyhow::ensure!(stored(handle, &name, partitions)? == args.records, "the SASL_SSL run lost records");
         Ok(())
