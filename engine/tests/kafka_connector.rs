@@ -537,6 +537,7 @@ fn headers_and_nulls_round_trip(broker: &Broker) {
                         value: r.value.map(<[u8]>::to_vec),
                         timestamp: None,
                         headers,
+                        partition: None,
                     }
                 })
                 .expect("consumer starts");

@@ -79,6 +79,12 @@ pub struct KafkaSourceConfig {
     /// The longest a blocking request (metadata, end offsets, a synchronous commit) may take.
     /// Default 30 s.
     pub request_timeout: Duration,
+    /// Static group membership (KIP-345): with `Some(prefix)`, shard `s`'s consumer joins
+    /// with `group.instance.id` `{prefix}-{s}`, so a process that dies keeps its
+    /// partitions until it restarts with the same prefix and shard count (or until
+    /// `session.timeout.ms` passes) instead of having them moved to the other members
+    /// without its state. Default none (dynamic members).
+    pub static_member: Option<String>,
     /// Any other librdkafka consumer properties (`fetch.wait.max.ms`,
     /// `partition.assignment.strategy`, `session.timeout.ms`, ...), set after sluice's.
     /// `enable.auto.commit` is always false.
@@ -96,6 +102,7 @@ impl KafkaSourceConfig {
             bounded: false,
             commit_interval: Duration::from_secs(5),
             request_timeout: Duration::from_secs(30),
+            static_member: None,
             properties: Vec::new(),
         }
     }
@@ -117,6 +124,9 @@ impl KafkaSourceConfig {
     fn validate(&self) -> Result<(), KafkaConnectorError> {
         validate_common(&self.bootstrap_servers, &self.topic, self.request_timeout)?;
         validate_group("consumer group", &self.group_id)?;
+        if let Some(prefix) = &self.static_member {
+            validate_group("static member prefix", prefix)?;
+        }
         if self.commit_interval.is_zero() {
             return Err(KafkaConnectorError::Config("the commit interval is zero".into()));
         }
@@ -265,6 +275,9 @@ impl KafkaSourceFactory {
         };
         let mut client = config.client();
         client.set("client.id", format!("sluice-source-{shard}"));
+        if let Some(prefix) = &config.static_member {
+            client.set("group.instance.id", format!("{prefix}-{shard}"));
+        }
         let mut consumer: BaseConsumer<SourceContext> =
             client.create_with_context(context).map_err(|e| KafkaConnectorError::client("creating a consumer", e))?;
         let wake = waker.clone();
