@@ -52,7 +52,9 @@
 //! without one holds back the watermark of the `key_by` that follows:
 //! [`Repartition::key_by_through`] refuses a topic with fewer than `instances * shards`
 //! partitions, and the input should start once the group has settled
-//! ([`Repartition::assignment`]).
+//! ([`Repartition::assignment`]); a broker that forgets group membership when it
+//! restarts (`sluice serve` does) rebalances the readers on their rejoin, which can move
+//! partitions without their state.
 //!
 //! [`KafkaSink`]: super::KafkaSink
 //! [`KafkaSource`]: super::KafkaSource
