@@ -570,6 +570,12 @@ fn bad_configs_get_typed_errors() {
     assert!(matches!(e, KafkaConnectorError::Name(_)), "{e}");
     let e = KafkaSourceFactory::new(KafkaSourceConfig::new("127.0.0.1:1", "", "t")).unwrap_err();
     assert!(matches!(e, KafkaConnectorError::Name(_)), "{e}");
+    let e = KafkaSourceFactory::new(KafkaSourceConfig {
+        static_member: Some("bad member!".into()),
+        ..KafkaSourceConfig::new("127.0.0.1:1", "g", "t")
+    })
+    .unwrap_err();
+    assert!(matches!(e, KafkaConnectorError::Name(_)), "{e}");
     let e = KafkaSinkFactory::new(KafkaSinkConfig::new("127.0.0.1:1", "t", "")).unwrap_err();
     assert!(matches!(e, KafkaConnectorError::Name(_)), "{e}");
     let e = KafkaSinkFactory::new(KafkaSinkConfig {

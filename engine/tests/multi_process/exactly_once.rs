@@ -174,7 +174,10 @@ fn multi_process_exactly_once_kill() {
         output.poll(Duration::from_millis(100));
     }
     println!("{} of {EVENTS} events counted and committed: killing instance 1", output.total());
+    let others: Vec<_> = [0, 2].iter().map(|&i| job.assigned(i)).collect();
     job.kill_and_restart(1);
+    // Static membership: nothing moved to the others meanwhile.
+    assert_eq!([0, 2].iter().map(|&i| job.assigned(i)).collect::<Vec<_>>(), others, "the others' partitions moved");
     while output.total() < EVENTS {
         if Instant::now() > deadline {
             if std::env::var_os("MP_DEBUG").is_some() {
