@@ -94,7 +94,8 @@ pub struct RepartitionConfig {
     pub instance: u32,
     /// How many processes run the job (each writer's watermark is awaited by the readers).
     pub instances: u32,
-    /// The longest a blocking request (metadata, a flush) may take. Default 30 s.
+    /// The longest a blocking request (metadata, a committer's transaction call, a flush)
+    /// may take. Default 30 s.
     pub request_timeout: Duration,
     /// Exactly once (the default: the writers' records cross in Kafka transactions
     /// committed after each checkpoint, which the pipeline must take) or at least once.
@@ -174,7 +175,7 @@ pub(super) struct Shared {
     readers: KafkaSourceFactory,
     /// The writers' sink factory (their committers, in exactly-once mode).
     writers: KafkaSinkFactory,
-    /// Problems the writers and readers reported, oldest first, at most a few.
+    /// Problems the readers reported, oldest first, at most a few.
     errors: Mutex<Vec<String>>,
     /// The partitions each reader (by shard) read at its last poll.
     assigned: Mutex<std::collections::BTreeMap<usize, Vec<i32>>>,
@@ -260,8 +261,9 @@ impl Repartition {
         self.shared.partitions
     }
 
-    /// Problems the writers and readers of this process reported (failed deliveries,
-    /// undecodable records, a writer id out of range), oldest first, at most a few.
+    /// Problems the readers of this process reported (undecodable records, a writer id
+    /// out of range), oldest first, at most a few. (A writer's failure, as any Kafka
+    /// sink's, fails the pipeline.)
     #[must_use]
     pub fn errors(&self) -> Vec<String> {
         self.shared.errors.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
