@@ -9,7 +9,9 @@
 //! killed with SIGKILL and started again with the same instance number and checkpoint
 //! directory; it must get back the same partitions (static membership: they waited for
 //! it) and restore; the committed output must equal, record for record, the single
-//! process's result (nothing lost, nothing twice).
+//! process's result (nothing lost, nothing twice). It runs twice: with the readers in the
+//! job's group as static members, and on fixed partitions
+//! (`RepartitionConfig::fixed_assignment`, no group membership at all).
 //!
 //! With `MP_DEBUG` set, the children report their readers' assignments and the writers'
 //! commit counts on stderr, and a failure dumps the repartition topic's watermark records
@@ -58,9 +60,10 @@ type Test = fn();
 /// The kill test runs on the served listener only: librdkafka's mock cluster does not
 /// give a restarted static member its partitions back (they stayed unassigned for the
 /// test's minute).
-pub(super) const TESTS: [(&str, Test); 2] = [
+pub(super) const TESTS: [(&str, Test); 3] = [
     ("multi_process_exactly_once_needs_checkpoints", multi_process_exactly_once_needs_checkpoints),
-    ("multi_process_exactly_once_kill (served)", multi_process_exactly_once_kill),
+    ("multi_process_exactly_once_kill (served)", || multi_process_exactly_once_kill(false)),
+    ("multi_process_exactly_once_kill (served, fixed assignment)", || multi_process_exactly_once_kill(true)),
 ];
 
 /// An instance that started, and the checkpoint it restored from (if it did).
@@ -77,17 +80,19 @@ struct Seen {
 
 struct Job {
     bootstrap: String,
+    /// The readers read fixed partitions rather than joining the group.
+    fixed: bool,
     dirs: Vec<PathBuf>,
     seen: Seen,
     children: Children,
 }
 
 impl Job {
-    fn start(bootstrap: String, root: &Path) -> Job {
+    fn start(bootstrap: String, root: &Path, fixed: bool) -> Job {
         let seen = Seen::default();
         let dirs: Vec<PathBuf> = (0..INSTANCES).map(|i| root.join(format!("checkpoints-{i}"))).collect();
-        let children = (0..INSTANCES).map(|i| spawn(&bootstrap, i, &dirs[i as usize], &seen)).collect();
-        Job { bootstrap, dirs, seen, children: Children(children) }
+        let children = (0..INSTANCES).map(|i| spawn(&bootstrap, i, &dirs[i as usize], fixed, &seen)).collect();
+        Job { bootstrap, fixed, dirs, seen, children: Children(children) }
     }
 
     fn go(&mut self, instance: u32) {
@@ -112,10 +117,17 @@ impl Job {
         let held = self.assigned(instance);
         self.children.0[i].kill().expect("SIGKILL");
         self.children.0[i].wait().expect("reaped");
+        self.restart(instance, &held);
+    }
+
+    /// Starts `instance` again on its checkpoint directory, checks that it restored and
+    /// got back the partitions `held` (static membership: they waited for it), and
+    /// releases its input.
+    fn restart(&mut self, instance: u32, held: &[(usize, Vec<i32>)]) {
+        let i = instance as usize;
         self.seen.assigned.lock().unwrap().retain(|(inst, _), _| *inst != instance);
         std::thread::sleep(Duration::from_millis(300));
-        self.children.0[i] = spawn(&self.bootstrap, instance, &self.dirs[i], &self.seen);
-        // Static membership: its partitions waited for it, and come back to it.
+        self.children.0[i] = spawn(&self.bootstrap, instance, &self.dirs[i], self.fixed, &self.seen);
         let deadline = Instant::now() + Duration::from_secs(60);
         while self.assigned(instance) != held {
             assert!(
@@ -127,10 +139,7 @@ impl Job {
         }
         let restored = self.seen.restored.lock().unwrap().iter().rev().find(|(inst, _)| *inst == instance).copied();
         assert!(matches!(restored, Some((_, Some(_)))), "instance {instance} did not restore: {restored:?}");
-        println!(
-            "instance {instance} killed, restarted from checkpoint {:?}, holds {held:?}",
-            restored.and_then(|r| r.1)
-        );
+        println!("instance {instance} restarted from checkpoint {:?}, holds {held:?}", restored.and_then(|r| r.1));
         self.go(instance);
     }
 }
@@ -154,14 +163,15 @@ fn multi_process_exactly_once_needs_checkpoints() {
     assert!(refused.len() == 1 && refused[0].contains("needs a checkpointing pipeline"), "{refused:?}");
 }
 
-fn multi_process_exactly_once_kill() {
+fn multi_process_exactly_once_kill(fixed: bool) {
     let expected = super::single_process();
     let kafka = KafkaConfig::new("127.0.0.1:0".parse().unwrap());
-    let served = Served::launch("multi_process", "exactly_once_kill", 1, kafka);
+    let name = if fixed { "exactly_once_kill_fixed" } else { "exactly_once_kill" };
+    let served = Served::launch("multi_process", name, 1, kafka);
     block_on(served.handle().create_topic(TOPIC, PARTITIONS, None)).expect("the repartition topic");
     block_on(served.handle().create_topic(OUT, 1, None)).expect("the output topic");
     let bootstrap = served.addr().to_string();
-    let mut job = Job::start(bootstrap.clone(), served.dir());
+    let mut job = Job::start(bootstrap.clone(), served.dir(), fixed);
     super::wait_assigned(&job.seen.assigned);
     for i in 0..INSTANCES {
         job.go(i);
@@ -176,7 +186,7 @@ fn multi_process_exactly_once_kill() {
     println!("{} of {EVENTS} events counted and committed: killing instance 1", output.total());
     let others: Vec<_> = [0, 2].iter().map(|&i| job.assigned(i)).collect();
     job.kill_and_restart(1);
-    // Static membership: nothing moved to the others meanwhile.
+    // Static membership (or fixed partitions): nothing moved to the others meanwhile.
     assert_eq!([0, 2].iter().map(|&i| job.assigned(i)).collect::<Vec<_>>(), others, "the others' partitions moved");
     while output.total() < EVENTS {
         if Instant::now() > deadline {
@@ -253,7 +263,8 @@ impl Output {
     fn poll(&mut self, wait: Duration) {
         let mut timeout = wait;
         while let Some(m) = self.consumer.poll(timeout) {
-            let m = m.expect("the output topic reads");
+            // Transient (a dropped connection): the consumer reconnects by itself.
+            let Ok(m) = m else { continue };
             let line = std::str::from_utf8(m.payload().unwrap_or_default()).expect("utf-8");
             let f: Vec<u64> = line.split_whitespace().map(|x| x.parse().expect("a number")).collect();
             self.counts.push((f[0], f[1] as i64, f[2]));
@@ -264,9 +275,9 @@ impl Output {
 }
 
 /// Starts instance `instance` on checkpoint directory `dir`, collecting what it prints.
-fn spawn(bootstrap: &str, instance: u32, dir: &Path, seen: &Seen) -> Child {
+fn spawn(bootstrap: &str, instance: u32, dir: &Path, fixed: bool, seen: &Seen) -> Child {
     let mut child = Command::new(std::env::current_exe().expect("the test binary"))
-        .env(CHILD, format!("{bootstrap},{instance},{}", dir.display()))
+        .env(CHILD, format!("{bootstrap},{instance},{fixed},{}", dir.display()))
         .env("MP_DEBUG", std::env::var_os("MP_DEBUG").unwrap_or_default())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -373,15 +384,17 @@ fn report(through: Repartition, instance: u32) {
     }
 }
 
-/// A child: instance `instance` of the job, checkpointing into its directory, its input
+/// A child (`bootstrap,instance,fixed,dir`): instance `instance` of the job, its readers
+/// on fixed partitions if `fixed` is `true`, checkpointing into `dir`, its input
 /// released once its stdin says `go`, its counts written exactly once to [`OUT`] as
 /// `key start count`.
 pub(super) fn child(spec: &str) {
-    let mut f = spec.splitn(3, ',');
-    let (bootstrap, instance, dir) =
-        (f.next().expect("bootstrap"), f.next().expect("instance"), f.next().expect("dir"));
+    let mut f = spec.splitn(4, ',');
+    let (bootstrap, instance) = (f.next().expect("bootstrap"), f.next().expect("instance"));
+    let (fixed, dir) = (f.next().expect("fixed") == "true", f.next().expect("dir"));
     let instance: u32 = instance.parse().expect("an instance number");
-    let config = RepartitionConfig::new(bootstrap, JOB, TOPIC, instance, INSTANCES);
+    let mut config = RepartitionConfig::new(bootstrap, JOB, TOPIC, instance, INSTANCES);
+    config.fixed_assignment = fixed;
     let through = Repartition::new(config).expect("the repartition topic is there");
     let out = KafkaSinkFactory::new(KafkaSinkConfig::new(bootstrap, OUT, format!("mp-out-{instance}")))
         .expect("the output sink's config");

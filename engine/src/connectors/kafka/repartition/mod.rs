@@ -54,7 +54,8 @@
 //! partitions, and the input should start once the group has settled
 //! ([`Repartition::assignment`]); a broker that forgets group membership when it
 //! restarts (`sluice serve` does) rebalances the readers on their rejoin, which can move
-//! partitions without their state.
+//! partitions without their state, unless [`RepartitionConfig::fixed_assignment`] pins
+//! them.
 //!
 //! [`KafkaSink`]: super::KafkaSink
 //! [`KafkaSource`]: super::KafkaSource
@@ -104,6 +105,11 @@ pub struct RepartitionConfig {
     /// so a process that dies keeps its partitions until it restarts (within
     /// `session.timeout.ms`). Default true.
     pub static_membership: bool,
+    /// The readers do not join the group: reader `instance * shards + shard` reads the
+    /// partitions `p` with `p % (instances * shards)` equal to its number, so nothing
+    /// ever moves them, also not a broker that forgets group membership when it restarts
+    /// (the group only stores committed offsets). Default false (group assignment).
+    pub fixed_assignment: bool,
     /// Any other librdkafka properties, for the writer's producer and the reader's consumer.
     pub properties: Vec<(String, String)>,
 }
@@ -128,6 +134,7 @@ impl RepartitionConfig {
             request_timeout: Duration::from_secs(30),
             guarantee: DeliveryGuarantee::ExactlyOnce,
             static_membership: true,
+            fixed_assignment: false,
             properties: Vec::new(),
         }
     }

@@ -106,8 +106,14 @@ impl<T> std::fmt::Debug for RepartitionSource<T> {
 impl<T: Data> RepartitionSource<T> {
     pub(super) fn new(shared: Arc<Shared>, shard: usize, shards: usize) -> Result<Self, KafkaConnectorError> {
         let decode: Decode<T> = Box::new(|r| decode(&r));
-        let inner = shared.readers.instance(shard, decode)?;
         let writers = u64::from(shared.config.instances) * shards as u64;
+        let inner = if shared.config.fixed_assignment {
+            let reader = u64::from(shared.config.instance) * shards as u64 + shard as u64;
+            let partitions = (0..shared.partitions).filter(|p| u64::from(*p) % writers == reader).map(|p| p as i32);
+            shared.readers.instance_fixed(shard, partitions.collect(), decode)?
+        } else {
+            shared.readers.instance(shard, decode)?
+        };
         if writers > MAX_WRITERS {
             return Err(KafkaConnectorError::Config(format!(
                 "{writers} writers (instances * shards): a checkpoint can name at most {MAX_WRITERS}"

@@ -26,6 +26,10 @@
 //!   unless the rebalance timeout passes). Across processes the coordinator's protocol
 //!   decides: with one that does not wait, records may be read twice during a rebalance.
 //!
+//! [`KafkaSourceFactory::instance_fixed`] reads given partitions instead, without joining
+//! the group (assigned at the first poll: restored position, else the group's committed
+//! offset, else the earliest); the checkpoint and commit rules are the same.
+//!
 //! The shard never blocks on the consumer while running: `poll_next` polls with a zero
 //! timeout, and librdkafka's "queue became non-empty" callback wakes the shard when
 //! records (or rebalance events) arrive. Starting (metadata, the end offsets of a bounded
@@ -262,6 +266,40 @@ impl KafkaSourceFactory {
     where
         F: FnMut(KafkaRecord<'_>) -> T + 'static,
     {
+        self.make(shard, None, map)
+    }
+
+    /// This shard's source reading exactly `partitions`, without joining the group (no
+    /// rebalance ever moves them; the group only stores committed offsets): each from the
+    /// restored position, else the group's committed offset, else the earliest.
+    ///
+    /// # Errors
+    ///
+    /// librdkafka refusing the config, or no partitions.
+    pub fn instance_fixed<T, F>(
+        &self,
+        shard: usize,
+        partitions: Vec<i32>,
+        map: F,
+    ) -> Result<KafkaSource<T, F>, KafkaConnectorError>
+    where
+        F: FnMut(KafkaRecord<'_>) -> T + 'static,
+    {
+        if partitions.is_empty() {
+            return Err(KafkaConnectorError::Config(format!("shard {shard} given no partitions to read")));
+        }
+        self.make(shard, Some(partitions), map)
+    }
+
+    fn make<T, F>(
+        &self,
+        shard: usize,
+        fixed: Option<Vec<i32>>,
+        map: F,
+    ) -> Result<KafkaSource<T, F>, KafkaConnectorError>
+    where
+        F: FnMut(KafkaRecord<'_>) -> T + 'static,
+    {
         let config = &self.shared.config;
         let waker: Arc<Mutex<Option<Waker>>> = Arc::new(Mutex::new(None));
         let held = Arc::new(Mutex::new(BTreeMap::new()));
@@ -286,9 +324,11 @@ impl KafkaSourceFactory {
                 w.wake();
             }
         });
-        consumer
-            .subscribe(&[&config.topic])
-            .map_err(|e| KafkaConnectorError::client(format!("subscribing to {}", config.topic), e))?;
+        if fixed.is_none() {
+            consumer
+                .subscribe(&[&config.topic])
+                .map_err(|e| KafkaConnectorError::client(format!("subscribing to {}", config.topic), e))?;
+        }
         Ok(KafkaSource {
             shard,
             consumer,
@@ -301,6 +341,7 @@ impl KafkaSourceFactory {
             uncommitted: false,
             last_completed: Vec::new(),
             ended: false,
+            fixed,
             _out: std::marker::PhantomData,
         })
     }
@@ -357,6 +398,9 @@ pub struct KafkaSource<T, F> {
     /// commit still in flight when the consumer closes may be lost).
     last_completed: Vec<(i32, i64)>,
     ended: bool,
+    /// The partitions of [`KafkaSourceFactory::instance_fixed`], until the first poll
+    /// assigns them.
+    fixed: Option<Vec<i32>>,
     _out: std::marker::PhantomData<fn() -> T>,
 }
 
@@ -500,6 +544,7 @@ impl<T: 'static, F: FnMut(KafkaRecord<'_>) -> T + 'static> Source<T> for KafkaSo
         // Registered before polling: a record that lands after the last poll below finds
         // the queue empty and fires the callback with this waker.
         *lock(&self.waker) = Some(cx.waker().clone());
+        self.assign_fixed();
         let topic = self.shared.config.topic.clone();
         let ends = self.shared.ends.clone();
         let mut polled = self.take_handoffs();
