@@ -55,7 +55,8 @@
 //! ([`Repartition::assignment`]); a broker that forgets group membership when it
 //! restarts (`sluice serve` does) rebalances the readers on their rejoin, which can move
 //! partitions without their state, unless [`RepartitionConfig::fixed_assignment`] pins
-//! them.
+//! them (then a restart of `sluice serve` mid-run is survived exactly once, the
+//! processes its restart fails restarted from their checkpoints).
 //!
 //! [`KafkaSink`]: super::KafkaSink
 //! [`KafkaSource`]: super::KafkaSource
