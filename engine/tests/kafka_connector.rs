@@ -537,6 +537,7 @@ fn headers_and_nulls_round_trip(broker: &Broker) {
                         value: r.value.map(<[u8]>::to_vec),
                         timestamp: None,
                         headers,
+                        partition: None,
                     }
                 })
                 .expect("consumer starts");
@@ -568,6 +569,12 @@ fn bad_configs_get_typed_errors() {
     let e = KafkaSourceFactory::new(KafkaSourceConfig::new("127.0.0.1:1", "g", "bad topic!")).unwrap_err();
     assert!(matches!(e, KafkaConnectorError::Name(_)), "{e}");
     let e = KafkaSourceFactory::new(KafkaSourceConfig::new("127.0.0.1:1", "", "t")).unwrap_err();
+    assert!(matches!(e, KafkaConnectorError::Name(_)), "{e}");
+    let e = KafkaSourceFactory::new(KafkaSourceConfig {
+        static_member: Some("bad member!".into()),
+        ..KafkaSourceConfig::new("127.0.0.1:1", "g", "t")
+    })
+    .unwrap_err();
     assert!(matches!(e, KafkaConnectorError::Name(_)), "{e}");
     let e = KafkaSinkFactory::new(KafkaSinkConfig::new("127.0.0.1:1", "t", "")).unwrap_err();
     assert!(matches!(e, KafkaConnectorError::Name(_)), "{e}");

@@ -17,6 +17,8 @@
 //! This test has its own `main` (`harness = false`); `cargo test multi_process` runs it.
 
 mod common;
+#[path = "multi_process/exactly_once.rs"]
+mod exactly_once;
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -64,21 +66,35 @@ fn main() {
         child(&spec);
         return;
     }
-    // `cargo test NAME` passes NAME on: run only when it selects this test.
-    let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
-    if filter.iter().any(|f| !"multi_process_windowed_count".contains(f.as_str())) {
-        println!("multi_process: filtered out");
+    if let Ok(spec) = std::env::var(exactly_once::CHILD) {
+        exactly_once::child(&spec);
         return;
     }
+    // `cargo test NAME` passes NAME on: run the tests it selects.
+    let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let selected = |name: &str| filter.iter().all(|f| name.contains(f.as_str()));
     let kinds: Vec<String> = match std::env::var("BROKER") {
         Ok(k) => vec![k],
         Err(_) => vec!["served".into(), "mock".into()],
     };
-    for kind in kinds.iter().map(String::as_str) {
-        let started = Instant::now();
-        multi_process_windowed_count(kind);
-        println!("test multi_process_windowed_count ({kind}) ... ok ({:.1?})", started.elapsed());
+    let mut ran = 0;
+    if selected("multi_process_windowed_count") {
+        for kind in kinds.iter().map(String::as_str) {
+            let started = Instant::now();
+            multi_process_windowed_count(kind);
+            println!("test multi_process_windowed_count ({kind}) ... ok ({:.1?})", started.elapsed());
+            ran += 1;
+        }
     }
+    for (name, test) in exactly_once::TESTS {
+        if selected(name) {
+            let started = Instant::now();
+            test();
+            println!("test {name} ... ok ({:.1?})", started.elapsed());
+            ran += 1;
+        }
+    }
+    println!("multi_process: {ran} run");
 }
 
 /// The job in one process, with a plain `key_by`: the reference.
@@ -285,6 +301,7 @@ fn child(spec: &str) {
     // before the next generation forms (45 s by default, seen as a 90 s stall on a loaded
     // machine). The consumers' warning that the producer ignores these is harmless.
     let config = RepartitionConfig::new(bootstrap, JOB, TOPIC, instance, INSTANCES)
+        .at_least_once()
         .set("session.timeout.ms", "6000")
         .set("heartbeat.interval.ms", "500");
     let through = Repartition::new(config).expect("the repartition topic is there");

@@ -49,6 +49,13 @@ pub trait TwoPhaseCommitSink<T>: 'static {
     fn commit(&mut self, txn: Self::Txn) -> Result<(), UserError>;
     /// The transaction will never be committed: discard it.
     fn abort(&mut self, txn: Self::Txn) -> Result<(), UserError>;
+    /// At every barrier, after `pre_commit`, before the snapshot is taken: a snapshot no
+    /// longer holds the transactions `commit` was called for, so a sink whose `commit`
+    /// only starts the commit (hands it to another thread) waits here until they are
+    /// visible. The default, for a `commit` that finishes before it returns, does nothing.
+    fn flush_commits(&mut self) -> Result<(), UserError> {
+        Ok(())
+    }
 }
 
 struct TwoPhase<T, S: TwoPhaseCommitSink<T>> {
@@ -113,6 +120,7 @@ impl<T: 'static, S: TwoPhaseCommitSink<T>> Operator<T> for TwoPhase<T, S> {
             check("pre-commit", self.sink.pre_commit(&mut txn));
             self.precommitted.push_back((barrier.id, txn));
         }
+        check("flushing commits", self.sink.flush_commits());
         let opaque = self.precommitted.iter().map(|(_, t)| Self::encode(t)).collect();
         shard.borrow_mut().report_sink(barrier.id, SinkPart { id, pending: Vec::new(), opaque });
     }

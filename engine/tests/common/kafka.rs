@@ -61,6 +61,14 @@ impl Served {
         self.open();
     }
 
+    /// As [`Served::restart`], with the listener on the port it had.
+    pub fn restart_same_port(&mut self) {
+        let addr = self.addr();
+        self.stop();
+        self.kafka.listen = addr;
+        self.open();
+    }
+
     fn stop(&mut self) {
         if let Some(s) = self.server.take() {
             s.shutdown();

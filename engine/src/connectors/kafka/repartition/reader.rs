@@ -106,11 +106,30 @@ impl<T> std::fmt::Debug for RepartitionSource<T> {
 impl<T: Data> RepartitionSource<T> {
     pub(super) fn new(shared: Arc<Shared>, shard: usize, shards: usize) -> Result<Self, KafkaConnectorError> {
         let decode: Decode<T> = Box::new(|r| decode(&r));
-        let inner = shared.readers.instance(shard, decode)?;
-        let marks = Marks::new(u64::from(shared.config.instances) * shards as u64);
+        let writers = u64::from(shared.config.instances) * shards as u64;
+        let inner = if shared.config.fixed_assignment {
+            let reader = u64::from(shared.config.instance) * shards as u64 + shard as u64;
+            let partitions = (0..shared.partitions).filter(|p| u64::from(*p) % writers == reader).map(|p| p as i32);
+            shared.readers.instance_fixed(shard, partitions.collect(), decode)?
+        } else {
+            shared.readers.instance(shard, decode)?
+        };
+        if writers > MAX_WRITERS {
+            return Err(KafkaConnectorError::Config(format!(
+                "{writers} writers (instances * shards): a checkpoint can name at most {MAX_WRITERS}"
+            )));
+        }
+        let marks = Marks::new(writers);
         Ok(RepartitionSource { shared, shard, inner, marks, emitted: EventTime::MIN, scratch: Vec::new() })
     }
 }
+
+/// The bit that marks a checkpointed position as a writer's watermark on a partition
+/// rather than a partition's offset: `MARK | partition << 31 | writer`, the watermark's
+/// milliseconds as the position.
+const MARK: u64 = 1 << 63;
+/// The most writers a checkpoint can name (31 bits).
+const MAX_WRITERS: u64 = 1 << 31;
 
 /// The writers' last watermark records, per partition.
 #[derive(Debug)]
@@ -151,6 +170,27 @@ impl Marks {
         };
         held.iter().map(partition).min()
     }
+
+    /// For a checkpoint: every writer's watermark on each partition of `held`, as
+    /// positions keyed with [`MARK`].
+    fn snapshot(&self, held: &[i32], out: &mut Vec<(u64, i64)>) {
+        for p in held {
+            let Ok(partition) = u64::try_from(*p) else { continue };
+            for (writer, mark) in self.by_partition.get(p).into_iter().flatten() {
+                out.push((MARK | partition << 31 | writer, mark.0));
+            }
+        }
+    }
+
+    /// Takes the watermarks of a restored checkpoint's positions (those keyed with
+    /// [`MARK`]); an error for one naming a writer beyond the job's.
+    fn restore(&mut self, positions: &HashMap<u64, i64>) -> Result<(), String> {
+        for (&key, &mark) in positions.iter().filter(|(k, _)| *k & MARK != 0) {
+            let partition = i32::try_from((key & !MARK) >> 31).map_err(|_| format!("a watermark key {key:#x}"))?;
+            self.mark(partition, key & (MAX_WRITERS - 1), EventTime::from_millis(mark))?;
+        }
+        Ok(())
+    }
 }
 
 impl<T: 'static> Source<Through<T>> for RepartitionSource<T> {
@@ -189,16 +229,25 @@ impl<T: 'static> Source<Through<T>> for RepartitionSource<T> {
         }
     }
 
+    /// The Kafka source's offsets and, keyed with [`MARK`], every writer's watermark on
+    /// each partition this shard reads: the two agree (both as of the barrier), so a
+    /// restored reader resumes with the watermarks of the records before its offsets.
     fn positions(&self) -> Option<Vec<(u64, i64)>> {
-        self.inner.positions()
+        let mut positions = self.inner.positions()?;
+        self.marks.snapshot(&self.inner.assigned(), &mut positions);
+        Some(positions)
     }
 
     fn restore(&mut self, positions: &HashMap<u64, i64>) -> Result<(), UserError> {
-        self.inner.restore(positions)
+        self.marks.restore(positions).map_err(|e| format!("repartition reader: restoring watermarks: {e}"))?;
+        let offsets: HashMap<u64, i64> =
+            positions.iter().filter(|(k, _)| *k & MARK == 0).map(|(k, v)| (*k, *v)).collect();
+        self.inner.restore(&offsets)
     }
 
     fn checkpoint_completed(&mut self, positions: &[(u64, i64)]) {
-        self.inner.checkpoint_completed(positions);
+        let offsets: Vec<(u64, i64)> = positions.iter().copied().filter(|(k, _)| k & MARK == 0).collect();
+        self.inner.checkpoint_completed(&offsets);
     }
 }
 
@@ -240,6 +289,28 @@ mod tests {
         let e = marks.mark(3, 2, t(1)).unwrap_err();
         assert!(e.contains("writer 2 on partition 3") && e.contains("2 writers"), "{e}");
         assert_eq!(marks.watermark(&[3]), Some(EventTime::MIN));
+    }
+
+    #[test]
+    fn watermarks_round_trip_through_a_checkpoint() {
+        let mut marks = Marks::new(3);
+        marks.mark(0, 0, t(100)).unwrap();
+        marks.mark(0, 2, t(-5)).unwrap();
+        marks.mark(5, 1, t(7)).unwrap();
+        marks.mark(9, 1, t(8)).unwrap();
+        let mut positions = vec![(0, 12), (5, 3)];
+        marks.snapshot(&[0, 5], &mut positions);
+        assert_eq!(positions.len(), 5, "two offsets, three watermarks (partition 9 is not held): {positions:?}");
+        let positions: HashMap<u64, i64> = positions.into_iter().collect();
+        let mut restored = Marks::new(3);
+        restored.restore(&positions).unwrap();
+        assert_eq!(restored.by_partition.len(), 2);
+        assert_eq!(restored.by_partition[&0], marks.by_partition[&0]);
+        assert_eq!(restored.by_partition[&5], marks.by_partition[&5]);
+        restored.mark(0, 1, t(50)).unwrap();
+        assert_eq!(restored.watermark(&[0]), Some(t(-5)), "no writer waits again for what it had written");
+        let mut fewer = Marks::new(2);
+        assert!(fewer.restore(&positions).unwrap_err().contains("writer 2"), "a checkpoint of more writers");
     }
 
     #[test]

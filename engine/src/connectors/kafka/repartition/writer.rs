@@ -1,47 +1,32 @@
-//! [`RepartitionWriter`]: the operator that sends a stream's records, and its watermarks,
-//! to the repartition topic.
+//! [`RepartitionWriter`]: the operator that turns a stream's records, and its watermarks,
+//! into the repartition topic's records, which a [`KafkaSink`](super::super::KafkaSink)
+//! then writes (exactly once: in the Kafka transaction of their epoch, committed after the
+//! checkpoint completes).
 
-use std::{sync::Arc, time::Duration};
+use std::sync::Arc;
 
-use rdkafka::{
-    ClientContext,
-    message::{DeliveryResult, Header, OwnedHeaders},
-    producer::{BaseProducer, BaseRecord, Producer, ProducerContext},
-};
 use sluice_io::EventTime;
 
-use super::{KafkaConnectorError, Shared, WATERMARK_HEADER, client_config};
-use crate::dataflow::{Barrier, Data, Event, Operator};
+use super::{Shared, WATERMARK_HEADER};
+use crate::connectors::kafka::OutRecord;
+use crate::dataflow::{Barrier, Data, Event, Operator, Port};
+use crate::record::OwnedHeader;
 use crate::topic::partitioner::partition_for_key;
 
-/// Failed deliveries go to the [`Repartition`](super::Repartition)'s errors.
-struct Deliveries(Arc<Shared>);
-
-impl ClientContext for Deliveries {}
-
-impl ProducerContext for Deliveries {
-    type DeliveryOpaque = ();
-    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
-        if let Err((e, _)) = result {
-            self.0.report(format!("repartition writer: delivering a record: {e}"));
-        }
-    }
-}
-
 /// One shard's writer to the repartition topic (made by
-/// [`Repartition::key_by_through`](super::Repartition::key_by_through)): an idempotent
-/// producer sending each record to the partition of its key, and a watermark record to
-/// every partition whenever the watermark advances.
+/// [`Repartition::key_by_through`](super::Repartition::key_by_through)): each record
+/// becomes an [`OutRecord`] for the partition of its key, and whenever the watermark
+/// advances, a watermark record for every partition follows the records before it.
 pub struct RepartitionWriter<T, KS> {
     shared: Arc<Shared>,
-    producer: BaseProducer<Deliveries>,
     key: KS,
     /// This writer's id, as the watermark header carries it.
     id: String,
     /// The last watermark written to every partition.
     sent: EventTime,
+    out: Port<OutRecord>,
+    buf: Vec<Event<OutRecord>>,
     key_buf: Vec<u8>,
-    value_buf: Vec<u8>,
     _in: std::marker::PhantomData<fn(T)>,
 }
 
@@ -52,77 +37,63 @@ impl<T, KS> std::fmt::Debug for RepartitionWriter<T, KS> {
 }
 
 impl<T, KS> RepartitionWriter<T, KS> {
-    pub(super) fn new(shared: Arc<Shared>, shard: usize, shards: usize, key: KS) -> Result<Self, KafkaConnectorError> {
-        let config = &shared.config;
-        let id = u64::from(config.instance) * shards as u64 + shard as u64;
-        let mut client = client_config(&config.bootstrap_servers, &[]);
-        client.set("enable.idempotence", "true").set("linger.ms", "5");
-        for (k, v) in &config.properties {
-            client.set(k, v);
-        }
-        client.set("client.id", format!("sluice-repartition-{id}"));
-        let producer = client
-            .create_with_context(Deliveries(shared.clone()))
-            .map_err(|e| KafkaConnectorError::client("creating the repartition producer", e))?;
-        Ok(RepartitionWriter {
+    pub(super) fn new(shared: Arc<Shared>, id: u64, key: KS, out: Port<OutRecord>) -> Self {
+        RepartitionWriter {
             shared,
-            producer,
             key,
             id: id.to_string(),
             sent: EventTime::MIN,
+            out,
+            buf: Vec::new(),
             key_buf: Vec::new(),
-            value_buf: Vec::new(),
             _in: std::marker::PhantomData,
-        })
-    }
-
-    fn send(&self, record: BaseRecord<'_, [u8], [u8]>) {
-        if let Err(e) = super::super::sink::send_with_backpressure(&self.producer, record) {
-            self.shared.report(format!("repartition writer {}: sending a record: {e}", self.id));
         }
     }
 
-    /// Appends a watermark record at `watermark` to every partition.
+    /// Emits a watermark record at `watermark` for every partition, then the watermark.
     fn send_watermark(&mut self, watermark: EventTime) {
         if watermark <= self.sent {
             return;
         }
         self.sent = watermark;
-        let value = watermark.0.to_le_bytes();
-        let topic = self.shared.config.topic.clone();
+        let value = watermark.0.to_le_bytes().to_vec();
         for p in 0..self.shared.partitions {
-            let headers = OwnedHeaders::new().insert(Header { key: WATERMARK_HEADER, value: Some(self.id.as_bytes()) });
-            let record = BaseRecord::to(&topic).partition(p as i32).payload(&value[..]).headers(headers);
-            self.send(record);
+            let mark = OutRecord::new(None, value.clone())
+                .with_header(WATERMARK_HEADER, Some(self.id.as_bytes().to_vec()))
+                .to_partition(p as i32);
+            self.buf.push(Event { time: watermark, value: mark });
         }
-        self.producer.poll(Duration::ZERO);
+        let mut out = self.out.borrow_mut();
+        out.push(&mut self.buf);
+        out.watermark_to(watermark);
     }
+}
 
-    /// Waits until everything sent is acknowledged (up to the request timeout).
-    fn flush(&self) {
-        if let Err(e) = self.producer.flush(self.shared.config.request_timeout) {
-            self.shared.report(format!("repartition writer {}: flushing: {e}", self.id));
-        }
+/// The record of `value` at `time` for the partition of `key` (encoded into `key_buf`).
+fn data_record<T: Data>(key_buf: &[u8], value: &T, time: EventTime, partitions: u32) -> OutRecord {
+    let mut bytes = Vec::with_capacity(16);
+    bytes.extend_from_slice(&time.0.to_le_bytes());
+    value.encode(&mut bytes);
+    let p = partition_for_key(key_buf, partitions).0;
+    OutRecord {
+        key: Some(key_buf.to_vec()),
+        value: Some(bytes),
+        timestamp: None,
+        headers: Vec::<OwnedHeader>::new(),
+        partition: Some(p as i32),
     }
 }
 
 impl<T: Data, K: Data, KS: Fn(&T) -> K> Operator<T> for RepartitionWriter<T, KS> {
     fn on_batch(&mut self, batch: &mut Vec<Event<T>>) {
         let partitions = self.shared.partitions;
-        let (mut key_buf, mut value_buf) = (std::mem::take(&mut self.key_buf), std::mem::take(&mut self.value_buf));
-        for e in batch.iter() {
-            key_buf.clear();
-            (self.key)(&e.value).encode(&mut key_buf);
-            value_buf.clear();
-            value_buf.extend_from_slice(&e.time.0.to_le_bytes());
-            e.value.encode(&mut value_buf);
-            let p = partition_for_key(&key_buf, partitions).0;
-            let record =
-                BaseRecord::to(&self.shared.config.topic).partition(p as i32).key(&key_buf[..]).payload(&value_buf[..]);
-            self.send(record);
+        for e in batch.drain(..) {
+            self.key_buf.clear();
+            (self.key)(&e.value).encode(&mut self.key_buf);
+            let record = data_record(&self.key_buf, &e.value, e.time, partitions);
+            self.buf.push(Event { time: e.time, value: record });
         }
-        (self.key_buf, self.value_buf) = (key_buf, value_buf);
-        self.producer.poll(Duration::ZERO);
+        self.out.borrow_mut().push(&mut self.buf);
     }
 
     fn on_watermark(&mut self, watermark: EventTime) {
@@ -130,16 +101,33 @@ impl<T: Data, K: Data, KS: Fn(&T) -> K> Operator<T> for RepartitionWriter<T, KS>
     }
 
     fn on_idle(&mut self, idle: bool) {
-        let _ = idle;
+        self.out.borrow_mut().set_idle(idle);
     }
 
     fn on_end(&mut self) {
         self.send_watermark(EventTime::MAX);
-        self.flush();
+        self.out.borrow_mut().end();
     }
 
     fn on_barrier(&mut self, barrier: Barrier) {
-        let _ = barrier;
-        self.flush();
+        self.out.borrow_mut().barrier(barrier);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_data_record_carries_its_time_and_goes_to_its_keys_partition() {
+        let mut key = Vec::new();
+        7u64.encode(&mut key);
+        let r = data_record(&key, &(7u64, 9u64), EventTime::from_millis(42), 6);
+        assert_eq!(r.partition, Some(partition_for_key(&key, 6).0 as i32));
+        let value = r.value.expect("a value");
+        let (time, mut rest) = value.split_first_chunk::<8>().expect("a time");
+        assert_eq!(i64::from_le_bytes(*time), 42);
+        assert_eq!(<(u64, u64)>::decode(&mut rest).unwrap(), (7, 9));
+        assert_eq!(r.key, Some(key));
     }
 }

@@ -38,6 +38,8 @@ pub(super) struct SinkShared {
 pub(super) struct Committer {
     origin: u32,
     pub(super) tx: Mutex<Option<SyncSender<KafkaTxn>>>,
+    /// Held while a txn is numbered and sent, so tickets follow the channel's order.
+    sending: Mutex<()>,
     pub(super) thread: Mutex<Option<JoinHandle<()>>>,
     state: Mutex<CommitterState>,
     changed: Condvar,
@@ -104,18 +106,35 @@ impl Committer {
         drop(self.changed.wait_while(state, |s| s.done < s.queued).unwrap_or_else(std::sync::PoisonError::into_inner));
     }
 
-    pub(super) fn enqueue(&self, txn: KafkaTxn) -> Result<(), SinkFailure> {
+    /// Hands `txn` to the committer thread; returns its ticket for [`Committer::wait_done`].
+    pub(super) fn enqueue(&self, txn: KafkaTxn) -> Result<u64, SinkFailure> {
         if let Some(e) = self.error() {
             return Err(e);
         }
         self.highest_epoch.fetch_max(txn.epoch, Ordering::AcqRel);
         let tx = lock(&self.tx).clone().ok_or_else(|| SinkFailure::new("the Kafka sink has finished"))?;
-        lock(&self.state).queued += 1;
+        // Tickets in the order of the channel, so that `done` counts them in order.
+        let _sending = lock(&self.sending);
+        let ticket = {
+            let mut state = lock(&self.state);
+            state.queued += 1;
+            state.queued
+        };
         tx.send(txn).map_err(|_| {
             let mut state = lock(&self.state);
             state.queued -= 1;
             state.error.clone().unwrap_or_else(|| SinkFailure::new(format!("committer {} stopped", self.origin)))
-        })
+        })?;
+        Ok(ticket)
+    }
+
+    /// Waits until the txn of `ticket` (and every one before it) is committed or skipped;
+    /// the committer's failure if it failed.
+    pub(super) fn wait_done(&self, ticket: u64) -> Result<(), SinkFailure> {
+        let state = lock(&self.state);
+        let state =
+            self.changed.wait_while(state, |s| s.done < ticket).unwrap_or_else(std::sync::PoisonError::into_inner);
+        state.error.clone().map_or(Ok(()), Err)
     }
 }
 
@@ -130,6 +149,7 @@ impl SinkShared {
                 let committer = Arc::new(Committer {
                     origin,
                     tx: Mutex::new(Some(tx)),
+                    sending: Mutex::new(()),
                     thread: Mutex::new(None),
                     state: Mutex::new(CommitterState::default()),
                     changed: Condvar::new(),

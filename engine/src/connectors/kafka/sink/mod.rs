@@ -31,7 +31,12 @@
 //! `init_transactions` with the stable id, when a committer starts, fences a zombie of a
 //! previous run and aborts what it left open. Committing blocks in librdkafka, so each
 //! origin has its own committer thread (one per sink instance when the shard count is
-//! unchanged); the shard only sends the txn into a bounded channel. A committer's failure
+//! unchanged); the shard only sends the txn into a bounded channel. A checkpoint holds
+//! only the txns not yet handed over, so at every barrier the sink waits until those it
+//! handed over are committed
+//! ([`TwoPhaseCommitSink::flush_commits`]): otherwise a crash between that checkpoint and
+//! their commit would lose them (the restored run would not know them). The wait is
+//! usually nil: a txn is handed over when its checkpoint completes, an interval earlier. A committer's failure
 //! surfaces at the sink's next call (failing the pipeline), when the sink instance is
 //! dropped at the end of the pipeline (which waits for its committers), and from
 //! [`KafkaSinkFactory::finish`].
@@ -267,6 +272,7 @@ impl KafkaSinkFactory {
             map,
             last_epoch: 0,
             producer,
+            handed: HashMap::new(),
             _in: std::marker::PhantomData,
         })
     }
@@ -352,6 +358,9 @@ pub struct KafkaSink<T, F> {
     last_epoch: u64,
     /// At least once: the producer records go through as they come.
     producer: Option<BaseProducer<DeliveryErrors>>,
+    /// Exactly once: per committer, the ticket of the last txn this instance handed it
+    /// that is not known to be committed yet.
+    handed: HashMap<u32, u64>,
     _in: std::marker::PhantomData<fn(T)>,
 }
 
@@ -420,7 +429,19 @@ impl<T: 'static, F: FnMut(Event<T>) -> OutRecord + 'static> TwoPhaseCommitSink<T
             return Err("Kafka sink: a transaction committed without pre-commit".into());
         }
         self.shared.check()?;
-        Ok(self.shared.committer(txn.origin_shard).enqueue(txn)?)
+        let origin = txn.origin_shard;
+        let ticket = self.shared.committer(origin).enqueue(txn)?;
+        self.handed.insert(origin, ticket);
+        Ok(())
+    }
+
+    /// A checkpoint holds only the txns not yet handed to a committer: wait until those
+    /// handed over are in Kafka, or a crash after this checkpoint would lose them.
+    fn flush_commits(&mut self) -> Result<(), UserError> {
+        for (origin, ticket) in std::mem::take(&mut self.handed) {
+            self.shared.committer(origin).wait_done(ticket)?;
+        }
+        Ok(())
     }
 
     fn abort(&mut self, _: KafkaTxn) -> Result<(), UserError> {

@@ -24,25 +24,34 @@ pub struct OutRecord {
     pub timestamp: Option<i64>,
     /// Headers, in order.
     pub headers: Vec<OwnedHeader>,
+    /// The partition to write to; `None` (the usual) lets the key choose it.
+    pub partition: Option<i32>,
 }
 
 impl OutRecord {
     /// A record with a value, without a timestamp or headers.
     #[must_use]
     pub fn new(key: Option<Vec<u8>>, value: Vec<u8>) -> Self {
-        OutRecord { key, value: Some(value), timestamp: None, headers: Vec::new() }
+        OutRecord { key, value: Some(value), timestamp: None, headers: Vec::new(), partition: None }
     }
 
     /// A tombstone: `key` with a null value.
     #[must_use]
     pub fn tombstone(key: Vec<u8>) -> Self {
-        OutRecord { key: Some(key), value: None, timestamp: None, headers: Vec::new() }
+        OutRecord { key: Some(key), value: None, timestamp: None, headers: Vec::new(), partition: None }
     }
 
     /// With timestamp `time` (typically the element's event time).
     #[must_use]
     pub fn at(mut self, time: EventTime) -> Self {
         self.timestamp = Some(time.millis());
+        self
+    }
+
+    /// Written to partition `partition` whatever its key.
+    #[must_use]
+    pub fn to_partition(mut self, partition: i32) -> Self {
+        self.partition = Some(partition);
         self
     }
 
@@ -64,6 +73,9 @@ impl OutRecord {
         }
         if let Some(ts) = self.timestamp {
             record = record.timestamp(ts);
+        }
+        if let Some(p) = self.partition {
+            record = record.partition(p);
         }
         if !self.headers.is_empty() {
             let headers = self.headers.iter().fold(OwnedHeaders::new_with_capacity(self.headers.len()), |hs, h| {
@@ -87,23 +99,29 @@ fn decode_bytes(input: &mut &[u8], what: &str) -> Result<Vec<u8>, StateError> {
 }
 
 /// The record's first byte: bit 0 a key follows; bit 1 the value is nullable and headers
-/// follow the timestamp (records checkpointed before headers existed have it clear).
+/// follow the timestamp (records checkpointed before headers existed have it clear); bit 2
+/// a partition follows the headers.
 const TAG_KEY: u8 = 1;
 const TAG_FULL: u8 = 2;
+const TAG_PARTITION: u8 = 4;
 
 impl Data for OutRecord {
     fn encode(&self, out: &mut Vec<u8>) {
-        out.push(TAG_FULL | if self.key.is_some() { TAG_KEY } else { 0 });
+        let partition = if self.partition.is_some() { TAG_PARTITION } else { 0 };
+        out.push(TAG_FULL | partition | if self.key.is_some() { TAG_KEY } else { 0 });
         if let Some(k) = &self.key {
             encode_bytes(k, out);
         }
         self.value.encode(out);
         self.timestamp.encode(out);
         self.headers.encode(out);
+        if let Some(p) = self.partition {
+            p.encode(out);
+        }
     }
     fn decode(input: &mut &[u8]) -> Result<Self, StateError> {
         let tag = u8::decode(input)?;
-        if tag & !(TAG_KEY | TAG_FULL) != 0 {
+        if tag & !(TAG_KEY | TAG_FULL | TAG_PARTITION) != 0 || tag & (TAG_FULL | TAG_PARTITION) == TAG_PARTITION {
             return Err(StateError(format!("a Kafka record tag {tag}")));
         }
         let key = if tag & TAG_KEY != 0 { Some(decode_bytes(input, "a Kafka record key")?) } else { None };
@@ -114,7 +132,8 @@ impl Data for OutRecord {
         };
         let timestamp = Option::<i64>::decode(input)?;
         let headers = if tag & TAG_FULL != 0 { Vec::decode(input)? } else { Vec::new() };
-        Ok(OutRecord { key, value, timestamp, headers })
+        let partition = if tag & TAG_PARTITION != 0 { Some(i32::decode(input)?) } else { None };
+        Ok(OutRecord { key, value, timestamp, headers, partition })
     }
 }
 
@@ -158,6 +177,11 @@ mod out_record_tests {
         Some(5i64).encode(&mut old);
         let decoded = OutRecord::decode(&mut old.as_slice()).unwrap();
         assert_eq!(decoded, OutRecord::new(Some(b"key".to_vec()), b"value".to_vec()).at(EventTime::from_millis(5)));
-        assert!(OutRecord::decode(&mut [4u8].as_slice()).is_err(), "an unknown tag bit");
+        assert!(OutRecord::decode(&mut [8u8].as_slice()).is_err(), "an unknown tag bit");
+        assert!(OutRecord::decode(&mut [4u8].as_slice()).is_err(), "a partition without the full layout");
+        let to = OutRecord::new(None, b"v".to_vec()).to_partition(3).with_header("h", Some(b"x".to_vec()));
+        let mut out = Vec::new();
+        to.encode(&mut out);
+        assert_eq!(OutRecord::decode(&mut out.as_slice()).unwrap(), to);
     }
 }

@@ -26,6 +26,10 @@
 //!   unless the rebalance timeout passes). Across processes the coordinator's protocol
 //!   decides: with one that does not wait, records may be read twice during a rebalance.
 //!
+//! [`KafkaSourceFactory::instance_fixed`] reads given partitions instead, without joining
+//! the group (assigned at the first poll: restored position, else the group's committed
+//! offset, else the earliest); the checkpoint and commit rules are the same.
+//!
 //! The shard never blocks on the consumer while running: `poll_next` polls with a zero
 //! timeout, and librdkafka's "queue became non-empty" callback wakes the shard when
 //! records (or rebalance events) arrive. Starting (metadata, the end offsets of a bounded
@@ -79,6 +83,12 @@ pub struct KafkaSourceConfig {
     /// The longest a blocking request (metadata, end offsets, a synchronous commit) may take.
     /// Default 30 s.
     pub request_timeout: Duration,
+    /// Static group membership (KIP-345): with `Some(prefix)`, shard `s`'s consumer joins
+    /// with `group.instance.id` `{prefix}-{s}`, so a process that dies keeps its
+    /// partitions until it restarts with the same prefix and shard count (or until
+    /// `session.timeout.ms` passes) instead of having them moved to the other members
+    /// without its state. Default none (dynamic members).
+    pub static_member: Option<String>,
     /// Any other librdkafka consumer properties (`fetch.wait.max.ms`,
     /// `partition.assignment.strategy`, `session.timeout.ms`, ...), set after sluice's.
     /// `enable.auto.commit` is always false.
@@ -96,6 +106,7 @@ impl KafkaSourceConfig {
             bounded: false,
             commit_interval: Duration::from_secs(5),
             request_timeout: Duration::from_secs(30),
+            static_member: None,
             properties: Vec::new(),
         }
     }
@@ -117,6 +128,9 @@ impl KafkaSourceConfig {
     fn validate(&self) -> Result<(), KafkaConnectorError> {
         validate_common(&self.bootstrap_servers, &self.topic, self.request_timeout)?;
         validate_group("consumer group", &self.group_id)?;
+        if let Some(prefix) = &self.static_member {
+            validate_group("static member prefix", prefix)?;
+        }
         if self.commit_interval.is_zero() {
             return Err(KafkaConnectorError::Config("the commit interval is zero".into()));
         }
@@ -252,6 +266,40 @@ impl KafkaSourceFactory {
     where
         F: FnMut(KafkaRecord<'_>) -> T + 'static,
     {
+        self.make(shard, None, map)
+    }
+
+    /// This shard's source reading exactly `partitions`, without joining the group (no
+    /// rebalance ever moves them; the group only stores committed offsets): each from the
+    /// restored position, else the group's committed offset, else the earliest.
+    ///
+    /// # Errors
+    ///
+    /// librdkafka refusing the config, or no partitions.
+    pub fn instance_fixed<T, F>(
+        &self,
+        shard: usize,
+        partitions: Vec<i32>,
+        map: F,
+    ) -> Result<KafkaSource<T, F>, KafkaConnectorError>
+    where
+        F: FnMut(KafkaRecord<'_>) -> T + 'static,
+    {
+        if partitions.is_empty() {
+            return Err(KafkaConnectorError::Config(format!("shard {shard} given no partitions to read")));
+        }
+        self.make(shard, Some(partitions), map)
+    }
+
+    fn make<T, F>(
+        &self,
+        shard: usize,
+        fixed: Option<Vec<i32>>,
+        map: F,
+    ) -> Result<KafkaSource<T, F>, KafkaConnectorError>
+    where
+        F: FnMut(KafkaRecord<'_>) -> T + 'static,
+    {
         let config = &self.shared.config;
         let waker: Arc<Mutex<Option<Waker>>> = Arc::new(Mutex::new(None));
         let held = Arc::new(Mutex::new(BTreeMap::new()));
@@ -265,6 +313,9 @@ impl KafkaSourceFactory {
         };
         let mut client = config.client();
         client.set("client.id", format!("sluice-source-{shard}"));
+        if let Some(prefix) = &config.static_member {
+            client.set("group.instance.id", format!("{prefix}-{shard}"));
+        }
         let mut consumer: BaseConsumer<SourceContext> =
             client.create_with_context(context).map_err(|e| KafkaConnectorError::client("creating a consumer", e))?;
         let wake = waker.clone();
@@ -273,9 +324,11 @@ impl KafkaSourceFactory {
                 w.wake();
             }
         });
-        consumer
-            .subscribe(&[&config.topic])
-            .map_err(|e| KafkaConnectorError::client(format!("subscribing to {}", config.topic), e))?;
+        if fixed.is_none() {
+            consumer
+                .subscribe(&[&config.topic])
+                .map_err(|e| KafkaConnectorError::client(format!("subscribing to {}", config.topic), e))?;
+        }
         Ok(KafkaSource {
             shard,
             consumer,
@@ -288,6 +341,7 @@ impl KafkaSourceFactory {
             uncommitted: false,
             last_completed: Vec::new(),
             ended: false,
+            fixed,
             _out: std::marker::PhantomData,
         })
     }
@@ -344,6 +398,9 @@ pub struct KafkaSource<T, F> {
     /// commit still in flight when the consumer closes may be lost).
     last_completed: Vec<(i32, i64)>,
     ended: bool,
+    /// The partitions of [`KafkaSourceFactory::instance_fixed`], until the first poll
+    /// assigns them.
+    fixed: Option<Vec<i32>>,
     _out: std::marker::PhantomData<fn() -> T>,
 }
 
@@ -487,6 +544,7 @@ impl<T: 'static, F: FnMut(KafkaRecord<'_>) -> T + 'static> Source<T> for KafkaSo
         // Registered before polling: a record that lands after the last poll below finds
         // the queue empty and fires the callback with this waker.
         *lock(&self.waker) = Some(cx.waker().clone());
+        self.assign_fixed();
         let topic = self.shared.config.topic.clone();
         let ends = self.shared.ends.clone();
         let mut polled = self.take_handoffs();

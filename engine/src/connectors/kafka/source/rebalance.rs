@@ -208,4 +208,27 @@ impl<T, F> KafkaSource<T, F> {
         }
         resumed
     }
+
+    /// Takes the partitions of [`KafkaSourceFactory::instance_fixed`](super::KafkaSourceFactory::instance_fixed)
+    /// once, at the first poll (after a restore): each from its restored position, or
+    /// from the group's committed offset (else the earliest).
+    pub(super) fn assign_fixed(&mut self) {
+        let Some(partitions) = self.fixed.take() else { return };
+        let topic = self.shared.config.topic.clone();
+        let mut tpl = TopicPartitionList::new();
+        {
+            let mut progress = lock(&self.shared.progress);
+            let mut held = lock(&self.held);
+            for p in partitions {
+                let restored = progress.restored.as_mut().and_then(|r| r.remove(&p));
+                progress.owners.insert(p, self.shard);
+                let offset = restored.map_or(Offset::Stored, Offset::Offset);
+                let _ = tpl.add_partition_offset(&topic, p, offset);
+                held.insert(p, Part { next: restored, waiting: false });
+            }
+        }
+        if let Err(e) = self.consumer.assign(&tpl) {
+            panic!("Kafka source on {topic}: assigning its fixed partitions: {e}");
+        }
+    }
 }
