@@ -608,10 +608,12 @@ impl<T: 'static, S: Source<T>, E: Fn(&T) -> EventTime + 'static> Input for Sourc
         if self.batch.len() == before {
             return Poll::Ready(true);
         }
-        let now = Instant::now();
         let clock = &mut self.clock.splits[split];
         let was_idle = std::mem::replace(&mut clock.idle, false);
-        clock.last_record = now;
+        // Only idleness needs the time of the last record: no clock read per batch without.
+        if self.strategy.idle_timeout.is_some() {
+            clock.last_record = Instant::now();
+        }
         let stamped = &self.batch[before..];
         let max_time = clock.max_time.max(latest.get());
         let punctuation = match &self.strategy.kind {
