@@ -10,7 +10,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use sluice_engine::dataflow::{Source, UserError};
+use sluice_engine::dataflow::{Event, Source, UserError};
+use sluice_io::EventTime;
 
 /// Wraps a closed-loop source (one that is never `Pending` for long): emits what it emits
 /// until `limit` has passed since the first poll, then ends. Adds every record it let
@@ -37,6 +38,24 @@ impl<S> TimeBound<S> {
     pub fn new(inner: S, limit: Duration, emitted: Arc<AtomicU64>) -> Self {
         TimeBound { inner, limit, until: None, emitted, ended: false }
     }
+
+    /// Whether the limit has passed (read once per batch), ending the stream if so.
+    fn over(&mut self) -> bool {
+        let now = Instant::now();
+        let until = *self.until.get_or_insert(now + self.limit);
+        if now >= until {
+            self.ended = true;
+        }
+        self.ended
+    }
+
+    /// Counts the `n` records a poll let through; notes the inner source's end.
+    fn counted(&mut self, n: usize, polled: &Poll<Option<usize>>) {
+        self.emitted.fetch_add(n as u64, Ordering::Relaxed);
+        if let Poll::Ready(None) = polled {
+            self.ended = true;
+        }
+    }
 }
 
 impl<T, S: Source<T>> Source<T> for TimeBound<S> {
@@ -45,18 +64,32 @@ impl<T, S: Source<T>> Source<T> for TimeBound<S> {
     }
 
     fn poll_next(&mut self, cx: &mut Context<'_>, out: &mut Vec<T>, max: usize) -> Poll<Option<usize>> {
-        let now = Instant::now();
-        let until = *self.until.get_or_insert(now + self.limit);
-        if self.ended || now >= until {
-            self.ended = true;
+        if self.over() {
             return Poll::Ready(None);
         }
         let before = out.len();
         let polled = self.inner.poll_next(cx, out, max);
-        self.emitted.fetch_add((out.len() - before) as u64, Ordering::Relaxed);
-        if let Poll::Ready(None) = polled {
-            self.ended = true;
+        self.counted(out.len() - before, &polled);
+        polled
+    }
+
+    // The inner source's own stamping (a generator writes its records straight into the
+    // batch): without it, the default would poll into a scratch vector and copy each
+    // record over in a second pass, a cost the unwrapped source does not have.
+    fn poll_events<E: Fn(&T) -> EventTime>(
+        &mut self,
+        cx: &mut Context<'_>,
+        scratch: &mut Vec<T>,
+        out: &mut Vec<Event<T>>,
+        max: usize,
+        time: &E,
+    ) -> Poll<Option<usize>> {
+        if self.over() {
+            return Poll::Ready(None);
         }
+        let before = out.len();
+        let polled = self.inner.poll_events(cx, scratch, out, max, time);
+        self.counted(out.len() - before, &polled);
         polled
     }
 
