@@ -77,8 +77,9 @@ pub enum Logical {
 pub enum Frame {
     /// XLogData: a message starting at `start` in the log.
     Data { start: Lsn, message: Bytes },
-    /// A keepalive, and whether the server wants an answer now.
-    Keepalive { reply: bool },
+    /// A keepalive: the end of what the server has sent (every transaction committed
+    /// before it has been sent whole), and whether it wants an answer now.
+    Keepalive { wal_end: Lsn, reply: bool },
 }
 
 fn short(what: &str) -> PostgresError {
@@ -105,8 +106,9 @@ pub fn frame(mut body: Bytes) -> Result<Frame, PostgresError> {
         }
         b'k' => {
             need(&body, 17, "keepalive")?;
-            body.advance(16); // the server's end of log, its clock
-            Ok(Frame::Keepalive { reply: body.get_u8() == 1 })
+            let wal_end = body.get_u64();
+            body.advance(8); // the server's clock
+            Ok(Frame::Keepalive { wal_end, reply: body.get_u8() == 1 })
         }
         other => Err(PostgresError::Decode(format!("unknown replication frame {:?}", other as char))),
     }
@@ -332,6 +334,13 @@ mod tests {
         }
         assert!(matches!(frame(Bytes::from_static(b"w\0\0")), Err(PostgresError::Decode(_))));
         assert!(matches!(frame(Bytes::from_static(b"x")), Err(PostgresError::Decode(_))));
+        let mut k = BytesMut::new();
+        k.put_u8(b'k');
+        k.put_u64(0x16_B374_D848);
+        k.put_i64(0);
+        k.put_u8(1);
+        assert!(matches!(frame(k.clone().freeze()), Ok(Frame::Keepalive { wal_end: 0x16_B374_D848, reply: true })));
+        assert!(matches!(frame(k.freeze().slice(..17)), Err(PostgresError::Decode(_))));
         assert_eq!(parse_lsn("16/B374D848").unwrap(), 0x16_B374_D848);
         assert_eq!(lsn_text(0x16_B374_D848), "16/B374D848");
         assert!(parse_lsn("zz").is_err());

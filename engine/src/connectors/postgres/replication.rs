@@ -115,25 +115,42 @@ fn stream(
         literal(&ident(&config.publication))
     );
     while_in_use(|| repl.start_copy_both(&start_replication))?;
-    let mut decoder = Decoder { config, keys, relations: HashMap::new(), txn: None, skip_through: resume };
+    let mut decoder = Decoder { config, keys, relations: HashMap::new(), txn: None, emitted: start };
     let mut status = Status { sent: resume.unwrap_or(0), last: Instant::now() };
+    follow(&mut repl, &mut decoder, shared, out, &mut status)?;
+    // Stopping: the last completed checkpoint's position may not have been sent yet (it
+    // completes just before the stop), and a restart would otherwise make the server
+    // decode again what lies between.
+    status.send(&mut repl, shared, false)
+}
+
+/// Reads the stream until `shared.stop` or the channel's receiver is gone.
+fn follow(
+    repl: &mut Connection,
+    decoder: &mut Decoder<'_>,
+    shared: &Shared,
+    out: &async_channel::Sender<Result<Unit, PostgresError>>,
+    status: &mut Status,
+) -> Result<(), PostgresError> {
     while !shared.stop.load(Ordering::Acquire) {
-        status.send(&mut repl, shared, false)?;
+        status.send(repl, shared, false)?;
         let Some(message) = repl.read_timeout(READ_WAIT)? else { continue };
-        match message.tag {
+        let unit = match message.tag {
             b'd' => match pgoutput::frame(message.body)? {
-                Frame::Keepalive { reply } => status.send(&mut repl, shared, reply)?,
-                Frame::Data { start, message } => {
-                    if let Some(unit) = decoder.message(start, pgoutput::logical(message)?)?
-                        && !deliver(&mut repl, shared, out, unit, &mut status)?
-                    {
-                        return Ok(());
-                    }
+                Frame::Keepalive { wal_end, reply } => {
+                    status.send(repl, shared, reply)?;
+                    decoder.idle(wal_end)
                 }
+                Frame::Data { start, message } => decoder.message(start, pgoutput::logical(message)?)?,
             },
             b'E' => return Err(Connection::error(message.body)),
             b'c' => return Err(PostgresError::Closed),
-            _ => {}
+            _ => None,
+        };
+        if let Some(unit) = unit
+            && !deliver(repl, shared, out, unit, status)?
+        {
+            return Ok(());
         }
     }
     Ok(())
@@ -224,12 +241,27 @@ struct Decoder<'a> {
     /// Tables by oid: `None` for a table the source does not read.
     relations: HashMap<u32, Option<Arc<TableInfo>>>,
     txn: Option<Txn>,
-    /// Transactions that end at or before this were emitted before the restored
-    /// checkpoint: the server may send them again, and they are skipped.
-    skip_through: Option<Lsn>,
+    /// The end of the last unit handed on, or the position streaming started from (the
+    /// restored checkpoint's or the snapshot's): transactions that end at or before it
+    /// were emitted already (the server may send them again after a restart) and are
+    /// skipped.
+    emitted: Lsn,
 }
 
 impl Decoder<'_> {
+    /// A keepalive while no transaction is open: every transaction committed before
+    /// `wal_end` has been received, so the position moves there, as an empty unit (a
+    /// checkpoint then records it and it is confirmed). Without this, a source whose
+    /// tables see no changes for a while never confirms past its last transaction,
+    /// and the server keeps (and on each restart decodes again) the log since then.
+    fn idle(&mut self, wal_end: Lsn) -> Option<Unit> {
+        if self.txn.is_some() || wal_end <= self.emitted {
+            return None;
+        }
+        self.emitted = wal_end;
+        Some(Unit { changes: Vec::new(), end: wal_end })
+    }
+
     fn message(&mut self, lsn: Lsn, message: Logical) -> Result<Option<Unit>, PostgresError> {
         let outside = || PostgresError::Decode("a change outside a transaction".into());
         match message {
@@ -238,9 +270,10 @@ impl Decoder<'_> {
             }
             Logical::Commit { end_lsn, .. } => {
                 let txn = self.txn.take().ok_or_else(outside)?;
-                if self.skip_through.is_some_and(|s| end_lsn <= s) {
+                if end_lsn <= self.emitted {
                     return Ok(None);
                 }
+                self.emitted = end_lsn;
                 return Ok(Some(Unit { changes: txn.changes, end: end_lsn }));
             }
             Logical::Relation(relation) => self.relation(relation),
