@@ -48,7 +48,7 @@ use clap::Args;
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 use sluice_engine::{
-    connectors::postgres::{Change, Dsn, PostgresConfig, PostgresSource, local::LocalPostgres},
+    connectors::postgres::{Change, Dsn, PostgresConfig, PostgresSource, Tuple, local::LocalPostgres},
     dataflow::{CheckpointConfig, Event, Pipeline, PipelineConfig, RunningPipeline, WatermarkStrategy},
 };
 use sluice_io::EventTime;
@@ -161,13 +161,13 @@ fn start(source: &PostgresSource, checkpoints: &std::path::Path, seen: &Arc<Seen
     let pipeline = Pipeline::new(PipelineConfig::with_shards(1))
         .checkpointing(CheckpointConfig::new(checkpoints).interval(Duration::from_secs(1)));
     Ok(pipeline.spawn(move |scope| {
-        let table: Rc<RefCell<FxHashMap<String, serde_json::Map<String, serde_json::Value>>>> = Rc::default();
+        let table: Rc<RefCell<FxHashMap<String, Tuple>>> = Rc::default();
         let seen = seen.clone();
         let time = |c: &Change| EventTime::from_millis(c.commit_us / 1000);
         scope.source(source.reader(scope.shard()), WatermarkStrategy::monotonous(time)).for_each(
             move |e: Event<Change>| {
                 let change = e.value;
-                let key = change.key().map(|k| serde_json::Value::Object(k).to_string()).unwrap_or_default();
+                let key = change.key_json().unwrap_or_default();
                 let mut table = table.borrow_mut();
                 match change.after {
                     Some(after) => {
@@ -366,7 +366,8 @@ pub fn run(args: &CdcArgs) -> anyhow::Result<CdcReport> {
          SELECT 1 FROM pg_create_logical_replication_slot('{BASELINE_SLOT}', 'pgoutput');"
     ))?;
     let config = PostgresConfig {
-        dsn: Dsn::parse(&pg.dsn())?,
+        // The server's Unix socket, as pg_recvlogical uses (the same transport for both).
+        dsn: Dsn::parse(&format!("host={} port={} user=postgres dbname=postgres", pg.dir.display(), pg.port))?,
         tables: vec![("public".into(), "bench".into())],
         slot: SLOT.into(),
         publication: PUBLICATION.into(),

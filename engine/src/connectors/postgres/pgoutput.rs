@@ -17,8 +17,8 @@ pub enum Datum {
     Null,
     /// A TOASTed value the update did not change, which the server does not send.
     UnchangedToast,
-    /// The value in PostgreSQL's text form.
-    Text(String),
+    /// The value in PostgreSQL's text form: a slice of the message (no copy).
+    Text(Bytes),
 }
 
 /// A column of a Relation message.
@@ -221,9 +221,7 @@ fn tuple(b: &mut Bytes) -> Result<Vec<Datum>, PostgresError> {
                 need(b, 4, "TupleData")?;
                 let len = b.get_u32() as usize;
                 need(b, len, "TupleData")?;
-                let text = String::from_utf8_lossy(&b[..len]).into_owned();
-                b.advance(len);
-                Datum::Text(text)
+                Datum::Text(b.split_to(len))
             }
             other => {
                 return Err(PostgresError::Decode(format!("column kind {:?} (only text is asked for)", other as char)));
@@ -326,7 +324,11 @@ mod tests {
         let update = logical(u.clone().freeze()).unwrap();
         assert_eq!(
             update,
-            Logical::Update { oid: 16384, old: None, new: vec![Datum::Text("7".into()), Datum::UnchangedToast] }
+            Logical::Update {
+                oid: 16384,
+                old: None,
+                new: vec![Datum::Text(Bytes::from_static(b"7")), Datum::UnchangedToast]
+            }
         );
         // Every truncation of a message is a typed error, never a panic.
         for len in 1..u.len() {

@@ -16,13 +16,14 @@ use serde_json::Value;
 
 use super::{
     PostgresConfig, PostgresError,
-    change::{Change, TableInfo, UNAVAILABLE, json_value},
+    change::{Change, TableInfo, UNAVAILABLE, json_value_of},
     ident, literal,
     pgoutput::{self, Datum, Frame, Logical, Lsn, Relation, lsn_text, unix_micros},
     snapshot::{self, Keys},
+    tuple::Tuple,
     wire::Connection,
 };
-use crate::connectors::debezium::{Op, Row};
+use crate::connectors::debezium::Op;
 
 /// One unit the source emits whole: a transaction, or the snapshot; `end` is the
 /// position after it.
@@ -343,23 +344,21 @@ impl Decoder<'_> {
 
 /// A tuple as a row; an unchanged TOASTed value is taken from `old` (a whole old row)
 /// when it has it, else it is [`UNAVAILABLE`].
-fn row(table: &TableInfo, values: Vec<Datum>, old: Option<&(u8, Vec<Datum>)>) -> Row {
+fn row(table: &Arc<TableInfo>, values: Vec<Datum>, old: Option<&(u8, Vec<Datum>)>) -> Tuple {
     let mut values = values.into_iter();
-    table
+    let row = table
         .columns
         .iter()
         .enumerate()
-        .map(|(i, (name, oid))| {
-            let value = match values.next() {
-                Some(Datum::Text(text)) => json_value(*oid, text),
-                Some(Datum::UnchangedToast) => match old.and_then(|(_, o)| o.get(i)) {
-                    Some(Datum::Text(text)) => json_value(*oid, text.clone()),
-                    Some(Datum::Null) => Value::Null,
-                    _ => Value::String(UNAVAILABLE.into()),
-                },
-                Some(Datum::Null) | None => Value::Null,
-            };
-            (name.clone(), value)
+        .map(|(i, (_, oid))| match values.next() {
+            Some(Datum::Text(text)) => json_value_of(*oid, &text),
+            Some(Datum::UnchangedToast) => match old.and_then(|(_, o)| o.get(i)) {
+                Some(Datum::Text(text)) => json_value_of(*oid, text),
+                Some(Datum::Null) => Value::Null,
+                _ => Value::String(UNAVAILABLE.into()),
+            },
+            Some(Datum::Null) | None => Value::Null,
         })
-        .collect()
+        .collect();
+    Tuple::new(table.clone(), row)
 }
