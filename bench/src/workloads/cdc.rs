@@ -11,8 +11,11 @@
 //!    starts, makes its slot and reads the (empty) snapshot, completes a checkpoint and
 //!    stops. A second slot for `pg_recvlogical` is made at the same time, so both slots
 //!    start before any change.
-//! 2. **backlog**: `--changes` rows are inserted in transactions of `--txn-rows`, with
-//!    nothing reading; the WAL position after them is the end.
+//! 2. **backlog**: both slots' restart points are moved up to their confirmed positions
+//!    (`pg_replication_slot_advance` of each slot to its own `confirmed_flush_lsn`, the
+//!    same for both: see `settle_slots`); `--changes` rows are inserted in transactions
+//!    of `--txn-rows`, with nothing reading, then a `CHECKPOINT`; the WAL position after
+//!    them is the end.
 //! 3. **baseline**: `pg_recvlogical --start -E END` with pgoutput (protocol 1, the same
 //!    publication) reads its slot to the end into a file: changes / its wall time.
 //! 4. **sluice**: the pipeline restarts from its checkpoint and reads its slot; timed
@@ -27,7 +30,10 @@
 //!    change's latency runs from its commit time (the server's, in the transaction's
 //!    Begin message) to the moment it was applied to the table (the same machine's clock).
 //!
-//! Both reads in 2-4 include connecting. The table is the benchmark's own (not
+//! Both reads in 3-4 include connecting, both over the server's Unix socket. Each round
+//! also has the CPU time (user plus system) of each reader's process and of the server's
+//! processes while it read, reported per change: less sensitive to the machine's load
+//! than the rates. The table is the benchmark's own (not
 //! checkpointed), and a change is "visible" once applied to it in the pipeline: the change
 //! topics `sluice cdc postgres` writes become visible to read_committed readers only at the
 //! next checkpoint (`--checkpoint-interval-ms`), which this does not measure.
