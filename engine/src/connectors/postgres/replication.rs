@@ -142,7 +142,7 @@ fn follow(
                     status.send(repl, shared, reply)?;
                     decoder.idle(wal_end)
                 }
-                Frame::Data { start, message } => decoder.message(start, pgoutput::logical(message)?)?,
+                Frame::Data { start, message } => decoder.message(start, pgoutput::logical(&message)?)?,
             },
             b'E' => return Err(Connection::error(message.body)),
             b'c' => return Err(PostgresError::Closed),
@@ -263,7 +263,7 @@ impl Decoder<'_> {
         Some(Unit { changes: Vec::new(), end: wal_end })
     }
 
-    fn message(&mut self, lsn: Lsn, message: Logical) -> Result<Option<Unit>, PostgresError> {
+    fn message(&mut self, lsn: Lsn, message: Logical<'_>) -> Result<Option<Unit>, PostgresError> {
         let outside = || PostgresError::Decode("a change outside a transaction".into());
         match message {
             Logical::Begin { timestamp, xid, .. } => {
@@ -329,8 +329,8 @@ impl Decoder<'_> {
         oid: u32,
         lsn: Lsn,
         op: Op,
-        old: Option<(u8, Vec<Datum>)>,
-        new: Option<(u8, Vec<Datum>)>,
+        old: Option<(u8, Vec<Datum<'_>>)>,
+        new: Option<(u8, Vec<Datum<'_>>)>,
     ) -> Result<(), PostgresError> {
         let Some(table) = self.table(oid)? else { return Ok(()) };
         let after = new.map(|(_, values)| row(&table, values, old.as_ref().filter(|(k, _)| *k == b'O')));
@@ -344,14 +344,14 @@ impl Decoder<'_> {
 
 /// A tuple as a row; an unchanged TOASTed value is taken from `old` (a whole old row)
 /// when it has it, else it is [`UNAVAILABLE`].
-fn row(table: &Arc<TableInfo>, values: Vec<Datum>, old: Option<&(u8, Vec<Datum>)>) -> Tuple {
+fn row(table: &Arc<TableInfo>, values: Vec<Datum<'_>>, old: Option<&(u8, Vec<Datum<'_>>)>) -> Tuple {
     let mut values = values.into_iter();
     let row = table
         .columns
         .iter()
         .enumerate()
         .map(|(i, (_, oid))| match values.next() {
-            Some(Datum::Text(text)) => json_value_of(*oid, &text),
+            Some(Datum::Text(text)) => json_value_of(*oid, text),
             Some(Datum::UnchangedToast) => match old.and_then(|(_, o)| o.get(i)) {
                 Some(Datum::Text(text)) => json_value_of(*oid, text),
                 Some(Datum::Null) => Value::Null,
