@@ -268,7 +268,8 @@ fn round(
     let end = pg.psql("SELECT pg_current_wal_insert_lsn();")?.trim().to_owned();
     let (client, server) = (cpu(libc::RUSAGE_CHILDREN), server_cpu(pg)?);
     let recvlogical_seconds = baseline(pg, &end)?;
-    settle_slots(pg)?;
+    // Its walsender ended (and was reaped: its CPU time is the postmaster's children's).
+    wait_inactive(pg)?;
     let recvlogical_cpu_seconds = (cpu(libc::RUSAGE_CHILDREN).saturating_sub(client)).as_secs_f64();
     let recvlogical_server_cpu_seconds = server_cpu(pg)? - server;
     eprintln!("round {round}: end {end}, slots {}", slots(pg)?);
@@ -304,11 +305,7 @@ fn round(
 /// without this each round decodes the earlier rounds' log again before its own, for
 /// both readers, and the rounds measure PostgreSQL's decoding of a growing log.
 fn settle_slots(pg: &LocalPostgres) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while pg.psql("SELECT count(*) FROM pg_replication_slots WHERE active;")?.trim() != "0" {
-        ensure!(Instant::now() < deadline, "a replication slot is still in use 60 s after its reader ended");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_inactive(pg)?;
     pg.psql("SELECT pg_replication_slot_advance(slot_name, confirmed_flush_lsn) FROM pg_replication_slots;")?;
     Ok(())
 }
@@ -347,6 +344,16 @@ fn server_cpu(pg: &LocalPostgres) -> anyhow::Result<f64> {
     // SAFETY: sysconf only reads a configuration value.
     let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1);
     Ok(ticks as f64 / per_second as f64)
+}
+
+/// Waits (at most a minute) until no slot is in use: the readers' walsenders have ended.
+fn wait_inactive(pg: &LocalPostgres) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while pg.psql("SELECT count(*) FROM pg_replication_slots WHERE active;")?.trim() != "0" {
+        ensure!(Instant::now() < deadline, "a replication slot is still in use 60 s after its reader ended");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(())
 }
 
 /// Both slots' restart and confirmed positions, for the log.
