@@ -400,3 +400,39 @@ fn postgres_position_is_confirmed_only_once_a_checkpoint_completes() {
     assert_eq!(ops(&items), ["r", "u"], "{items:?}");
     assert_eq!(materialize(&items), select(&pg, "items"));
 }
+
+/// Changes only to tables the source does not read still move its confirmed position
+/// (the server's keepalives while no transaction is open become positions that the next
+/// checkpoint records), so the server can move the slot's restart point past them and
+/// discard its log; a restart then carries on with the read table's changes alone.
+#[test]
+fn postgres_idle_source_confirms_past_other_tables_changes() {
+    let pg = Postgres::start("idle");
+    pg.psql("CREATE TABLE items (id int PRIMARY KEY, n int); CREATE TABLE other (id int);");
+    let data = data_dir("idle");
+    let child = cdc(&data, &pg, "items", &["--checkpoint-interval-ms", "200"]);
+    pg.wait_streaming();
+    let marker = pg.transaction("INSERT INTO other SELECT generate_series(1, 100);");
+    pg.wait_confirmed("sluice_pg", &marker);
+    // A checkpoint logs the running transactions: a point decoding can restart from,
+    // which the slot takes once sluice has confirmed past it.
+    pg.psql("CHECKPOINT;");
+    let after = pg.transaction("INSERT INTO other VALUES (0);");
+    pg.wait_confirmed("sluice_pg", &after);
+    let restart = format!("SELECT restart_lsn > '{marker}' FROM pg_replication_slots WHERE slot_name = 'sluice_pg';");
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while pg.psql(&restart).trim() != "t" {
+        assert!(std::time::Instant::now() < deadline, "the slot's restart point stayed before {marker}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    stop(child, &data);
+
+    let child = cdc(&data, &pg, "items", &[]);
+    pg.wait_streaming();
+    let last = pg.transaction("INSERT INTO items VALUES (1, 1);");
+    pg.wait_confirmed("sluice_pg", &last);
+    stop(child, &data);
+    let items = read(&data, "pg.public.items");
+    assert_eq!(ops(&items), ["c"], "{items:?}");
+    assert_eq!(materialize(&items), select(&pg, "items"));
+}

@@ -30,6 +30,12 @@ fn postgres_cdc_bench_tiny_run_reports_both_readers() {
         let v = json[field].as_f64().unwrap_or_else(|| panic!("{field} missing: {json}"));
         assert!(v > 0.0 && v.is_finite(), "{field} = {v}");
     }
+    for side in ["recvlogical", "recvlogical_server", "sluice", "sluice_server"] {
+        let v = json["cpu_us_per_change"][side].as_f64().unwrap_or_else(|| panic!("cpu {side} missing: {json}"));
+        assert!(v >= 0.0 && v.is_finite(), "cpu {side} = {v}");
+    }
+    // sluice's own CPU time covers at least its pipeline's work on 3000 changes.
+    assert!(json["rounds"][0]["sluice_cpu_seconds"].as_f64().unwrap() > 0.0, "{json}");
     // Every update's latency was recorded, and none is negative or absurd (an hour).
     assert_eq!(json["latency_us"]["count"].as_u64(), Some(30), "{json}");
     assert!(json["latency_us"]["max"].as_u64().unwrap() < 3_600_000_000, "{json}");

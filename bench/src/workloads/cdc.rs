@@ -11,8 +11,11 @@
 //!    starts, makes its slot and reads the (empty) snapshot, completes a checkpoint and
 //!    stops. A second slot for `pg_recvlogical` is made at the same time, so both slots
 //!    start before any change.
-//! 2. **backlog**: `--changes` rows are inserted in transactions of `--txn-rows`, with
-//!    nothing reading; the WAL position after them is the end.
+//! 2. **backlog**: both slots' restart points are moved up to their confirmed positions
+//!    (`pg_replication_slot_advance` of each slot to its own `confirmed_flush_lsn`, the
+//!    same for both: see `settle_slots`); `--changes` rows are inserted in transactions
+//!    of `--txn-rows`, with nothing reading, then a `CHECKPOINT`; the WAL position after
+//!    them is the end.
 //! 3. **baseline**: `pg_recvlogical --start -E END` with pgoutput (protocol 1, the same
 //!    publication) reads its slot to the end into a file: changes / its wall time.
 //! 4. **sluice**: the pipeline restarts from its checkpoint and reads its slot; timed
@@ -27,7 +30,10 @@
 //!    change's latency runs from its commit time (the server's, in the transaction's
 //!    Begin message) to the moment it was applied to the table (the same machine's clock).
 //!
-//! Both reads in 2-4 include connecting. The table is the benchmark's own (not
+//! Both reads in 3-4 include connecting, both over the server's Unix socket. Each round
+//! also has the CPU time (user plus system) of each reader's process and of the server's
+//! processes while it read, reported per change: less sensitive to the machine's load
+//! than the rates. The table is the benchmark's own (not
 //! checkpointed), and a change is "visible" once applied to it in the pipeline: the change
 //! topics `sluice cdc postgres` writes become visible to read_committed readers only at the
 //! next checkpoint (`--checkpoint-interval-ms`), which this does not measure.
@@ -48,12 +54,12 @@ use clap::Args;
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 use sluice_engine::{
-    connectors::postgres::{Change, Dsn, PostgresConfig, PostgresSource, local::LocalPostgres},
+    connectors::postgres::{Change, Dsn, PostgresConfig, PostgresSource, Tuple, local::LocalPostgres},
     dataflow::{CheckpointConfig, Event, Pipeline, PipelineConfig, RunningPipeline, WatermarkStrategy},
 };
 use sluice_io::EventTime;
 
-use super::DirArgs;
+use super::{DirArgs, kafka::cpu};
 use crate::harness::{LatencyRecorder, LatencySummary, Table};
 
 /// The slots and the publication.
@@ -110,6 +116,11 @@ pub struct CdcReport {
     /// The median of the rounds' ratios of sluice's rate to pg_recvlogical's (target at
     /// least 0.8).
     pub ratio: f64,
+    /// CPU µs (user plus system) per change, medians over the rounds: pg_recvlogical's
+    /// process, the server while it read, sluice's (this process: the pipeline and the
+    /// replication thread), the server while sluice read. Less sensitive to the machine's
+    /// load than the rates.
+    pub cpu_us_per_change: CdcCpu,
     /// Every round.
     pub rounds: Vec<CdcRound>,
     /// Single-row transactions of the latency phase, and the rate asked.
@@ -118,6 +129,19 @@ pub struct CdcReport {
     pub rate: u64,
     /// Commit-to-visible latency, µs.
     pub latency_us: LatencySummary,
+}
+
+/// CPU µs per change (medians over the rounds).
+#[derive(Debug, Serialize)]
+pub struct CdcCpu {
+    /// The pg_recvlogical process.
+    pub recvlogical: f64,
+    /// The server while pg_recvlogical read.
+    pub recvlogical_server: f64,
+    /// sluice (this process).
+    pub sluice: f64,
+    /// The server while sluice read.
+    pub sluice_server: f64,
 }
 
 /// What the pipeline's sink shares with the run.
@@ -143,13 +167,13 @@ fn start(source: &PostgresSource, checkpoints: &std::path::Path, seen: &Arc<Seen
     let pipeline = Pipeline::new(PipelineConfig::with_shards(1))
         .checkpointing(CheckpointConfig::new(checkpoints).interval(Duration::from_secs(1)));
     Ok(pipeline.spawn(move |scope| {
-        let table: Rc<RefCell<FxHashMap<String, serde_json::Map<String, serde_json::Value>>>> = Rc::default();
+        let table: Rc<RefCell<FxHashMap<String, Tuple>>> = Rc::default();
         let seen = seen.clone();
         let time = |c: &Change| EventTime::from_millis(c.commit_us / 1000);
         scope.source(source.reader(scope.shard()), WatermarkStrategy::monotonous(time)).for_each(
             move |e: Event<Change>| {
                 let change = e.value;
-                let key = change.key().map(|k| serde_json::Value::Object(k).to_string()).unwrap_or_default();
+                let key = change.key_json().unwrap_or_default();
                 let mut table = table.borrow_mut();
                 match change.after {
                     Some(after) => {
@@ -202,6 +226,15 @@ pub struct CdcRound {
     pub sluice_seconds: f64,
     /// sluice's rate over pg_recvlogical's.
     pub ratio: f64,
+    /// CPU time (user plus system) of the pg_recvlogical process, seconds.
+    pub recvlogical_cpu_seconds: f64,
+    /// The server's CPU time while pg_recvlogical read (its walsender, mostly).
+    pub recvlogical_server_cpu_seconds: f64,
+    /// CPU time of this process (sluice's pipeline and replication thread) from the
+    /// restart to the last row in the table.
+    pub sluice_cpu_seconds: f64,
+    /// The server's CPU time in that window.
+    pub sluice_server_cpu_seconds: f64,
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -218,6 +251,7 @@ fn round(
     source: &PostgresSource,
     checkpoints: &std::path::Path,
 ) -> anyhow::Result<(CdcRound, RunningPipeline, Arc<Seen>)> {
+    settle_slots(pg)?;
     let mut script = String::new();
     let (mut next, end) = (round * args.changes + 1, (round + 1) * args.changes);
     while next <= end {
@@ -227,18 +261,108 @@ fn round(
         ));
         next = last + 1;
     }
+    // A checkpoint logs the running transactions (none): the point both slots can
+    // restart decoding from once their readers have confirmed past it.
+    script.push_str("CHECKPOINT;\n");
     pg.psql(&script)?;
     let end = pg.psql("SELECT pg_current_wal_insert_lsn();")?.trim().to_owned();
+    let (client, server) = (cpu(libc::RUSAGE_CHILDREN), server_cpu(pg)?);
     let recvlogical_seconds = baseline(pg, &end)?;
+    // Its walsender ended (and was reaped: its CPU time is the postmaster's children's).
+    wait_inactive(pg)?;
+    let recvlogical_cpu_seconds = (cpu(libc::RUSAGE_CHILDREN).saturating_sub(client)).as_secs_f64();
+    let recvlogical_server_cpu_seconds = server_cpu(pg)? - server;
+    eprintln!("round {round}: end {end}, slots {}", slots(pg)?);
     let seen = Arc::new(Seen::default());
+    let (client, server) = (cpu(libc::RUSAGE_SELF), server_cpu(pg)?);
     let started = Instant::now();
     let running = start(source, checkpoints, &seen)?;
     wait(&running, source, "the backlog", || seen.applied.load(Ordering::Acquire) >= args.changes)?;
     let sluice_seconds = started.elapsed().as_secs_f64();
+    let sluice_cpu_seconds = (cpu(libc::RUSAGE_SELF).saturating_sub(client)).as_secs_f64();
+    let sluice_server_cpu_seconds = server_cpu(pg)? - server;
     let rows = seen.rows.load(Ordering::Acquire);
     ensure!(rows == args.changes, "round {round}: the table holds {rows} rows, not {}", args.changes);
     let ratio = recvlogical_seconds / sluice_seconds;
-    Ok((CdcRound { recvlogical_seconds, sluice_seconds, ratio }, running, seen))
+    let figures = CdcRound {
+        recvlogical_seconds,
+        sluice_seconds,
+        ratio,
+        recvlogical_cpu_seconds,
+        recvlogical_server_cpu_seconds,
+        sluice_cpu_seconds,
+        sluice_server_cpu_seconds,
+    };
+    Ok((figures, running, seen))
+}
+
+/// Moves both slots' restart positions (where the server starts decoding for a reader)
+/// up to the last running-transactions record their readers have confirmed past, the
+/// same way for both: each slot is advanced to its own confirmed position (nothing it
+/// would send is skipped). The server moves a slot's restart position only when its
+/// decoding meets such a record (logged every 15 s of activity and at checkpoints) and
+/// the reader then confirms past it; in rounds of a few seconds that rarely happens, so
+/// without this each round decodes the earlier rounds' log again before its own, for
+/// both readers, and the rounds measure PostgreSQL's decoding of a growing log.
+fn settle_slots(pg: &LocalPostgres) -> anyhow::Result<()> {
+    wait_inactive(pg)?;
+    pg.psql("SELECT pg_replication_slot_advance(slot_name, confirmed_flush_lsn) FROM pg_replication_slots;")?;
+    Ok(())
+}
+
+/// CPU time (user plus system) the server's processes have used so far, seconds: the
+/// postmaster's own and its ended children's (reaped, so in its `cutime`/`cstime`), plus
+/// every live child's, from `/proc`. Clock ticks: 10 ms resolution per process.
+fn server_cpu(pg: &LocalPostgres) -> anyhow::Result<f64> {
+    let pid_file = pg.dir.join("data/postmaster.pid");
+    let text = std::fs::read_to_string(&pid_file).with_context(|| format!("reading {}", pid_file.display()))?;
+    let postmaster: u32 = text.lines().next().unwrap_or_default().trim().parse().context("the postmaster's pid")?;
+    // Fields after the command's closing parenthesis: state (3), ppid (4), ..., utime (14),
+    // stime (15), cutime (16), cstime (17), counted from 1 with the pid.
+    let fields = |stat: &str| -> Vec<u64> {
+        stat.rsplit_once(')')
+            .map(|(_, rest)| rest)
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(|f| f.parse().unwrap_or(0))
+            .collect()
+    };
+    let mut ticks = 0;
+    for entry in std::fs::read_dir("/proc")?.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+        let f = fields(&stat);
+        if f.len() < 15 {
+            continue;
+        }
+        if pid == postmaster {
+            ticks += f[11] + f[12] + f[13] + f[14];
+        } else if f[1] == u64::from(postmaster) {
+            ticks += f[11] + f[12];
+        }
+    }
+    // SAFETY: sysconf only reads a configuration value.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1);
+    Ok(ticks as f64 / per_second as f64)
+}
+
+/// Waits (at most a minute) until no slot is in use: the readers' walsenders have ended.
+fn wait_inactive(pg: &LocalPostgres) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while pg.psql("SELECT count(*) FROM pg_replication_slots WHERE active;")?.trim() != "0" {
+        ensure!(Instant::now() < deadline, "a replication slot is still in use 60 s after its reader ended");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(())
+}
+
+/// Both slots' restart and confirmed positions, for the log.
+fn slots(pg: &LocalPostgres) -> anyhow::Result<String> {
+    let rows = pg.psql(
+        "SELECT slot_name || ' restart ' || restart_lsn || ' confirmed ' || confirmed_flush_lsn \
+         FROM pg_replication_slots ORDER BY slot_name;",
+    )?;
+    Ok(rows.lines().map(str::trim).collect::<Vec<_>>().join("; "))
 }
 
 /// Runs the workload.
@@ -255,7 +379,8 @@ pub fn run(args: &CdcArgs) -> anyhow::Result<CdcReport> {
          SELECT 1 FROM pg_create_logical_replication_slot('{BASELINE_SLOT}', 'pgoutput');"
     ))?;
     let config = PostgresConfig {
-        dsn: Dsn::parse(&pg.dsn())?,
+        // The server's Unix socket, as pg_recvlogical uses (the same transport for both).
+        dsn: Dsn::parse(&format!("host={} port={} user=postgres dbname=postgres", pg.dir.display(), pg.port))?,
         tables: vec![("public".into(), "bench".into())],
         slot: SLOT.into(),
         publication: PUBLICATION.into(),
@@ -295,6 +420,9 @@ pub fn run(args: &CdcArgs) -> anyhow::Result<CdcReport> {
     running.stop(false);
     running.join()?;
     let latency_us = seen.latency.lock().unwrap_or_else(PoisonError::into_inner).summary();
+    let per_change = |rounds: &[CdcRound], seconds: fn(&CdcRound) -> f64| {
+        median(rounds.iter().map(seconds).collect()) * 1e6 / args.changes as f64
+    };
     let recvlogical_seconds = median(rounds.iter().map(|r| r.recvlogical_seconds).collect());
     let sluice_seconds = median(rounds.iter().map(|r| r.sluice_seconds).collect());
     Ok(CdcReport {
@@ -306,6 +434,12 @@ pub fn run(args: &CdcArgs) -> anyhow::Result<CdcReport> {
         sluice_seconds,
         sluice_changes_per_s: args.changes as f64 / sluice_seconds,
         ratio: median(rounds.iter().map(|r| r.ratio).collect()),
+        cpu_us_per_change: CdcCpu {
+            recvlogical: per_change(&rounds, |r| r.recvlogical_cpu_seconds),
+            recvlogical_server: per_change(&rounds, |r| r.recvlogical_server_cpu_seconds),
+            sluice: per_change(&rounds, |r| r.sluice_cpu_seconds),
+            sluice_server: per_change(&rounds, |r| r.sluice_server_cpu_seconds),
+        },
         rounds,
         latency_txns: args.latency_txns,
         rate: args.rate,
@@ -350,6 +484,17 @@ impl CdcReport {
             "ratio",
             format!("{:.2}", self.ratio),
             format!("median of {} (target at least {TARGET_RATIO})", each.join(", ")),
+        );
+        let cpu = &self.cpu_us_per_change;
+        table.row(
+            "CPU pg_recvlogical",
+            format!("{:.2}", cpu.recvlogical),
+            format!("us/change (server meanwhile {:.2})", cpu.recvlogical_server),
+        );
+        table.row(
+            "CPU sluice",
+            format!("{:.2}", cpu.sluice),
+            format!("us/change (server meanwhile {:.2})", cpu.sluice_server),
         );
         table.latency_rows("commit-to-visible", &self.latency_us);
         table

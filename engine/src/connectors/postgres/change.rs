@@ -6,6 +6,7 @@ use std::sync::Arc;
 use base64::Engine as _;
 use serde_json::{Number, Value};
 
+use super::tuple::Tuple;
 use crate::connectors::debezium::{
     ChangeEvent, ColumnType, Form, Op, Row, SourceInfo, TableSchema, encode_key, encode_value, key_schema, value_schema,
 };
@@ -42,9 +43,9 @@ pub struct Change {
     /// What happened: `Read` for a snapshot's rows.
     pub op: Op,
     /// The row before (updates and deletes, as the replica identity gives it).
-    pub before: Option<Row>,
+    pub before: Option<Tuple>,
     /// The row after (reads, inserts, updates).
-    pub after: Option<Row>,
+    pub after: Option<Tuple>,
     /// The change's position in the log (the snapshot's consistent point for a read).
     pub lsn: u64,
     /// The transaction's id (none for a snapshot's rows).
@@ -78,7 +79,19 @@ pub fn column_type(oid: u32) -> ColumnType {
 /// text by value: most values are text, and stay the same allocation.
 #[must_use]
 pub fn json_value(oid: u32, text: String) -> Value {
-    let parsed = match column_type(oid) {
+    typed(oid, &text).unwrap_or(Value::String(text))
+}
+
+/// [`json_value`] of a value's bytes as the server sent them (UTF-8; anything else is
+/// replaced as `String::from_utf8_lossy` does): a number allocates nothing, a text once.
+pub(crate) fn json_value_of(oid: u32, bytes: &[u8]) -> Value {
+    let text = String::from_utf8_lossy(bytes);
+    typed(oid, &text).unwrap_or_else(|| Value::String(text.into_owned()))
+}
+
+/// The value of a type Debezium does not write as text, or `None`.
+fn typed(oid: u32, text: &str) -> Option<Value> {
+    match column_type(oid) {
         ColumnType::Boolean => Some(Value::Bool(text == "t")),
         ColumnType::Int16 | ColumnType::Int32 | ColumnType::Int64 => text.parse::<i64>().ok().map(Value::from),
         ColumnType::Float32 | ColumnType::Float64 => {
@@ -94,8 +107,7 @@ pub fn json_value(oid: u32, text: String) -> Value {
             })
             .map(|bytes| Value::String(base64::engine::general_purpose::STANDARD.encode(bytes))),
         _ => None,
-    };
-    parsed.unwrap_or(Value::String(text))
+    }
 }
 
 impl Change {
@@ -108,6 +120,24 @@ impl Change {
             return None;
         }
         Some(self.table.key.iter().map(|k| (k.clone(), row.get(k).cloned().unwrap_or(Value::Null))).collect())
+    }
+
+    /// [`Change::key`] as its JSON text (such as `{"id":1}`), the key
+    /// [`into_changelog`](Change::into_changelog) gives; a one-column key (the common
+    /// case) is written without making the [`Row`].
+    #[must_use]
+    pub fn key_json(&self) -> Option<String> {
+        let row = self.after.as_ref().or(self.before.as_ref())?;
+        let [column] = self.table.key.as_slice() else {
+            return serde_json::to_string(&self.key()?).ok();
+        };
+        let mut out = Vec::with_capacity(column.len() + 24);
+        out.push(b'{');
+        serde_json::to_writer(&mut out, column).ok()?;
+        out.push(b':');
+        serde_json::to_writer(&mut out, row.get(column).unwrap_or(&Value::Null)).ok()?;
+        out.push(b'}');
+        String::from_utf8(out).ok()
     }
 
     /// The Debezium value of this change; `server` is the logical server name (the
@@ -130,8 +160,8 @@ impl Change {
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         ChangeEvent {
             op: self.op,
-            before: self.before.clone(),
-            after: self.after.clone(),
+            before: self.before.as_ref().map(Tuple::to_row),
+            after: self.after.as_ref().map(Tuple::to_row),
             source,
             ts_ms: i64::try_from(now.as_millis()).ok(),
             extra: Row::new(),
@@ -182,8 +212,9 @@ impl Change {
     ///
     /// [`changelog::Change`]: crate::dataflow::changelog::Change
     pub fn into_changelog(self) -> Option<Result<changelog::Change<String, Row>, ChangeError>> {
-        let key = serde_json::to_string(&self.key()?).ok()?;
-        Some(changelog::Change::from_debezium(key, self.op.code(), self.before, self.after))
+        let key = self.key_json()?;
+        let (before, after) = (self.before.map(Tuple::into_row), self.after.map(Tuple::into_row));
+        Some(changelog::Change::from_debezium(key, self.op.code(), before, after))
     }
 }
 
@@ -219,13 +250,39 @@ mod tests {
     }
 
     fn change(op: Op, key: &[&str], before: Option<Row>, after: Option<Row>) -> Change {
-        let table = TableInfo {
+        let table = Arc::new(TableInfo {
             schema: "public".into(),
             name: "items".into(),
             columns: vec![("id".into(), 23), ("title".into(), 25)],
             key: key.iter().map(|k| (*k).to_owned()).collect(),
+        });
+        let tuple = |row: Row| {
+            let values = table.columns.iter().map(|(n, _)| row.get(n).cloned().unwrap_or(Value::Null)).collect();
+            Tuple::new(table.clone(), values)
         };
-        Change { table: Arc::new(table), op, before, after, lsn: 1, tx_id: Some(7), commit_us: 0, snapshot: None }
+        let (before, after) = (before.map(tuple), after.map(tuple));
+        Change { table: table.clone(), op, before, after, lsn: 1, tx_id: Some(7), commit_us: 0, snapshot: None }
+    }
+
+    #[test]
+    fn postgres_value_bytes_as_json_like_their_text() {
+        for (oid, text) in [(23, "42"), (16, "f"), (701, "-0.25"), (17, "\\x00ff"), (25, "h\u{e9}llo"), (1700, "1.0")] {
+            assert_eq!(json_value_of(oid, text.as_bytes()), json_value(oid, text.to_owned()), "{oid} {text}");
+        }
+        // Bytes that are not UTF-8 are replaced, never a panic.
+        assert_eq!(json_value_of(25, b"a\xffb"), Value::from("a\u{fffd}b"));
+    }
+
+    #[test]
+    fn postgres_key_json_is_the_changelog_key_without_a_row() {
+        let a = row(&[("id", 7.into()), ("title", "q\"t".into())]);
+        for key in [&["id"][..], &["title"], &["title", "id"]] {
+            let c = change(Op::Create, key, None, Some(a.clone()));
+            assert_eq!(c.key_json(), Some(serde_json::to_string(&c.key().unwrap()).unwrap()), "{key:?}");
+        }
+        assert_eq!(change(Op::Delete, &["id"], Some(a.clone()), None).key_json().as_deref(), Some(r#"{"id":7}"#));
+        assert_eq!(change(Op::Create, &[], None, Some(a)).key_json(), None);
+        assert_eq!(change(Op::Truncate, &["id"], None, None).key_json(), None);
     }
 
     #[test]

@@ -20,7 +20,9 @@
 //!
 //! What is carried: inserts, updates, deletes, truncations, columns added (a Relation
 //! message changes the table's shape from the next change on). Values arrive in
-//! PostgreSQL's text form and become JSON as [`change::json_value`] says. A TOASTed value
+//! PostgreSQL's text form and become JSON values as [`change::json_value`] says, kept
+//! per row as a [`Tuple`] (a vector of values sharing the table's column names) and made
+//! into JSON objects only where a message or a changelog row is written. A TOASTed value
 //! an update did not change is not sent by the server: it is taken from the update's
 //! before-image when the table has `REPLICA IDENTITY FULL`, and is otherwise Debezium's
 //! placeholder [`change::UNAVAILABLE`], as Debezium writes it (a consumer keeps the
@@ -33,12 +35,14 @@ mod pgoutput;
 mod replication;
 mod snapshot;
 mod source;
+mod tuple;
 mod wire;
 
 pub use change::{Change, Message, TableInfo, UNAVAILABLE, column_type, json_value};
 pub use dsn::Dsn;
 pub use pgoutput::{Lsn, lsn_text, parse_lsn};
 pub use source::{PostgresReader, PostgresSource};
+pub use tuple::Tuple;
 
 /// What to read and how.
 #[derive(Debug, Clone)]

@@ -5,20 +5,21 @@
 
 use bytes::{Buf, Bytes};
 
-use super::{PostgresError, wire::cstr};
+use super::{PostgresError, wire::protocol};
 
 /// A position in the write-ahead log.
 pub type Lsn = u64;
 
-/// One column value of a tuple.
+/// One column value of a tuple, borrowed from its message.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Datum {
+pub enum Datum<'a> {
     /// SQL NULL.
     Null,
     /// A TOASTed value the update did not change, which the server does not send.
     UnchangedToast,
-    /// The value in PostgreSQL's text form.
-    Text(String),
+    /// The value in PostgreSQL's text form: a slice of the message (no copy, no
+    /// reference count).
+    Text(&'a [u8]),
 }
 
 /// A column of a Relation message.
@@ -48,9 +49,9 @@ pub struct Relation {
     pub columns: Vec<Column>,
 }
 
-/// One decoded pgoutput message.
+/// One decoded pgoutput message (its values borrowed from the message's bytes).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Logical {
+pub enum Logical<'a> {
     /// A transaction begins; `final_lsn` is its commit's LSN, `timestamp` its commit time
     /// (microseconds since 2000-01-01).
     Begin { final_lsn: Lsn, timestamp: i64, xid: u32 },
@@ -60,12 +61,12 @@ pub enum Logical {
     /// A table's shape.
     Relation(Relation),
     /// A row inserted.
-    Insert { oid: u32, new: Vec<Datum> },
+    Insert { oid: u32, new: Vec<Datum<'a>> },
     /// A row updated: `old` is the key (`K`) or the whole old row (`O`, replica identity
     /// full) when the server sends it.
-    Update { oid: u32, old: Option<(u8, Vec<Datum>)>, new: Vec<Datum> },
+    Update { oid: u32, old: Option<(u8, Vec<Datum<'a>>)>, new: Vec<Datum<'a>> },
     /// A row deleted, with its key or whole old row.
-    Delete { oid: u32, old: (u8, Vec<Datum>) },
+    Delete { oid: u32, old: (u8, Vec<Datum<'a>>) },
     /// Tables truncated.
     Truncate { oids: Vec<u32> },
     /// Anything else (Origin, Type, Message): nothing to carry.
@@ -77,16 +78,17 @@ pub enum Logical {
 pub enum Frame {
     /// XLogData: a message starting at `start` in the log.
     Data { start: Lsn, message: Bytes },
-    /// A keepalive, and whether the server wants an answer now.
-    Keepalive { reply: bool },
+    /// A keepalive: the end of what the server has sent (every transaction committed
+    /// before it has been sent whole), and whether it wants an answer now.
+    Keepalive { wal_end: Lsn, reply: bool },
 }
 
 fn short(what: &str) -> PostgresError {
     PostgresError::Decode(format!("a short {what} message"))
 }
 
-fn need(body: &Bytes, bytes: usize, what: &str) -> Result<(), PostgresError> {
-    if body.remaining() < bytes { Err(short(what)) } else { Ok(()) }
+fn need(body: &[u8], bytes: usize, what: &str) -> Result<(), PostgresError> {
+    if body.len() < bytes { Err(short(what)) } else { Ok(()) }
 }
 
 /// Decodes one CopyData frame of the replication stream.
@@ -105,8 +107,9 @@ pub fn frame(mut body: Bytes) -> Result<Frame, PostgresError> {
         }
         b'k' => {
             need(&body, 17, "keepalive")?;
-            body.advance(16); // the server's end of log, its clock
-            Ok(Frame::Keepalive { reply: body.get_u8() == 1 })
+            let wal_end = body.get_u64();
+            body.advance(8); // the server's clock
+            Ok(Frame::Keepalive { wal_end, reply: body.get_u8() == 1 })
         }
         other => Err(PostgresError::Decode(format!("unknown replication frame {:?}", other as char))),
     }
@@ -118,8 +121,8 @@ pub fn frame(mut body: Bytes) -> Result<Frame, PostgresError> {
 ///
 /// [`PostgresError::Decode`] for a short message, an unknown tuple kind or an unknown
 /// column kind.
-pub fn logical(mut body: Bytes) -> Result<Logical, PostgresError> {
-    need(&body, 1, "pgoutput")?;
+pub fn logical(mut body: &[u8]) -> Result<Logical<'_>, PostgresError> {
+    need(body, 1, "pgoutput")?;
     let tag = body.get_u8();
     let b = &mut body;
     Ok(match tag {
@@ -171,12 +174,12 @@ pub fn logical(mut body: Bytes) -> Result<Logical, PostgresError> {
     })
 }
 
-fn oid(b: &mut Bytes, what: &str) -> Result<u32, PostgresError> {
+fn oid(b: &mut &[u8], what: &str) -> Result<u32, PostgresError> {
     need(b, 4, what)?;
     Ok(b.get_u32())
 }
 
-fn expect(b: &mut Bytes, tag: u8, what: &str) -> Result<(), PostgresError> {
+fn expect(b: &mut &[u8], tag: u8, what: &str) -> Result<(), PostgresError> {
     need(b, 1, what)?;
     let found = b.get_u8();
     if found == tag {
@@ -186,7 +189,15 @@ fn expect(b: &mut Bytes, tag: u8, what: &str) -> Result<(), PostgresError> {
     }
 }
 
-fn relation(b: &mut Bytes) -> Result<Relation, PostgresError> {
+/// Reads a NUL-terminated string off `body`.
+fn cstr(body: &mut &[u8]) -> Result<String, PostgresError> {
+    let end = body.iter().position(|&b| b == 0).ok_or_else(|| protocol("a string without its NUL"))?;
+    let text = String::from_utf8_lossy(&body[..end]).into_owned();
+    *body = &body[end + 1..];
+    Ok(text)
+}
+
+fn relation(b: &mut &[u8]) -> Result<Relation, PostgresError> {
     let oid = oid(b, "Relation")?;
     let schema = cstr(b)?;
     let name = cstr(b)?;
@@ -206,7 +217,7 @@ fn relation(b: &mut Bytes) -> Result<Relation, PostgresError> {
     Ok(Relation { oid, schema, name, identity, columns })
 }
 
-fn tuple(b: &mut Bytes) -> Result<Vec<Datum>, PostgresError> {
+fn tuple<'a>(b: &mut &'a [u8]) -> Result<Vec<Datum<'a>>, PostgresError> {
     need(b, 2, "TupleData")?;
     let count = b.get_i16();
     let mut values = Vec::with_capacity(count.max(0) as usize);
@@ -219,8 +230,8 @@ fn tuple(b: &mut Bytes) -> Result<Vec<Datum>, PostgresError> {
                 need(b, 4, "TupleData")?;
                 let len = b.get_u32() as usize;
                 need(b, len, "TupleData")?;
-                let text = String::from_utf8_lossy(&b[..len]).into_owned();
-                b.advance(len);
+                let (text, rest) = b.split_at(len);
+                *b = rest;
                 Datum::Text(text)
             }
             other => {
@@ -306,7 +317,7 @@ mod tests {
         m.put_slice(b"note\0");
         m.put_u32(25);
         m.put_i32(-1);
-        let relation = logical(m.freeze()).unwrap();
+        let relation = logical(&m).unwrap();
         let Logical::Relation(r) = relation else { panic!("{relation:?}") };
         assert_eq!(
             (r.schema.as_str(), r.name.as_str(), r.columns.len(), r.columns[0].key),
@@ -321,17 +332,24 @@ mod tests {
         u.put_u32(1);
         u.put_slice(b"7");
         u.put_u8(b'u');
-        let update = logical(u.clone().freeze()).unwrap();
+        let update = logical(&u).unwrap();
         assert_eq!(
             update,
-            Logical::Update { oid: 16384, old: None, new: vec![Datum::Text("7".into()), Datum::UnchangedToast] }
+            Logical::Update { oid: 16384, old: None, new: vec![Datum::Text(b"7"), Datum::UnchangedToast] }
         );
         // Every truncation of a message is a typed error, never a panic.
         for len in 1..u.len() {
-            assert!(matches!(logical(u.clone().freeze().slice(..len)), Err(PostgresError::Decode(_))), "{len}");
+            assert!(matches!(logical(&u[..len]), Err(PostgresError::Decode(_))), "{len}");
         }
         assert!(matches!(frame(Bytes::from_static(b"w\0\0")), Err(PostgresError::Decode(_))));
         assert!(matches!(frame(Bytes::from_static(b"x")), Err(PostgresError::Decode(_))));
+        let mut k = BytesMut::new();
+        k.put_u8(b'k');
+        k.put_u64(0x16_B374_D848);
+        k.put_i64(0);
+        k.put_u8(1);
+        assert!(matches!(frame(k.clone().freeze()), Ok(Frame::Keepalive { wal_end: 0x16_B374_D848, reply: true })));
+        assert!(matches!(frame(k.freeze().slice(..17)), Err(PostgresError::Decode(_))));
         assert_eq!(parse_lsn("16/B374D848").unwrap(), 0x16_B374_D848);
         assert_eq!(lsn_text(0x16_B374_D848), "16/B374D848");
         assert!(parse_lsn("zz").is_err());

@@ -16,13 +16,14 @@ use serde_json::Value;
 
 use super::{
     PostgresConfig, PostgresError,
-    change::{Change, TableInfo, UNAVAILABLE, json_value},
+    change::{Change, TableInfo, UNAVAILABLE, json_value_of},
     ident, literal,
     pgoutput::{self, Datum, Frame, Logical, Lsn, Relation, lsn_text, unix_micros},
     snapshot::{self, Keys},
+    tuple::Tuple,
     wire::Connection,
 };
-use crate::connectors::debezium::{Op, Row};
+use crate::connectors::debezium::Op;
 
 /// One unit the source emits whole: a transaction, or the snapshot; `end` is the
 /// position after it.
@@ -115,25 +116,42 @@ fn stream(
         literal(&ident(&config.publication))
     );
     while_in_use(|| repl.start_copy_both(&start_replication))?;
-    let mut decoder = Decoder { config, keys, relations: HashMap::new(), txn: None, skip_through: resume };
+    let mut decoder = Decoder { config, keys, relations: HashMap::new(), txn: None, emitted: start };
     let mut status = Status { sent: resume.unwrap_or(0), last: Instant::now() };
+    follow(&mut repl, &mut decoder, shared, out, &mut status)?;
+    // Stopping: the last completed checkpoint's position may not have been sent yet (it
+    // completes just before the stop), and a restart would otherwise make the server
+    // decode again what lies between.
+    status.send(&mut repl, shared, false)
+}
+
+/// Reads the stream until `shared.stop` or the channel's receiver is gone.
+fn follow(
+    repl: &mut Connection,
+    decoder: &mut Decoder<'_>,
+    shared: &Shared,
+    out: &async_channel::Sender<Result<Unit, PostgresError>>,
+    status: &mut Status,
+) -> Result<(), PostgresError> {
     while !shared.stop.load(Ordering::Acquire) {
-        status.send(&mut repl, shared, false)?;
+        status.send(repl, shared, false)?;
         let Some(message) = repl.read_timeout(READ_WAIT)? else { continue };
-        match message.tag {
+        let unit = match message.tag {
             b'd' => match pgoutput::frame(message.body)? {
-                Frame::Keepalive { reply } => status.send(&mut repl, shared, reply)?,
-                Frame::Data { start, message } => {
-                    if let Some(unit) = decoder.message(start, pgoutput::logical(message)?)?
-                        && !deliver(&mut repl, shared, out, unit, &mut status)?
-                    {
-                        return Ok(());
-                    }
+                Frame::Keepalive { wal_end, reply } => {
+                    status.send(repl, shared, reply)?;
+                    decoder.idle(wal_end)
                 }
+                Frame::Data { start, message } => decoder.message(start, pgoutput::logical(&message)?)?,
             },
             b'E' => return Err(Connection::error(message.body)),
             b'c' => return Err(PostgresError::Closed),
-            _ => {}
+            _ => None,
+        };
+        if let Some(unit) = unit
+            && !deliver(repl, shared, out, unit, status)?
+        {
+            return Ok(());
         }
     }
     Ok(())
@@ -224,13 +242,28 @@ struct Decoder<'a> {
     /// Tables by oid: `None` for a table the source does not read.
     relations: HashMap<u32, Option<Arc<TableInfo>>>,
     txn: Option<Txn>,
-    /// Transactions that end at or before this were emitted before the restored
-    /// checkpoint: the server may send them again, and they are skipped.
-    skip_through: Option<Lsn>,
+    /// The end of the last unit handed on, or the position streaming started from (the
+    /// restored checkpoint's or the snapshot's): transactions that end at or before it
+    /// were emitted already (the server may send them again after a restart) and are
+    /// skipped.
+    emitted: Lsn,
 }
 
 impl Decoder<'_> {
-    fn message(&mut self, lsn: Lsn, message: Logical) -> Result<Option<Unit>, PostgresError> {
+    /// A keepalive while no transaction is open: every transaction committed before
+    /// `wal_end` has been received, so the position moves there, as an empty unit (a
+    /// checkpoint then records it and it is confirmed). Without this, a source whose
+    /// tables see no changes for a while never confirms past its last transaction,
+    /// and the server keeps (and on each restart decodes again) the log since then.
+    fn idle(&mut self, wal_end: Lsn) -> Option<Unit> {
+        if self.txn.is_some() || wal_end <= self.emitted {
+            return None;
+        }
+        self.emitted = wal_end;
+        Some(Unit { changes: Vec::new(), end: wal_end })
+    }
+
+    fn message(&mut self, lsn: Lsn, message: Logical<'_>) -> Result<Option<Unit>, PostgresError> {
         let outside = || PostgresError::Decode("a change outside a transaction".into());
         match message {
             Logical::Begin { timestamp, xid, .. } => {
@@ -238,9 +271,10 @@ impl Decoder<'_> {
             }
             Logical::Commit { end_lsn, .. } => {
                 let txn = self.txn.take().ok_or_else(outside)?;
-                if self.skip_through.is_some_and(|s| end_lsn <= s) {
+                if end_lsn <= self.emitted {
                     return Ok(None);
                 }
+                self.emitted = end_lsn;
                 return Ok(Some(Unit { changes: txn.changes, end: end_lsn }));
             }
             Logical::Relation(relation) => self.relation(relation),
@@ -295,8 +329,8 @@ impl Decoder<'_> {
         oid: u32,
         lsn: Lsn,
         op: Op,
-        old: Option<(u8, Vec<Datum>)>,
-        new: Option<(u8, Vec<Datum>)>,
+        old: Option<(u8, Vec<Datum<'_>>)>,
+        new: Option<(u8, Vec<Datum<'_>>)>,
     ) -> Result<(), PostgresError> {
         let Some(table) = self.table(oid)? else { return Ok(()) };
         let after = new.map(|(_, values)| row(&table, values, old.as_ref().filter(|(k, _)| *k == b'O')));
@@ -310,23 +344,21 @@ impl Decoder<'_> {
 
 /// A tuple as a row; an unchanged TOASTed value is taken from `old` (a whole old row)
 /// when it has it, else it is [`UNAVAILABLE`].
-fn row(table: &TableInfo, values: Vec<Datum>, old: Option<&(u8, Vec<Datum>)>) -> Row {
+fn row(table: &Arc<TableInfo>, values: Vec<Datum<'_>>, old: Option<&(u8, Vec<Datum<'_>>)>) -> Tuple {
     let mut values = values.into_iter();
-    table
+    let row = table
         .columns
         .iter()
         .enumerate()
-        .map(|(i, (name, oid))| {
-            let value = match values.next() {
-                Some(Datum::Text(text)) => json_value(*oid, text),
-                Some(Datum::UnchangedToast) => match old.and_then(|(_, o)| o.get(i)) {
-                    Some(Datum::Text(text)) => json_value(*oid, text.clone()),
-                    Some(Datum::Null) => Value::Null,
-                    _ => Value::String(UNAVAILABLE.into()),
-                },
-                Some(Datum::Null) | None => Value::Null,
-            };
-            (name.clone(), value)
+        .map(|(i, (_, oid))| match values.next() {
+            Some(Datum::Text(text)) => json_value_of(*oid, text),
+            Some(Datum::UnchangedToast) => match old.and_then(|(_, o)| o.get(i)) {
+                Some(Datum::Text(text)) => json_value_of(*oid, text),
+                Some(Datum::Null) => Value::Null,
+                _ => Value::String(UNAVAILABLE.into()),
+            },
+            Some(Datum::Null) | None => Value::Null,
         })
-        .collect()
+        .collect();
+    Tuple::new(table.clone(), row)
 }

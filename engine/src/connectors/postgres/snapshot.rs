@@ -10,9 +10,10 @@ use super::{
     change::{Change, TableInfo, json_value},
     ident, literal,
     pgoutput::{Lsn, parse_lsn},
+    tuple::Tuple,
     wire::Connection,
 };
-use crate::connectors::debezium::{Op, Row};
+use crate::connectors::debezium::Op;
 
 /// Primary key columns by (schema, table).
 pub(crate) type Keys = HashMap<(String, String), Vec<String>>;
@@ -130,12 +131,9 @@ pub(crate) fn read(
             key: keys.get(&(schema.clone(), table.clone())).cloned().unwrap_or_default(),
         });
         for values in rows.rows {
-            let after: Row = rows
-                .columns
-                .iter()
-                .zip(values)
-                .map(|((name, oid), v)| (name.clone(), v.map_or(Value::Null, |t| json_value(*oid, t))))
-                .collect();
+            let values =
+                rows.columns.iter().zip(values).map(|((_, oid), v)| v.map_or(Value::Null, |t| json_value(*oid, t)));
+            let after = Tuple::new(info.clone(), values.collect());
             changes.push(Change {
                 table: info.clone(),
                 op: Op::Read,

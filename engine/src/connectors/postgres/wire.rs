@@ -60,6 +60,9 @@ pub(crate) struct Connection {
     socket: Box<dyn Socket>,
     input: BytesMut,
     output: BytesMut,
+    /// The socket's read timeout as last set (set again only when it changes: one
+    /// system call each time).
+    timeout: Option<Duration>,
 }
 
 impl std::fmt::Debug for Connection {
@@ -115,7 +118,8 @@ impl Connection {
             stream.set_nodelay(true).map_err(io_error("connect"))?;
             Box::new(stream)
         };
-        let mut c = Connection { socket, input: BytesMut::with_capacity(1 << 16), output: BytesMut::new() };
+        let mut c =
+            Connection { socket, input: BytesMut::with_capacity(1 << 16), output: BytesMut::new(), timeout: None };
         let mut params = vec![
             ("user", dsn.user.as_str()),
             ("database", dsn.dbname.as_str()),
@@ -204,39 +208,52 @@ impl Connection {
     /// `Ok(None)` by [`Connection::read_timeout`].
     pub(crate) fn read(&mut self) -> Result<Message, PostgresError> {
         loop {
-            if let Some(m) = self.parse()? {
-                if matches!(m.tag, b'N' | b'S') {
-                    continue;
-                }
+            if let Some(m) = self.message()? {
                 return Ok(m);
             }
-            let mut chunk = [0_u8; 1 << 16];
-            let n = self.socket.read(&mut chunk).map_err(io_error("read"))?;
-            if n == 0 {
+            if self.fill(None).map_err(io_error("read"))? == 0 {
                 return Err(PostgresError::Closed);
             }
-            self.input.extend_from_slice(&chunk[..n]);
         }
     }
 
-    /// [`Connection::read`], waiting at most `timeout`: `None` if nothing came.
+    /// [`Connection::read`], each read of the socket waiting at most `timeout`: `None`
+    /// if one timed out (a message part read so far stays for the next call).
     pub(crate) fn read_timeout(&mut self, timeout: Duration) -> Result<Option<Message>, PostgresError> {
-        if let Some(m) = self.parse()? {
-            return Ok(Some(m));
-        }
-        self.socket.set_timeout(Some(timeout)).map_err(io_error("set timeout"))?;
-        let mut chunk = [0_u8; 1 << 16];
-        let read = self.socket.read(&mut chunk);
-        self.socket.set_timeout(None).map_err(io_error("set timeout"))?;
-        match read {
-            Ok(0) => Err(PostgresError::Closed),
-            Ok(n) => {
-                self.input.extend_from_slice(&chunk[..n]);
-                self.read().map(Some)
+        loop {
+            if let Some(m) = self.message()? {
+                return Ok(Some(m));
             }
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => Ok(None),
-            Err(e) => Err(PostgresError::Io { op: "read", source: e }),
+            match self.fill(Some(timeout)) {
+                Ok(0) => return Err(PostgresError::Closed),
+                Ok(_) => {}
+                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => return Ok(None),
+                Err(e) => return Err(PostgresError::Io { op: "read", source: e }),
+            }
         }
+    }
+
+    /// The next whole message in the input, skipping notices and parameter changes.
+    fn message(&mut self) -> Result<Option<Message>, PostgresError> {
+        while let Some(m) = self.parse()? {
+            if !matches!(m.tag, b'N' | b'S') {
+                return Ok(Some(m));
+            }
+        }
+        Ok(None)
+    }
+
+    /// One read of the socket (at most 64 KiB) onto the input, waiting at most `timeout`
+    /// (`None`: as long as it takes): the bytes read, 0 at the end of the stream.
+    fn fill(&mut self, timeout: Option<Duration>) -> io::Result<usize> {
+        if self.timeout != timeout {
+            self.socket.set_timeout(timeout)?;
+            self.timeout = timeout;
+        }
+        let mut chunk = [0_u8; 1 << 16];
+        let n = self.socket.read(&mut chunk)?;
+        self.input.extend_from_slice(&chunk[..n]);
+        Ok(n)
     }
 
     fn parse(&mut self) -> Result<Option<Message>, PostgresError> {
