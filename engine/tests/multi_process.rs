@@ -318,28 +318,8 @@ fn child(spec: &str) {
             tx.send_blocking(event(i)).expect("the job runs");
         }
     });
-    let errors = through.clone();
-    std::thread::spawn(move || {
-        let (mut shown, mut held) = (0, None);
-        loop {
-            std::thread::sleep(Duration::from_millis(100));
-            let now = errors.assignment();
-            if held.as_ref() != Some(&now) {
-                // `shard:p,p shard:p ...`
-                let shards: Vec<String> = now
-                    .iter()
-                    .map(|(s, ps)| format!("{s}:{}", ps.iter().map(i32::to_string).collect::<Vec<_>>().join(",")))
-                    .collect();
-                println!("ASSIGNED {}", shards.join(" "));
-                held = Some(now);
-            }
-            let all = errors.errors();
-            for e in &all[shown.min(all.len())..] {
-                eprintln!("instance {instance}: {e}");
-            }
-            shown = all.len();
-        }
-    });
+    let reported = through.clone();
+    std::thread::spawn(move || exactly_once::report(reported, instance));
     Pipeline::new(PipelineConfig::with_shards(SHARDS))
         .run(move |scope| {
             let input = scope.source(

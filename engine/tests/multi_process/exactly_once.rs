@@ -429,7 +429,7 @@ impl<T: 'static, G: Source<T>> Source<T> for Paced<G> {
 
 /// Prints the readers' assignment (`ASSIGNED shard:p,p shard:p ...`) whenever it changes,
 /// and the repartition's errors on stderr.
-fn report(through: Repartition, instance: u32) {
+pub(super) fn report(through: Repartition, instance: u32) {
     let (mut shown, mut held) = (0, None);
     loop {
         std::thread::sleep(Duration::from_millis(100));
