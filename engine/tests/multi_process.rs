@@ -19,6 +19,8 @@
 mod common;
 #[path = "multi_process/exactly_once.rs"]
 mod exactly_once;
+#[path = "multi_process/takeover.rs"]
+mod takeover;
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -70,6 +72,10 @@ fn main() {
         exactly_once::child(&spec);
         return;
     }
+    if let Ok(spec) = std::env::var(takeover::CHILD) {
+        takeover::child(&spec);
+        return;
+    }
     // `cargo test NAME` passes NAME on: run the tests it selects.
     let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
     let selected = |name: &str| filter.iter().all(|f| name.contains(f.as_str()));
@@ -86,7 +92,7 @@ fn main() {
             ran += 1;
         }
     }
-    for (name, test) in exactly_once::TESTS {
+    for (name, test) in exactly_once::TESTS.into_iter().chain(takeover::TESTS) {
         if selected(name) {
             let started = Instant::now();
             test();

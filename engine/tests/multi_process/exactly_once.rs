@@ -281,7 +281,7 @@ fn multi_process_exactly_once_broker_restart() {
 }
 
 /// Fails with the differences unless `got`, sorted, is `expected`.
-fn compare(output: &Output, expected: &[Count]) {
+pub(super) fn compare(output: &Output, expected: &[Count]) {
     let mut got = output.counts.clone();
     got.sort_unstable();
     if got != expected {
@@ -302,15 +302,20 @@ fn compare(output: &Output, expected: &[Count]) {
 }
 
 /// The output topic, read `read_committed` from its start.
-struct Output {
+pub(super) struct Output {
     consumer: BaseConsumer,
-    counts: Vec<Count>,
+    pub(super) counts: Vec<Count>,
     /// The instance that wrote each count.
     by: BTreeMap<Count, u32>,
 }
 
 impl Output {
     fn new(bootstrap: &str) -> Output {
+        Output::of(bootstrap, OUT)
+    }
+
+    /// Topic `topic`'s partition 0, read `read_committed` from its start.
+    pub(super) fn of(bootstrap: &str, topic: &str) -> Output {
         let consumer: BaseConsumer = rdkafka::ClientConfig::new()
             .set("bootstrap.servers", bootstrap)
             .set("group.id", "mp-out-reader")
@@ -319,17 +324,17 @@ impl Output {
             .create()
             .expect("the output consumer starts");
         let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(OUT, 0, Offset::Beginning).expect("partition 0");
+        tpl.add_partition_offset(topic, 0, Offset::Beginning).expect("partition 0");
         consumer.assign(&tpl).expect("assigned");
         Output { consumer, counts: Vec::new(), by: BTreeMap::new() }
     }
 
-    fn total(&self) -> u64 {
+    pub(super) fn total(&self) -> u64 {
         self.counts.iter().map(|c| c.2).sum()
     }
 
     /// Takes what has been committed, waiting up to `wait` for the first record.
-    fn poll(&mut self, wait: Duration) {
+    pub(super) fn poll(&mut self, wait: Duration) {
         let mut timeout = wait;
         while let Some(m) = self.consumer.poll(timeout) {
             // Transient (a dropped connection): the consumer reconnects by itself.
@@ -379,13 +384,22 @@ fn spawn(bootstrap: &str, instance: u32, dir: &Path, fixed: bool, seen: &Seen) -
 }
 
 /// A [`Generator`] released by `go` and paced to [`RATE`] records a second from then
-/// (waiting on a glommio timer); its positions are the generator's.
-struct Paced<G> {
+/// (or its own rate; waiting on a glommio timer); its positions are the generator's.
+pub(super) struct Paced<G> {
     inner: G,
     go: Arc<AtomicBool>,
+    /// Records a second.
+    rate: u64,
     started: Option<Instant>,
     emitted: u64,
     timer: Option<glommio::timer::Timer>,
+}
+
+impl<G> Paced<G> {
+    /// `inner`, released by `go`, at `rate` records a second.
+    pub(super) fn new(inner: G, go: Arc<AtomicBool>, rate: u64) -> Self {
+        Paced { inner, go, rate, started: None, emitted: 0, timer: None }
+    }
 }
 
 impl<T: 'static, G: Source<T>> Source<T> for Paced<G> {
@@ -398,7 +412,7 @@ impl<T: 'static, G: Source<T>> Source<T> for Paced<G> {
         loop {
             if self.go.load(Ordering::Acquire) {
                 let started = *self.started.get_or_insert_with(Instant::now);
-                let due = (started.elapsed().as_millis() as u64 * RATE / 1000).saturating_sub(self.emitted);
+                let due = (started.elapsed().as_millis() as u64 * self.rate / 1000).saturating_sub(self.emitted);
                 if due > 0 {
                     let before = out.len();
                     let polled = self.inner.poll_next(cx, out, max.min(due as usize));
@@ -483,7 +497,7 @@ pub(super) fn child(spec: &str) {
         .spawn(move |scope| {
             let make = move |j: u64| event(j * u64::from(INSTANCES) + u64::from(instance));
             let generator = Generator::new(scope.shard(), scope.shards(), EVENTS / u64::from(INSTANCES), make);
-            let paced = Paced { inner: generator, go: go.clone(), started: None, emitted: 0, timer: None };
+            let paced = Paced::new(generator, go.clone(), RATE);
             let input = scope.source(paced, WatermarkStrategy::bounded_out_of_orderness(Duration::from_secs(1), time));
             let sink = out
                 .instance(scope.shard(), move |e: sluice_engine::dataflow::Event<Count>| {

@@ -11,6 +11,9 @@
 //!   flushed at every barrier. See [`sink`] for the write-ahead design.
 //! - [`Repartition`]: a `key_by` across processes through a repartition topic, with
 //!   watermarks carried as records ([`Repartition::key_by_through`]). See [`repartition`].
+//! - [`JobMember`]: a job cut into slots that a consumer group spreads over processes,
+//!   moving with their checkpointed state when a process dies, joins or leaves. See
+//!   [`member`].
 //!
 //! All work against any Kafka-protocol broker: Apache Kafka, `sluice serve`
 //! ([`crate::kafka`]), librdkafka's mock cluster.
@@ -50,6 +53,7 @@
 //!
 //! [`TwoPhaseCommitSink`]: crate::dataflow::TwoPhaseCommitSink
 
+pub mod member;
 pub mod repartition;
 pub mod sink;
 pub mod source;
@@ -58,6 +62,7 @@ use std::time::Duration;
 
 use rdkafka::{ClientConfig, error::KafkaError};
 
+pub use member::{JobMember, JobMemberConfig, Slot, SlotEvent, SlotJob};
 pub use repartition::{Repartition, RepartitionConfig};
 pub use sink::{DeliveryGuarantee, KafkaSink, KafkaSinkConfig, KafkaSinkFactory, KafkaTxn, OutRecord, SinkStats};
 pub use source::{KafkaRecord, KafkaSource, KafkaSourceConfig, KafkaSourceFactory};
