@@ -10,7 +10,9 @@
 //! (after its six-second session times out), each restored from the slot's last
 //! completed checkpoint. Then a fourth process joins and must be given slots, which it
 //! restores from their checkpoints while the slots that do not move go on running (the
-//! cooperative protocol stops only what moves). The committed output must equal, record
+//! cooperative protocol stops only what moves). Then the first process leaves (scaling in,
+//! [`JobMember::leave`]): it stops its slots and leaves the group, and the two left take
+//! them over from their checkpoints. The committed output must equal, record
 //! for record, the single process's result. It runs on the served listener and on
 //! librdkafka's mock cluster; the mock has no `read_committed` (it serves aborted and
 //! open transactions' records), so there the check is at least once: every count of
@@ -28,7 +30,7 @@
 
 use std::{
     collections::BTreeSet,
-    io::{BufRead, BufReader},
+    io::{BufRead, BufReader, Write},
     path::Path,
     process::{Child, Command, Stdio},
     sync::{Arc, Mutex, atomic::AtomicBool},
@@ -232,6 +234,24 @@ fn multi_process_takeover(kind: &str) {
             "member {m} stopped {stopped:?} though only {moved:?} moved (cooperative rebalancing)"
         );
     }
+    let leaving = 0;
+    let given_back = members.slots(leaving);
+    println!("member {leaving} leaves, giving back slots {given_back:?}");
+    let stdin = members.children.0[leaving].stdin.as_mut().expect("piped");
+    writeln!(stdin, "leave").expect("the member reads its stdin");
+    let before: Vec<usize> = [2, joined].iter().map(|&m| members.started(m).len()).collect();
+    let left = members.children.0[leaving].wait().expect("the member exits");
+    assert!(left.success(), "member {leaving} left with {left}");
+    members.wait_spread(&[2, joined], "after the leave", &[1, leaving], &mut output);
+    for slot in &given_back {
+        let taken = [2, joined]
+            .iter()
+            .zip(&before)
+            .flat_map(|(&m, &b)| members.started(m)[b..].to_vec())
+            .find(|(s, _)| s == slot)
+            .unwrap_or_else(|| panic!("slot {slot} of the member that left was not started elsewhere"));
+        assert!(taken.1.is_some(), "slot {slot} was taken over without its checkpoint: {taken:?}");
+    }
     // The mock cluster has no `read_committed` (its Fetch answers the end offset as the
     // last stable offset and lists no aborted transactions: rdkafka_mock_handlers.c), so
     // there aborted and replayed output is read too: nothing may be missing, but counts
@@ -245,7 +265,7 @@ fn multi_process_takeover(kind: &str) {
             }
             covers(&output, &expected).unwrap_or_else(|e| panic!("{e}"));
         }
-        members.check_alive(&[1]);
+        members.check_alive(&[1, leaving]);
         output.poll(Duration::from_millis(100));
     }
     let settle = Instant::now() + Duration::from_secs(2);
@@ -337,7 +357,7 @@ fn multi_process_takeover_broker_restart() {
 fn spawn(bootstrap: &str, member: usize, root: &Path, seen: &Arc<Mutex<Seen>>) -> Child {
     let mut child = Command::new(std::env::current_exe().expect("the test binary"))
         .env(CHILD, format!("{bootstrap},{}", root.display()))
-        .stdin(Stdio::null())
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -377,9 +397,22 @@ pub(super) fn child(spec: &str) {
     config.restart_backoff = Duration::from_millis(500);
     let out = bootstrap.to_string();
     let member = JobMember::start(config, move |slot| run_slot(slot, &out)).expect("the member joins");
+    let leave = Arc::new(AtomicBool::new(false));
+    let told = leave.clone();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        if std::io::stdin().read_line(&mut line).is_ok() && line.trim() == "leave" {
+            told.store(true, std::sync::atomic::Ordering::Release);
+        }
+    });
     let (mut shown, mut held) = (0, None);
     loop {
         std::thread::sleep(Duration::from_millis(50));
+        if leave.load(std::sync::atomic::Ordering::Acquire) {
+            member.leave();
+            println!("LEFT");
+            return;
+        }
         let events = member.events();
         for e in &events[shown.min(events.len())..] {
             println!("{e}");

@@ -44,9 +44,11 @@
 //!   default 45 s); meanwhile the records for its partitions wait in the topic and the
 //!   other processes' windows wait for its writers' watermarks.
 //!
-//! Limits (issue 27): partitions do not move to another process with their state (no
-//! takeover, no scaling out or in: a process that stays dead past the session timeout
-//! has its partitions moved without their state); every process must run the same
+//! Limits (issue 27): on its own, a repartition does not move partitions to another
+//! process with their state (a process that stays dead past the session timeout has its
+//! partitions moved without their state): for takeover and scaling, run the job as slots
+//! of a [`JobMember`](super::JobMember), each slot one instance on fixed partitions
+//! restored from its own checkpoints wherever it runs; every process must run the same
 //! number of shards; an idle writer holds the readers back (it writes no watermark while
 //! its input is idle); every reader shard must hold at least one partition, since a shard
 //! without one holds back the watermark of the `key_by` that follows:
