@@ -172,6 +172,19 @@ impl Slot {
         config
     }
 
+    /// The partitions, of a topic with `partitions` partitions, that shard `shard` (of
+    /// `shards`) of this slot reads: those `p` with `p % (slots * shards) == slot * shards
+    /// + shard`, the split the repartition's readers use. For a Kafka input read with
+    /// [`KafkaSourceFactory::instance_fixed`](super::KafkaSourceFactory::instance_fixed),
+    /// so an input partition belongs to a slot and moves with it. Empty for a reader
+    /// beyond the partitions (give the topic at least `slots * shards`).
+    #[must_use]
+    pub fn input_partitions(&self, partitions: u32, shards: usize, shard: usize) -> Vec<i32> {
+        let readers = u64::from(self.slots) * shards as u64;
+        let reader = u64::from(self.slot) * shards as u64 + shard as u64;
+        (0..partitions).filter(|p| u64::from(*p) % readers == reader).filter_map(|p| i32::try_from(p).ok()).collect()
+    }
+
     /// A transactional-id prefix unique to this slot and stable wherever it runs,
     /// `{job_id}-{name}-{slot}`, for the slot's exactly-once sinks.
     #[must_use]
@@ -687,6 +700,14 @@ mod tests {
         let r = shared.repartition("through");
         assert_eq!((r.instance, r.instances, r.fixed_assignment, r.job_id.as_str()), (4, 6, true, "j"));
         assert_eq!(shared.transactional_id("out"), "j-out-4");
+        assert_eq!(shared.input_partitions(24, 2, 1), vec![9, 21], "reader 4 * 2 + 1 of 12");
+        let every: Vec<i32> = (0..6)
+            .flat_map(|slot| {
+                let s = Slot { slot, ..shared.clone() };
+                (0..2).flat_map(move |shard| s.input_partitions(13, 2, shard))
+            })
+            .collect();
+        assert_eq!(every.len(), 13, "each partition read by one reader: {every:?}");
         assert_eq!(shared.checkpoints().dir, PathBuf::from("/cp/slot-4"));
         let event = SlotEvent::Failed { slot: 4, error: "x".into() };
         assert_eq!(event.to_string(), "slot 4 failed: x");
