@@ -19,6 +19,10 @@
 mod common;
 #[path = "multi_process/exactly_once.rs"]
 mod exactly_once;
+#[path = "multi_process/job.rs"]
+mod job;
+#[path = "multi_process/slots.rs"]
+mod slots;
 #[path = "multi_process/takeover.rs"]
 mod takeover;
 
@@ -32,36 +36,22 @@ use std::{
 
 use common::kafka::Served;
 use futures_lite::future::block_on;
+use job::{Children, Count, EVENTS, PARTITIONS, event, single_process, time};
 use rdkafka::{mocking::MockCluster, producer::DefaultProducerContext};
 use sluice_engine::{
     connectors::kafka::{Repartition, RepartitionConfig},
-    dataflow::{ChannelSource, Generator, Pipeline, PipelineConfig, WatermarkStrategy, Windows},
+    dataflow::{ChannelSource, Pipeline, PipelineConfig, WatermarkStrategy, Windows},
     kafka::KafkaConfig,
 };
-use sluice_io::EventTime;
 
 const CHILD: &str = "SLUICE_MP_CHILD";
-const EVENTS: u64 = 6_000;
-const KEYS: u64 = 24;
 const INSTANCES: u32 = 3;
 const SHARDS: usize = 2;
-const PARTITIONS: u32 = 6;
 const JOB: &str = "mp-job";
 const TOPIC: &str = "mp-through";
 
-/// A result line: key, window start, count.
-type Count = (u64, i64, u64);
-
 /// The partitions each reader holds, by (instance, shard).
 type Assignment = BTreeMap<(u32, usize), Vec<i32>>;
-
-fn event(i: u64) -> (u64, u64) {
-    ((i * 7919) % KEYS, i)
-}
-
-fn time(r: &(u64, u64)) -> EventTime {
-    EventTime::from_millis(r.1 as i64 * 10)
-}
 
 fn main() {
     if let Ok(spec) = std::env::var(CHILD) {
@@ -72,8 +62,8 @@ fn main() {
         exactly_once::child(&spec);
         return;
     }
-    if let Ok(spec) = std::env::var(takeover::CHILD) {
-        takeover::child(&spec);
+    if let Ok(spec) = std::env::var(slots::CHILD) {
+        slots::child(&spec);
         return;
     }
     // `cargo test NAME` passes NAME on: run the tests it selects.
@@ -101,29 +91,6 @@ fn main() {
         }
     }
     println!("multi_process: {ran} run");
-}
-
-/// The job in one process, with a plain `key_by`: the reference.
-fn single_process() -> Vec<Count> {
-    let out: Arc<Mutex<Vec<Count>>> = Arc::default();
-    let sink = out.clone();
-    Pipeline::new(PipelineConfig::with_shards(1))
-        .run(move |scope| {
-            let sink = sink.clone();
-            scope
-                .source(
-                    Generator::new(scope.shard(), scope.shards(), EVENTS, event),
-                    WatermarkStrategy::bounded_out_of_orderness(Duration::from_secs(1), time),
-                )
-                .key_by(|r: &(u64, u64)| r.0)
-                .window(Windows::tumbling(Duration::from_secs(1)))
-                .count()
-                .for_each(move |e| sink.lock().unwrap().push((e.value.key, e.value.window.start.0, e.value.value)));
-        })
-        .expect("the single-process job runs");
-    let mut out = std::mem::take(&mut *out.lock().unwrap());
-    out.sort_unstable();
-    out
 }
 
 /// The broker the job's processes meet at.
@@ -211,19 +178,6 @@ fn multi_process_windowed_count(kind: &str) {
     }
     assert_eq!(keys.len(), INSTANCES as usize, "keys by process: {owner:?}");
     println!("{} counts from {} processes; keys per process {keys:?}", results.len(), INSTANCES);
-}
-
-/// The job's processes, killed (SIGKILL) and reaped when dropped, also when an assertion
-/// fails.
-struct Children(Vec<Child>);
-
-impl Drop for Children {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
 }
 
 /// Starts instance `instance`, collecting its result lines into `results`.

@@ -77,10 +77,15 @@ pub fn stop(mut server: Child) {
 /// Starts `sluice serve` with `--metrics-listen 127.0.0.1:0`; returns the child, the
 /// Kafka address and the metrics address.
 pub fn start(dir: &Path) -> (Child, String, String) {
+    start_on(dir, "127.0.0.1:0")
+}
+
+/// As [`start`], its Kafka listener on `listen`.
+pub fn start_on(dir: &Path, listen: &str) -> (Child, String, String) {
     let mut server = Command::new(env!("CARGO_BIN_EXE_sluice"))
         .args(["serve", "--data-dir"])
         .arg(dir)
-        .args(["--listen", "127.0.0.1:0", "--shards", "2", "--metrics-listen", "127.0.0.1:0"])
+        .args(["--listen", listen, "--shards", "2", "--metrics-listen", "127.0.0.1:0"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

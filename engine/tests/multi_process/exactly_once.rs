@@ -26,7 +26,7 @@
 //! says `go` (after the group has settled).
 
 use std::{
-    collections::{BTreeMap, BTreeSet},
+    collections::BTreeMap,
     io::{BufRead, BufReader, Write},
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
@@ -34,7 +34,6 @@ use std::{
         Arc, Mutex,
         atomic::{AtomicBool, Ordering},
     },
-    task::{Context, Poll},
     time::{Duration, Instant},
 };
 
@@ -46,12 +45,13 @@ use rdkafka::{
 };
 use sluice_engine::{
     connectors::kafka::{KafkaSinkConfig, KafkaSinkFactory, OutRecord, Repartition, RepartitionConfig},
-    dataflow::{CheckpointConfig, Generator, Pipeline, PipelineConfig, Source, WatermarkStrategy, Windows},
+    dataflow::{CheckpointConfig, Generator, Pipeline, PipelineConfig, WatermarkStrategy, Windows},
     kafka::KafkaConfig,
 };
 
-use super::{Assignment, Children, Count, EVENTS, INSTANCES, JOB, PARTITIONS, SHARDS, TOPIC, event, time};
+use super::{Assignment, INSTANCES, JOB, SHARDS, TOPIC};
 use crate::common::kafka::Served;
+use crate::job::{Children, Count, EVENTS, Output, PARTITIONS, Paced, compare, event, single_process, time};
 
 pub(super) const CHILD: &str = "SLUICE_MP_EO_CHILD";
 const OUT: &str = "mp-out";
@@ -185,7 +185,7 @@ fn multi_process_exactly_once_needs_checkpoints() {
 }
 
 fn multi_process_exactly_once_kill(fixed: bool) {
-    let expected = super::single_process();
+    let expected = single_process();
     let kafka = KafkaConfig::new("127.0.0.1:0".parse().unwrap());
     let name = if fixed { "exactly_once_kill_fixed" } else { "exactly_once_kill" };
     let served = Served::launch("multi_process", name, 1, kafka);
@@ -197,7 +197,7 @@ fn multi_process_exactly_once_kill(fixed: bool) {
     for i in 0..INSTANCES {
         job.go(i);
     }
-    let mut output = Output::new(&bootstrap);
+    let mut output = Output::of(&bootstrap, OUT);
     let deadline = Instant::now() + Duration::from_secs(60);
     while output.total() < EVENTS / 5 {
         assert!(Instant::now() < deadline, "only {} events counted", output.total());
@@ -241,7 +241,7 @@ fn multi_process_exactly_once_kill(fixed: bool) {
 /// pipeline fails on the outage is restarted from its checkpoint, as a supervisor
 /// would), and the committed output equals the single process's.
 fn multi_process_exactly_once_broker_restart() {
-    let expected = super::single_process();
+    let expected = single_process();
     let kafka = KafkaConfig::new("127.0.0.1:0".parse().unwrap());
     let mut served = Served::launch("multi_process", "exactly_once_broker_restart", 1, kafka);
     block_on(served.handle().create_topic(TOPIC, PARTITIONS, None)).expect("the repartition topic");
@@ -253,7 +253,7 @@ fn multi_process_exactly_once_broker_restart() {
     for i in 0..INSTANCES {
         job.go(i);
     }
-    let mut output = Output::new(&bootstrap);
+    let mut output = Output::of(&bootstrap, OUT);
     let deadline = Instant::now() + Duration::from_secs(120);
     while output.total() < EVENTS / 5 {
         assert!(Instant::now() < deadline, "only {} events counted", output.total());
@@ -278,74 +278,6 @@ fn multi_process_exactly_once_broker_restart() {
     drop(job);
     compare(&output, &expected);
     println!("{} counts committed, equal to the single process's; {revived} processes restarted", output.counts.len());
-}
-
-/// Fails with the differences unless `got`, sorted, is `expected`.
-pub(super) fn compare(output: &Output, expected: &[Count]) {
-    let mut got = output.counts.clone();
-    got.sort_unstable();
-    if got != expected {
-        let (g, e): (BTreeSet<Count>, BTreeSet<Count>) =
-            (got.iter().copied().collect(), expected.iter().copied().collect());
-        let missing: Vec<&Count> = e.difference(&g).take(10).collect();
-        let extra: Vec<(&Count, Option<&u32>)> = g.difference(&e).take(10).map(|c| (c, output.by.get(c))).collect();
-        let mut seen = BTreeMap::<Count, usize>::new();
-        got.iter().for_each(|c| *seen.entry(*c).or_default() += 1);
-        let twice: Vec<&Count> = seen.iter().filter(|(_, n)| **n > 1).map(|(c, _)| c).take(10).collect();
-        panic!(
-            "the committed {} counts differ from the single process's {}; missing (first 10): {missing:?}; not \
-             expected (first 10, with the instance that wrote it): {extra:?}; more than once (first 10): {twice:?}",
-            got.len(),
-            expected.len()
-        );
-    }
-}
-
-/// The output topic, read `read_committed` from its start.
-pub(super) struct Output {
-    consumer: BaseConsumer,
-    pub(super) counts: Vec<Count>,
-    /// The instance that wrote each count.
-    by: BTreeMap<Count, u32>,
-}
-
-impl Output {
-    fn new(bootstrap: &str) -> Output {
-        Output::of(bootstrap, OUT)
-    }
-
-    /// Topic `topic`'s partition 0, read `read_committed` from its start.
-    pub(super) fn of(bootstrap: &str, topic: &str) -> Output {
-        let consumer: BaseConsumer = rdkafka::ClientConfig::new()
-            .set("bootstrap.servers", bootstrap)
-            .set("group.id", "mp-out-reader")
-            .set("isolation.level", "read_committed")
-            .set("enable.auto.commit", "false")
-            .create()
-            .expect("the output consumer starts");
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(topic, 0, Offset::Beginning).expect("partition 0");
-        consumer.assign(&tpl).expect("assigned");
-        Output { consumer, counts: Vec::new(), by: BTreeMap::new() }
-    }
-
-    pub(super) fn total(&self) -> u64 {
-        self.counts.iter().map(|c| c.2).sum()
-    }
-
-    /// Takes what has been committed, waiting up to `wait` for the first record.
-    pub(super) fn poll(&mut self, wait: Duration) {
-        let mut timeout = wait;
-        while let Some(m) = self.consumer.poll(timeout) {
-            // Transient (a dropped connection): the consumer reconnects by itself.
-            let Ok(m) = m else { continue };
-            let line = std::str::from_utf8(m.payload().unwrap_or_default()).expect("utf-8");
-            let f: Vec<u64> = line.split_whitespace().map(|x| x.parse().expect("a number")).collect();
-            self.counts.push((f[0], f[1] as i64, f[2]));
-            self.by.insert((f[0], f[1] as i64, f[2]), f[3] as u32);
-            timeout = Duration::ZERO;
-        }
-    }
 }
 
 /// Starts instance `instance` on checkpoint directory `dir`, collecting what it prints.
@@ -381,64 +313,6 @@ fn spawn(bootstrap: &str, instance: u32, dir: &Path, fixed: bool, seen: &Seen) -
         }
     });
     child
-}
-
-/// A [`Generator`] released by `go` and paced to [`RATE`] records a second from then
-/// (or its own rate; waiting on a glommio timer); its positions are the generator's.
-pub(super) struct Paced<G> {
-    inner: G,
-    go: Arc<AtomicBool>,
-    /// Records a second.
-    rate: u64,
-    started: Option<Instant>,
-    emitted: u64,
-    timer: Option<glommio::timer::Timer>,
-}
-
-impl<G> Paced<G> {
-    /// `inner`, released by `go`, at `rate` records a second.
-    pub(super) fn new(inner: G, go: Arc<AtomicBool>, rate: u64) -> Self {
-        Paced { inner, go, rate, started: None, emitted: 0, timer: None }
-    }
-}
-
-impl<T: 'static, G: Source<T>> Source<T> for Paced<G> {
-    fn splits(&self) -> usize {
-        1
-    }
-
-    fn poll_next(&mut self, cx: &mut Context<'_>, out: &mut Vec<T>, max: usize) -> Poll<Option<usize>> {
-        use std::{future::Future, pin::Pin};
-        loop {
-            if self.go.load(Ordering::Acquire) {
-                let started = *self.started.get_or_insert_with(Instant::now);
-                let due = (started.elapsed().as_millis() as u64 * self.rate / 1000).saturating_sub(self.emitted);
-                if due > 0 {
-                    let before = out.len();
-                    let polled = self.inner.poll_next(cx, out, max.min(due as usize));
-                    self.emitted += (out.len() - before) as u64;
-                    self.timer = None;
-                    return polled;
-                }
-            }
-            let timer = self.timer.get_or_insert_with(|| glommio::timer::Timer::new(Duration::from_millis(20)));
-            if Pin::new(timer).poll(cx).is_pending() {
-                return Poll::Pending;
-            }
-            self.timer = None;
-        }
-    }
-
-    fn positions(&self) -> Option<Vec<(u64, i64)>> {
-        self.inner.positions()
-    }
-
-    fn restore(
-        &mut self,
-        positions: &std::collections::HashMap<u64, i64>,
-    ) -> Result<(), sluice_engine::dataflow::UserError> {
-        self.inner.restore(positions)
-    }
 }
 
 /// Prints the readers' assignment (`ASSIGNED shard:p,p shard:p ...`) whenever it changes,
