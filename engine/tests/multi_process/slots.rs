@@ -63,6 +63,8 @@ pub struct Seen {
     failed: Vec<String>,
     /// Starts that waited for another process to stop the slot.
     blocked: usize,
+    /// The latest slot events, for a failure's message.
+    history: Vec<String>,
 }
 
 pub struct Members {
@@ -193,6 +195,10 @@ impl Members {
         let done = |o: &Output| if exact { o.total() >= EVENTS } else { covers(o, expected).is_ok() };
         while !done(output) {
             if Instant::now() > deadline {
+                for (m, seen) in self.seen.iter().enumerate() {
+                    let seen = seen.lock().unwrap();
+                    eprintln!("member {m}: holds {:?}; latest events {:?}", seen.slots, seen.history);
+                }
                 if exact {
                     compare(output, expected);
                 }
@@ -255,6 +261,12 @@ fn spawn(bootstrap: &str, member: usize, root: &Path, seen: &Arc<Mutex<Seen>>) -
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
             let f: Vec<&str> = line.split_whitespace().collect();
             let mut seen = seen.lock().unwrap();
+            if f.first() == Some(&"slot") {
+                if seen.history.len() == 64 {
+                    seen.history.remove(0);
+                }
+                seen.history.push(line.clone());
+            }
             match f[..] {
                 ["SLOTS", ref slots @ ..] => seen.slots = slots.iter().map(|s| s.parse().unwrap()).collect(),
                 ["slot", s, "started", "from", "checkpoint", id] => {

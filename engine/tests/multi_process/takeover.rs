@@ -76,7 +76,7 @@ fn multi_process_takeover(kind: &str) {
     let mut members = Members::start(&bootstrap, &root, 3);
     let mut output = Output::of(&bootstrap, OUT);
     members.wait_spread(&[0, 1, 2], "three members", &[], &mut output);
-    let deadline = Instant::now() + Duration::from_secs(120);
+    let deadline = Instant::now() + Duration::from_secs(180);
     members.wait_committed(&mut output, EVENTS / 5, deadline, &[]);
     let lost = members.slots(1);
     println!("{} of {EVENTS} events committed: killing member 1, which runs slots {lost:?}", output.total());
