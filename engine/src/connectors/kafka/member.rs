@@ -54,7 +54,7 @@ use std::{
     path::PathBuf,
     sync::{
         Arc, Mutex, PoisonError,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
     },
     thread::JoinHandle,
     time::{Duration, Instant},
@@ -310,6 +310,9 @@ struct Shared {
     build: Box<Build>,
     held: Mutex<BTreeMap<u32, Held>>,
     events: Mutex<Vec<SlotEvent>>,
+    /// Every event so far, by kind: started afresh, started restored, stopped, finished,
+    /// blocked, failed.
+    counts: [AtomicU64; 6],
     /// Problems of the member's consumer, the latest few.
     problems: Mutex<Vec<String>>,
 }
@@ -319,6 +322,15 @@ const MAX_EVENTS: usize = 4096;
 
 impl Shared {
     fn note(&self, event: SlotEvent) {
+        let kind = match &event {
+            SlotEvent::Started { restored_from: None, .. } => 0,
+            SlotEvent::Started { restored_from: Some(_), .. } => 1,
+            SlotEvent::Stopped { .. } => 2,
+            SlotEvent::Finished { .. } => 3,
+            SlotEvent::Blocked { .. } => 4,
+            SlotEvent::Failed { .. } => 5,
+        };
+        self.counts[kind].fetch_add(1, Ordering::Relaxed);
         let mut events = self.events.lock().unwrap_or_else(PoisonError::into_inner);
         if events.len() == MAX_EVENTS {
             events.remove(0);
@@ -521,6 +533,7 @@ impl JobMember {
             build: Box::new(build),
             held: Mutex::default(),
             events: Mutex::default(),
+            counts: Default::default(),
             problems: Mutex::default(),
         });
         let c = &shared.config;
@@ -559,6 +572,60 @@ impl JobMember {
     #[must_use]
     pub fn events(&self) -> Vec<SlotEvent> {
         self.shared.events.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// The member's metrics (prefix `sluice_job_member_`, label `job`): the slots it holds
+    /// and runs, and counters of slot starts (label `restored`), stops, finishes, waits
+    /// for another process and failures. A slot's pipeline metrics are its
+    /// `RunningPipeline`'s, inside the closure that built it.
+    #[must_use]
+    pub fn metric_families(&self) -> crate::metrics::Families {
+        let mut out = crate::metrics::Families::default();
+        let job = || vec![("job", self.shared.config.job_id.clone())];
+        let (held, running) = {
+            let held = self.shared.held.lock().unwrap_or_else(PoisonError::into_inner);
+            (held.len(), held.values().filter(|h| matches!(h, Held::Running(..))).count())
+        };
+        out.gauge("sluice_job_member_slots", "Slots the group gives this member.", job(), held);
+        out.gauge("sluice_job_member_slots_running", "Slots whose pipeline runs in this member.", job(), running);
+        let count = |i: usize| self.shared.counts[i].load(Ordering::Relaxed);
+        for (restored, i) in [("false", 0), ("true", 1)] {
+            let mut labels = job();
+            labels.push(("restored", restored.to_string()));
+            out.counter(
+                "sluice_job_member_slot_starts",
+                "Slot pipelines started, restored from a checkpoint or not.",
+                labels,
+                count(i),
+            );
+        }
+        out.counter(
+            "sluice_job_member_slot_stops",
+            "Slots stopped because the group moved them or the member left.",
+            job(),
+            count(2),
+        );
+        out.counter("sluice_job_member_slot_finishes", "Slot pipelines that ended with their input.", job(), count(3));
+        out.counter(
+            "sluice_job_member_slot_waits",
+            "Slot starts that waited for another process to stop the slot.",
+            job(),
+            count(4),
+        );
+        out.counter(
+            "sluice_job_member_slot_failures",
+            "Slot pipelines that failed to start or failed while running.",
+            job(),
+            count(5),
+        );
+        out
+    }
+
+    /// [`JobMember::metric_families`] in the Prometheus text format, or OpenMetrics with
+    /// `openmetrics`.
+    #[must_use]
+    pub fn render_metrics(&self, openmetrics: bool) -> String {
+        self.metric_families().render(openmetrics)
     }
 
     /// The latest problems of the member's group consumer (errors librdkafka reported).
