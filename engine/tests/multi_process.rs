@@ -21,6 +21,8 @@ mod common;
 mod exactly_once;
 #[path = "multi_process/job.rs"]
 mod job;
+#[path = "multi_process/netns.rs"]
+mod netns;
 #[path = "multi_process/slots.rs"]
 mod slots;
 #[path = "multi_process/takeover.rs"]

@@ -36,8 +36,19 @@ impl Served {
         mut kafka: KafkaConfig,
         request_queue: Option<usize>,
     ) -> Served {
-        let dir = data_dir(file, name);
         kafka.listen = "127.0.0.1:0".parse().expect("address");
+        Served::launch_at(file, name, shards, kafka, request_queue)
+    }
+
+    /// As [`Served::launch_queued`], listening where `kafka` says (not moved to loopback).
+    pub fn launch_at(
+        file: &str,
+        name: &str,
+        shards: usize,
+        kafka: KafkaConfig,
+        request_queue: Option<usize>,
+    ) -> Served {
+        let dir = data_dir(file, name);
         let mut served = Served { server: None, engine: None, shards, kafka, request_queue, _dir: dir };
         served.open();
         served

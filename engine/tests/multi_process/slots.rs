@@ -71,16 +71,28 @@ pub struct Members {
     bootstrap: String,
     root: std::path::PathBuf,
     pub seen: Vec<Arc<Mutex<Seen>>>,
+    /// Dropped (killed) before the launcher, which may own what they run in.
     pub children: Children,
+    /// The command a member runs under, by member (say `ip netns exec NS`), if any.
+    launcher: Option<Launcher>,
 }
+
+/// Makes member `i`'s command prefix.
+pub type Launcher = Box<dyn FnMut(usize) -> Vec<String>>;
 
 impl Members {
     pub fn start(bootstrap: &str, root: &Path, n: usize) -> Members {
+        Members::start_with(bootstrap, root, n, None)
+    }
+
+    /// As [`Members::start`], each member's command run under `launcher`'s prefix.
+    pub fn start_with(bootstrap: &str, root: &Path, n: usize, launcher: Option<Launcher>) -> Members {
         let mut members = Members {
             bootstrap: bootstrap.into(),
             root: root.into(),
             seen: Vec::new(),
             children: Children(Vec::new()),
+            launcher,
         };
         for _ in 0..n {
             members.add();
@@ -92,7 +104,8 @@ impl Members {
     pub fn add(&mut self) -> usize {
         let member = self.children.0.len();
         let seen = Arc::new(Mutex::new(Seen::default()));
-        self.children.0.push(spawn(&self.bootstrap, member, &self.root, &seen));
+        let prefix = self.launcher.as_mut().map(|l| l(member)).unwrap_or_default();
+        self.children.0.push(spawn(&self.bootstrap, member, &self.root, &seen, &prefix));
         self.seen.push(seen);
         member
     }
@@ -247,8 +260,17 @@ pub fn covers(output: &Output, expected: &[Count]) -> Result<(), String> {
 }
 
 /// Starts member process `member`, collecting what it prints into `seen`.
-fn spawn(bootstrap: &str, member: usize, root: &Path, seen: &Arc<Mutex<Seen>>) -> Child {
-    let mut child = Command::new(std::env::current_exe().expect("the test binary"))
+fn spawn(bootstrap: &str, member: usize, root: &Path, seen: &Arc<Mutex<Seen>>, prefix: &[String]) -> Child {
+    let exe = std::env::current_exe().expect("the test binary");
+    let mut command = match prefix.split_first() {
+        Some((program, args)) => {
+            let mut c = Command::new(program);
+            c.args(args).arg(&exe);
+            c
+        }
+        None => Command::new(&exe),
+    };
+    let mut child = command
         .env(CHILD, format!("{bootstrap},{}", root.display()))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
