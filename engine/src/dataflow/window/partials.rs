@@ -4,10 +4,11 @@
 //! instructions than `hashbrown`'s probe, which on the main job was most of the local
 //! phase's work (measured in tuning.md, "Scaling with the cores", session 25).
 //!
-//! Linear probing in a power-of-two array of `Option<(K, V)>`, at most half full (so a
-//! probe rarely looks past its first slot); a hash's home slot is the top bits of its
-//! product with the golden ratio (Fibonacci hashing). Entries leave only all at once ([`Partials::drain_into`]), so
-//! there are no tombstones.
+//! Linear probing in a power-of-two array of `Option<(K, V)>`, at most three quarters
+//! full: on the main job (10 000 keys, 16 384 slots of 24 bytes) that ran 5-6% faster than
+//! at most half full, whose table is twice the size for a few fewer probes. A hash's home
+//! slot is the top bits of its product with the golden ratio (Fibonacci hashing).
+//! Entries leave only all at once ([`Partials::drain_into`]), so there are no tombstones.
 
 use std::hash::{BuildHasher, Hash};
 
@@ -67,8 +68,8 @@ impl<K: Hash + Eq, V> Partials<K, V> {
                 None => break,
             }
         }
-        // A new key: the table grows first if it would be over half full.
-        if (self.len + 1) * 2 > self.slots.len() {
+        // A new key: the table grows first if it would be over three quarters full.
+        if (self.len + 1) * 4 > self.slots.len() * 3 {
             self.grow();
             i = self.vacant(hash);
         }
@@ -155,7 +156,7 @@ mod tests {
             add(&mut table, key, 1);
         }
         let slots = table.slots.len();
-        assert!(table.len() * 2 <= slots, "{} keys in {slots} slots", table.len());
+        assert!(table.len() * 4 <= slots * 3, "{} keys in {slots} slots", table.len());
         table.drain_into(|_, v| assert_eq!(v, 1));
         for key in 0..10_000u64 {
             add(&mut table, key + 7, 2);
