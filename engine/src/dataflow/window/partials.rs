@@ -73,8 +73,8 @@ impl<K: Hash + Eq, V> Partials<K, V> {
             self.grow();
             i = self.vacant(hash);
         }
-        self.len += 1;
         let (_, v) = self.slots[i].insert((key, create()));
+        self.len += 1;
         update(v);
     }
 
