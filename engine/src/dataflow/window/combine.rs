@@ -19,10 +19,9 @@
 
 use std::{hash::Hash, marker::PhantomData, rc::Rc, time::Duration};
 
-use rustc_hash::FxHashMap;
 use sluice_io::EventTime;
 
-use super::{Aggregate, WindowResult, Windows, ms};
+use super::{Aggregate, WindowResult, Windows, ms, partials::Partials};
 use crate::dataflow::{Event, Operator, Output, Port, Stream, checkpoint::Barrier, checkpoint::Data};
 
 /// A stream whose records will be aggregated per key in two phases;
@@ -190,9 +189,9 @@ struct Combiner<K, T, KS, A: Aggregate<T>> {
     /// holds whole or not at all.
     size: i64,
     /// (pane start, partial per key) of the panes not sent yet; usually one or two.
-    open: Vec<(i64, FxHashMap<K, A::Acc>)>,
+    open: Vec<(i64, Partials<K, A::Acc>)>,
     /// Emptied maps of sent panes, kept with their capacity for the next ones.
-    spare: Vec<FxHashMap<K, A::Acc>>,
+    spare: Vec<Partials<K, A::Acc>>,
     buf: Vec<Event<(K, A::Acc)>>,
     out: Port<(K, A::Acc)>,
     _t: PhantomData<fn(&T)>,
@@ -226,7 +225,8 @@ where
             }
             let (start, mut partials) = self.open.remove(i);
             let time = EventTime::from_millis(start.saturating_add(self.size).saturating_sub(1));
-            self.buf.extend(partials.drain().map(|partial| Event { time, value: partial }));
+            let buf = &mut self.buf;
+            partials.drain_into(|key, acc| buf.push(Event { time, value: (key, acc) }));
             // The next window has about as many keys: its map starts at this one's size.
             if self.spare.len() < SPARE_MAPS {
                 self.spare.push(partials);
@@ -234,6 +234,14 @@ where
         }
         self.out.borrow_mut().push(&mut self.buf);
     }
+}
+
+/// Whether `start <= t <= start + width`, in one comparison: `t - start` wraps past
+/// `width` for every `t` below `start` (two's complement; `start + width` must not
+/// overflow).
+#[inline]
+fn within(t: i64, start: i64, width: u64) -> bool {
+    (t.wrapping_sub(start) as u64) <= width
 }
 
 impl<K, T, KS, A> Operator<T> for Combiner<K, T, KS, A>
@@ -251,7 +259,8 @@ where
         while let Some(first) = rest.first() {
             let start = first.time.0 - first.time.0.rem_euclid(self.size);
             let last = start.saturating_add(self.size).saturating_sub(1);
-            let in_window = |e: &Event<T>| (start..=last).contains(&e.time.0);
+            let width = last.wrapping_sub(start) as u64;
+            let in_window = |e: &Event<T>| within(e.time.0, start, width);
             if last <= sent_through.0 {
                 // Its window has been sent: on at once, for the owner to judge.
                 let run = rest.iter().position(|e| !in_window(e)).unwrap_or(rest.len());
@@ -271,16 +280,15 @@ where
                 if !in_window(event) {
                     return true;
                 }
-                // A probe first, building an entry only for a key new to the window.
                 let key = key(&event.value);
-                match partials.get_mut(&key) {
-                    Some(acc) => aggregate.add(acc, &event.value),
-                    None => {
-                        let mut acc = aggregate.create();
-                        aggregate.add(&mut acc, &event.value);
-                        partials.insert(key, acc);
-                    }
-                }
+                partials.upsert(
+                    Partials::<K, A::Acc>::hash(&key),
+                    key,
+                    || aggregate.create(),
+                    |acc| {
+                        aggregate.add(acc, &event.value);
+                    },
+                );
                 false
             });
             rest = &rest[run.unwrap_or(rest.len())..];
@@ -306,5 +314,23 @@ where
     fn on_barrier(&mut self, barrier: Barrier) {
         self.send(|_| true);
         self.out.borrow_mut().barrier(barrier);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::within;
+
+    #[test]
+    fn within_is_the_inclusive_range_at_the_extremes() {
+        let times = [i64::MIN, i64::MIN + 1, -1001, -1000, -1, 0, 1, 999, 1000, i64::MAX - 1, i64::MAX];
+        for start in times {
+            for last in times.into_iter().filter(|&last| last >= start) {
+                let width = last.wrapping_sub(start) as u64;
+                for t in times {
+                    assert_eq!(within(t, start, width), (start..=last).contains(&t), "{t} in {start}..={last}");
+                }
+            }
+        }
     }
 }

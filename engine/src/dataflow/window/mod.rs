@@ -22,6 +22,7 @@ mod combine;
 mod emit;
 mod function;
 mod global;
+mod partials;
 mod session;
 mod skeleton;
 
