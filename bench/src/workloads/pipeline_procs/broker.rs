@@ -190,21 +190,30 @@ pub(super) fn read_back(bootstrap: &str, topic: &str, partitions: u32) -> anyhow
         .create()
         .context("creating the read-back consumer")?;
     let mut tpl = TopicPartitionList::new();
-    let mut end_offsets = 0u64;
+    let mut ends = Vec::new();
     for p in 0..partitions as i32 {
         tpl.add_partition_offset(topic, p, Offset::Beginning)?;
         let (_, high) = consumer.fetch_watermarks(topic, p, Duration::from_secs(30))?;
-        end_offsets += u64::try_from(high).unwrap_or(0);
+        ends.push(high);
     }
     consumer.assign(&tpl)?;
-    let mut cost = TopicCost { end_offsets, ..TopicCost::default() };
-    let (started, mut quiet) = (Instant::now(), Instant::now());
-    let deadline = started + Duration::from_secs(600);
-    // Done once nothing more comes for a second (control records take offsets too, so
-    // the end offsets do not say when); up to 15 s for the first record.
-    while quiet.elapsed() < Duration::from_secs(1) || (cost.data_records == 0 && started.elapsed() < Duration::from_secs(15)) {
+    let mut cost = TopicCost { end_offsets: ends.iter().map(|&e| u64::try_from(e).unwrap_or(0)).sum(), ..TopicCost::default() };
+    let mut quiet = Instant::now();
+    let deadline = quiet + Duration::from_secs(600);
+    // Done once every partition's position is at its end offset, or (a transaction a
+    // process left open when it exited holds read_committed back) nothing came for 5 s.
+    while quiet.elapsed() < Duration::from_secs(5) {
         ensure!(Instant::now() < deadline, "reading the repartition topic back took over 10 minutes");
-        let Some(m) = consumer.poll(Duration::from_millis(100)) else { continue };
+        let Some(m) = consumer.poll(Duration::from_millis(100)) else {
+            let positions = consumer.position()?;
+            let at_end = (0..partitions as i32).all(|p| {
+                matches!(positions.find_partition(topic, p).map(|e| e.offset()), Some(Offset::Offset(o)) if o >= ends[p as usize])
+            });
+            if at_end {
+                break;
+            }
+            continue;
+        };
         let m = m.context("reading the repartition topic back")?;
         quiet = Instant::now();
         let headers: usize = m.headers().map_or(0, |h| h.iter().map(|h| h.key.len() + h.value.map_or(0, <[u8]>::len)).sum());
