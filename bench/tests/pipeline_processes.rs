@@ -44,11 +44,12 @@ fn report(line: &[&str]) -> Value {
 #[cfg(feature = "kafka-client")]
 #[test]
 fn two_processes_exactly_once_count_every_event_with_latency() {
-    let r = report(&["--processes", "2", "--shards", "1", "--events", "30000", "--rounds", "1", "--latency-seconds", "1"]);
+    let r =
+        report(&["--processes", "2", "--shards", "1", "--events", "30000", "--rounds", "1", "--latency-seconds", "1"]);
     assert_eq!((r["workload"].as_str(), r["processes"].as_u64()), (Some("pipeline"), Some(2)), "{r}");
     assert_eq!((r["events"].as_u64(), r["results_sum"].as_u64()), (Some(30_000), Some(30_000)), "{r}");
     assert_eq!(r["results"].as_u64(), Some(10_000), "every key has events in the one window: {r}");
-    assert_eq!((r["guarantee"].as_str(), r["checkpoint_interval_ms"].as_u64()), (Some("exactly_once"), Some(200)));
+    assert_eq!((r["guarantee"].as_str(), r["checkpoint_interval_ms"].as_u64()), (Some("exactly_once"), Some(1000)));
     assert_eq!(r["repartition_partitions"].as_u64(), Some(2));
     assert!(r["broker"].as_str().is_some_and(|b| b.contains("parent process")), "{r}");
     for rate in ["events_per_sec", "single_process_events_per_sec", "ratio_to_single_process"] {
@@ -62,7 +63,10 @@ fn two_processes_exactly_once_count_every_event_with_latency() {
     let cpu = &r["cpu"];
     assert_eq!(cpu["process_cpu_seconds"].as_array().map(Vec::len), Some(2), "{r}");
     assert!(cpu["broker_cpu_seconds"].as_f64().is_some_and(|s| s > 0.0), "{r}");
-    assert!(cpu["cpu_by_thread"].as_object().is_some_and(|t| t.keys().any(|k| k.starts_with("sluice-pipeline"))), "{r}");
+    assert!(
+        cpu["cpu_by_thread"].as_object().is_some_and(|t| t.keys().any(|k| k.starts_with("sluice-pipeline"))),
+        "{r}"
+    );
     // The latency phase ran on both sides, at half the measured rate.
     let half = (r["events_per_sec"].as_f64().unwrap_or(0.0) / 2.0) as u64;
     assert_eq!(r["latency_rate"].as_u64(), Some(half.max(1)), "{r}");

@@ -139,7 +139,7 @@ impl LatencyRecorder {
     ///
     /// Text that is not such a histogram.
     pub fn merge_hex(&mut self, hex: &str) -> anyhow::Result<()> {
-        anyhow::ensure!(hex.len() % 2 == 0 && hex.is_ascii(), "a latency histogram's hex has an odd length");
+        anyhow::ensure!(hex.len().is_multiple_of(2) && hex.is_ascii(), "a latency histogram's hex has an odd length");
         let bytes = (0..hex.len())
             .step_by(2)
             .map(|i| u8::from_str_radix(&hex[i..i + 2], 16))

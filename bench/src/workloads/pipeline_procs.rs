@@ -65,13 +65,13 @@ pub struct ProcessesArgs {
     pub at_least_once: bool,
     /// With --processes, exactly once: each process's checkpoint interval, in milliseconds:
     /// the repartition's records cross when their checkpoint completes, so this is added to
-    /// the result latency [default: 200]
+    /// the result latency [default: 1000, the engine's CheckpointConfig default]
     #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
     pub checkpoint_interval_ms: Option<u64>,
 }
 
 /// `--checkpoint-interval-ms`' default.
-pub const DEFAULT_CHECKPOINT_INTERVAL_MS: u64 = 200;
+pub const DEFAULT_CHECKPOINT_INTERVAL_MS: u64 = 1000;
 
 /// `--events`' default with `--processes`: every record crosses the broker twice.
 pub const DEFAULT_PROCESSES_EVENTS: u64 = 5_000_000;
@@ -229,7 +229,11 @@ impl ProcessesReport {
         };
         table.row("processes", self.processes, &mode);
         table.row("broker", &self.bootstrap, &self.broker);
-        table.row("single process (in-process key_by)", format!("{:.0}", self.single_process_events_per_sec), "events/s");
+        table.row(
+            "single process (in-process key_by)",
+            format!("{:.0}", self.single_process_events_per_sec),
+            "events/s",
+        );
         table.row(
             format!("{} processes / single process", self.processes),
             format!("{:.3}", events_per_sec / self.single_process_events_per_sec.max(1e-9)),

@@ -115,9 +115,9 @@ impl Broker {
     /// an external cluster.
     pub(super) fn cpu_seconds(&self) -> Option<f64> {
         match self {
-            Broker::Serve { child, .. } => {
-                std::fs::read_to_string(format!("/proc/{}/stat", child.id())).ok().and_then(|s| super::stat_cpu_seconds(&s))
-            }
+            Broker::Serve { child, .. } => std::fs::read_to_string(format!("/proc/{}/stat", child.id()))
+                .ok()
+                .and_then(|s| super::stat_cpu_seconds(&s)),
             Broker::InProcess { .. } => Some(super::super::kafka::cpu(libc::RUSAGE_SELF).as_secs_f64()),
             Broker::External(_) => None,
         }
@@ -197,7 +197,8 @@ pub(super) fn read_back(bootstrap: &str, topic: &str, partitions: u32) -> anyhow
         ends.push(high);
     }
     consumer.assign(&tpl)?;
-    let mut cost = TopicCost { end_offsets: ends.iter().map(|&e| u64::try_from(e).unwrap_or(0)).sum(), ..TopicCost::default() };
+    let mut cost =
+        TopicCost { end_offsets: ends.iter().map(|&e| u64::try_from(e).unwrap_or(0)).sum(), ..TopicCost::default() };
     let mut quiet = Instant::now();
     let deadline = quiet + Duration::from_secs(600);
     // Done once every partition's position is at its end offset, or (a transaction a
@@ -216,7 +217,8 @@ pub(super) fn read_back(bootstrap: &str, topic: &str, partitions: u32) -> anyhow
         };
         let m = m.context("reading the repartition topic back")?;
         quiet = Instant::now();
-        let headers: usize = m.headers().map_or(0, |h| h.iter().map(|h| h.key.len() + h.value.map_or(0, <[u8]>::len)).sum());
+        let headers: usize =
+            m.headers().map_or(0, |h| h.iter().map(|h| h.key.len() + h.value.map_or(0, <[u8]>::len)).sum());
         cost.bytes += (m.key().map_or(0, <[u8]>::len) + m.payload().map_or(0, <[u8]>::len) + headers) as u64;
         let watermark = m.headers().is_some_and(|h| h.iter().any(|h| h.key == WATERMARK_HEADER));
         if watermark {

@@ -89,6 +89,9 @@ impl ChildSpec {
     }
 }
 
+/// What a shard's sink hands over: its tally, and its latencies in the paced mode.
+type ShardEnd = (Tally, Option<LatencyRecorder>);
+
 /// What an instance reports when its windows have all fired.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ChildEnd {
@@ -115,8 +118,7 @@ pub struct ChildEnd {
 pub fn run(args: &ChildArgs) -> anyhow::Result<()> {
     let spec: ChildSpec = serde_json::from_str(&args.spec).context("parsing the child's --spec")?;
     let job = spec.job()?;
-    let mut config =
-        RepartitionConfig::new(&spec.bootstrap, &spec.job_id, &spec.topic, spec.instance, spec.instances);
+    let mut config = RepartitionConfig::new(&spec.bootstrap, &spec.job_id, &spec.topic, spec.instance, spec.instances);
     config.fixed_assignment = true;
     if !spec.exactly_once {
         config = config.at_least_once();
@@ -124,7 +126,7 @@ pub fn run(args: &ChildArgs) -> anyhow::Result<()> {
     let through = Repartition::new(config).context("starting the repartition")?;
     let go: Arc<OnceLock<Instant>> = Arc::new(OnceLock::new());
     let built = Arc::new(AtomicUsize::new(0));
-    let ends: Arc<Mutex<Vec<(Tally, Option<LatencyRecorder>)>>> = Arc::default();
+    let ends: Arc<Mutex<Vec<ShardEnd>>> = Arc::default();
     let mut pipeline = Pipeline::new(PipelineConfig {
         batch_records: job.batch,
         pin: job.pin,
@@ -158,7 +160,9 @@ pub fn run(args: &ChildArgs) -> anyhow::Result<()> {
                 done: false,
             };
             match build_through.key_by_through(events, |i: &u64| Job::default_key(*i)) {
-                Ok(keyed) => keyed.window(Windows::tumbling(Duration::from_millis(WINDOW_MS as u64))).count().attach(sink),
+                Ok(keyed) => {
+                    keyed.window(Windows::tumbling(Duration::from_millis(WINDOW_MS as u64))).count().attach(sink)
+                }
                 Err(e) => build_errors.lock().unwrap_or_else(PoisonError::into_inner).push(e.to_string()),
             }
             build_built.fetch_add(1, Ordering::Release);
@@ -183,7 +187,12 @@ pub fn run(args: &ChildArgs) -> anyhow::Result<()> {
 
 /// Waits until every shard has built its graph and every reader has polled its
 /// partitions (fixed ones: no group to settle).
-fn wait_ready(built: &AtomicUsize, through: &Repartition, errors: &Mutex<Vec<String>>, shards: usize) -> anyhow::Result<()> {
+fn wait_ready(
+    built: &AtomicUsize,
+    through: &Repartition,
+    errors: &Mutex<Vec<String>>,
+    shards: usize,
+) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         if let Some(e) = errors.lock().unwrap_or_else(PoisonError::into_inner).first() {
@@ -224,7 +233,7 @@ fn read_go() -> anyhow::Result<Instant> {
 }
 
 /// The shards' ends merged, with the process's CPU by thread.
-fn child_end(ends: &Mutex<Vec<(Tally, Option<LatencyRecorder>)>>, checkpoints: u64) -> anyhow::Result<ChildEnd> {
+fn child_end(ends: &Mutex<Vec<ShardEnd>>, checkpoints: u64) -> anyhow::Result<ChildEnd> {
     let ends = ends.lock().unwrap_or_else(PoisonError::into_inner);
     let mut tally = Tally::default();
     let mut latency: Option<LatencyRecorder> = None;
@@ -324,7 +333,7 @@ struct EndSink {
     tally: Tally,
     latency: Option<LatencyRecorder>,
     go: Arc<OnceLock<Instant>>,
-    ends: Arc<Mutex<Vec<(Tally, Option<LatencyRecorder>)>>>,
+    ends: Arc<Mutex<Vec<ShardEnd>>>,
     done: bool,
 }
 

@@ -82,7 +82,8 @@ pub fn run(args: &PipelineArgs, mut report: PipelineReport, processes: usize) ->
         let single = pipeline_sluice::run(&job, setup.shards, false).context("the single-process job")?;
         singles.push((rate(job.events, single.elapsed), single.elapsed, cpu(libc::RUSAGE_SELF).saturating_sub(before)));
     }
-    let best = (0..rounds.len()).max_by(|&a, &b| report.round_events_per_sec[a].total_cmp(&report.round_events_per_sec[b]));
+    let best =
+        (0..rounds.len()).max_by(|&a, &b| report.round_events_per_sec[a].total_cmp(&report.round_events_per_sec[b]));
     let best = &rounds[best.context("no round ran")?];
     let single = singles.iter().copied().max_by(|a, b| a.0.total_cmp(&b.0)).context("no round ran")?;
     report.rounds = args.rounds;
@@ -151,7 +152,8 @@ impl Setup<'_> {
         let events = ((rate as f64 * args.latency_seconds) as u64).max(1);
         let job = paced_job(args, rate, events)?;
         let round;
-        (round, report.machine_wake_latency_us) = WakeProbe::around(!args.no_wake_probe, || self.round("lat", &job, true))?;
+        (round, report.machine_wake_latency_us) =
+            WakeProbe::around(!args.no_wake_probe, || self.round("lat", &job, true))?;
         round.tally.check(&job, &format!("{} processes (latency phase)", self.processes))?;
         if let Some(l) = &round.latency {
             keep_latency(args, report, l, rate)?;
