@@ -9,6 +9,7 @@
 
 use std::process::Command;
 
+#[cfg(feature = "kafka-client")]
 use serde_json::Value;
 
 fn bench(line: &[&str]) -> std::process::Output {

@@ -210,6 +210,7 @@ pub struct CpuReport {
 }
 
 /// User plus system CPU seconds from a `/proc/.../stat` line (fields 14 and 15).
+#[cfg(feature = "kafka-client")]
 pub(crate) fn stat_cpu_seconds(stat: &str) -> Option<f64> {
     // The command name (field 2) may hold spaces: count from its closing parenthesis.
     let rest = &stat[stat.rfind(')')? + 1..];
@@ -266,5 +267,21 @@ impl ProcessesReport {
         if let Some(l) = &self.single_process_latency_us {
             table.latency_rows("single-process result latency", l);
         }
+    }
+}
+
+#[cfg(all(test, feature = "kafka-client"))]
+mod tests {
+    use super::stat_cpu_seconds;
+
+    #[test]
+    fn stat_lines_give_user_plus_system_time() {
+        // The command name may hold spaces and parentheses; fields 14 and 15 follow it.
+        let ten = stat_cpu_seconds("1 (a) b) S 0 0 0 0 0 0 0 0 0 0 250 150 0 0").expect("a stat line");
+        let one = stat_cpu_seconds("1 (a) b) S 0 0 0 0 0 0 0 0 0 0 25 15 0 0").expect("a stat line");
+        assert!(one > 0.0 && (ten / one - 10.0).abs() < 1e-9, "{ten} {one}");
+        let own = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
+        assert!(stat_cpu_seconds(&own).is_some_and(|s| s >= 0.0));
+        assert_eq!(stat_cpu_seconds("1 (x) S 0"), None);
     }
 }
