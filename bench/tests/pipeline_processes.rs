@@ -63,6 +63,9 @@ fn two_processes_exactly_once_count_every_event_with_latency() {
     assert!(topic["records_per_sec"].as_f64().is_some_and(|v| v > 0.0), "{r}");
     let cpu = &r["cpu"];
     assert_eq!(cpu["process_cpu_seconds"].as_array().map(Vec::len), Some(2), "{r}");
+    // Exactly once, records cross only with a completed checkpoint.
+    let checkpoints = cpu["process_checkpoints"].as_array().cloned().unwrap_or_default();
+    assert!(checkpoints.len() == 2 && checkpoints.iter().all(|n| n.as_u64() >= Some(1)), "{r}");
     assert!(cpu["broker_cpu_seconds"].as_f64().is_some_and(|s| s > 0.0), "{r}");
     assert!(
         cpu["cpu_by_thread"].as_object().is_some_and(|t| t.keys().any(|k| k.starts_with("sluice-pipeline"))),

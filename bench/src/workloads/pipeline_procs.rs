@@ -194,6 +194,8 @@ pub struct CpuReport {
     pub wall_seconds: f64,
     /// Each instance's CPU from `READY` to its exit.
     pub process_cpu_seconds: Vec<f64>,
+    /// Checkpoints each instance completed (exactly once).
+    pub process_checkpoints: Vec<u64>,
     /// The broker's CPU over the measured time (none for `--bootstrap`; for the
     /// in-process listener, the parent's whole CPU).
     pub broker_cpu_seconds: Option<f64>,
@@ -255,6 +257,10 @@ impl ProcessesReport {
         let c = &self.cpu;
         let per: Vec<String> = c.process_cpu_seconds.iter().map(|s| format!("{s:.2}")).collect();
         table.row("CPU per process", per.join(" "), format!("s over {:.2} s wall", c.wall_seconds));
+        if self.checkpoint_interval_ms.is_some() {
+            let done: Vec<String> = c.process_checkpoints.iter().map(u64::to_string).collect();
+            table.row("checkpoints per process", done.join(" "), "");
+        }
         if let Some(b) = c.broker_cpu_seconds {
             table.row("CPU of the broker", format!("{b:.2}"), "s");
         }

@@ -142,8 +142,13 @@ pub fn run(args: &ChildArgs) -> anyhow::Result<()> {
         (go.clone(), built.clone(), ends.clone(), errors.clone(), through.clone());
     let readers = spec.instances as usize * spec.shards;
     let paced = spec.paced;
+    // Held by the build closure, which every shard's thread keeps until it exits: once
+    // this is the last reference, every shard has ended.
+    let alive = Arc::new(());
+    let token = alive.clone();
     let running = pipeline
         .spawn(move |scope| {
+            let _ = &token;
             let residue = instance * scope.shards() + scope.shard();
             let source = Gate { go: build_go.clone(), job, paced, residue, step: readers, inner: None, timer: None };
             let strategy = WatermarkStrategy::bounded_out_of_orderness(
@@ -176,6 +181,10 @@ pub fn run(args: &ChildArgs) -> anyhow::Result<()> {
     while ends.lock().unwrap_or_else(PoisonError::into_inner).len() < spec.shards {
         if let Some(e) = through.errors().first() {
             anyhow::bail!("instance {instance}: the repartition reported: {e}");
+        }
+        if Arc::strong_count(&alive) == 1 && ends.lock().unwrap_or_else(PoisonError::into_inner).len() < spec.shards {
+            running.join().with_context(|| format!("instance {instance}'s pipeline"))?;
+            anyhow::bail!("instance {instance}'s pipeline ended before the end of event time reached its sinks");
         }
         std::thread::sleep(Duration::from_millis(2));
     }

@@ -38,6 +38,7 @@ struct Round {
     latency: Option<LatencyRecorder>,
     topic: TopicCost,
     process_cpu: Vec<f64>,
+    checkpoints: Vec<u64>,
     broker_cpu: Option<f64>,
     cpu_by_thread: std::collections::BTreeMap<String, f64>,
 }
@@ -134,6 +135,7 @@ impl Setup<'_> {
             cpu: CpuReport {
                 wall_seconds: wall,
                 process_cpu_seconds: best.process_cpu.clone(),
+                process_checkpoints: best.checkpoints.clone(),
                 broker_cpu_seconds: best.broker_cpu,
                 cpu_by_thread: best.cpu_by_thread.clone(),
                 cpu_us_per_event: per_event(total),
@@ -216,12 +218,14 @@ impl Setup<'_> {
             latency: None,
             topic: TopicCost::default(),
             process_cpu: Vec::new(),
+            checkpoints: Vec::new(),
             broker_cpu,
             cpu_by_thread: Default::default(),
         };
         for (_, line) in &done {
             let end: ChildEnd = serde_json::from_str(line).context("an instance's DONE line")?;
             round.tally.merge(&Tally { results: end.results, sum: end.sum, wrong: end.wrong });
+            round.checkpoints.push(end.checkpoints);
             if let Some(hex) = &end.latency_hex {
                 round.latency.get_or_insert_with(LatencyRecorder::new).merge_hex(hex)?;
             }
