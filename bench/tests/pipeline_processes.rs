@@ -3,9 +3,10 @@
 //! sent, every window counted right (the run checks each result and fails otherwise), and
 //! the report must carry the `--processes` figures: the single-process job beside, the
 //! repartition topic's records and bytes, the CPU of each process. The broker is the
-//! engine's listener in the parent (`--broker in-process`), so the test does not depend
-//! on a `sluice` binary being built beside it. Options that make no sense with
-//! `--processes` are refused.
+//! engine's listener in the parent (`--broker in-process`), except in the at-least-once
+//! test (`--broker auto`: `sluice serve` when the workspace's binary sits beside, as
+//! `cargo test --workspace` builds it). Options that make no sense with `--processes` are
+//! refused.
 
 use std::process::Command;
 
@@ -29,13 +30,19 @@ fn refused(line: &[&str], says: &str) {
 
 #[cfg(feature = "kafka-client")]
 fn report(line: &[&str]) -> Value {
+    report_on(line, "in-process")
+}
+
+/// The report of a run on the broker `broker` (`--broker`).
+#[cfg(feature = "kafka-client")]
+fn report_on(line: &[&str], broker: &str) -> Value {
     // A directory per run: the tests run at once.
     let name = line.join("_").replace(['-', ' '], "");
     let dir = std::env::temp_dir().join(format!("sluice-bench-test-processes-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a temp dir");
     let json = dir.join("report.json");
     let path = json.to_str().expect("utf-8");
-    let out = bench(&[line, &["--broker", "in-process", "--json", path]].concat());
+    let out = bench(&[line, &["--broker", broker, "--json", path]].concat());
     assert!(out.status.success(), "{line:?}: {}", String::from_utf8_lossy(&out.stderr));
     let report = serde_json::from_slice(&std::fs::read(&json).expect("the JSON report")).expect("JSON");
     let _ = std::fs::remove_dir_all(&dir);
@@ -84,7 +91,17 @@ fn two_processes_exactly_once_count_every_event_with_latency() {
 #[test]
 fn three_processes_at_least_once_add_up_on_two_shards() {
     let line = ["--processes", "3", "--shards", "2", "--events", "12345", "--rounds", "2", "--latency-seconds", "0"];
-    let r = report(&[&line[..], &["--at-least-once"]].concat());
+    // `auto`: `sluice serve` if the workspace's sluice binary sits beside sluice-bench (as
+    // `cargo test --workspace` builds it), else the listener in the parent.
+    let r = report_on(&[&line[..], &["--at-least-once"]].concat(), "auto");
+    let beside = std::path::Path::new(env!("CARGO_BIN_EXE_sluice-bench")).with_file_name("sluice");
+    let broker = r["broker"].as_str().unwrap_or_default();
+    if beside.is_file() {
+        assert_eq!(broker, format!("sluice serve ({})", beside.display()), "{r}");
+        assert!(r["cpu"]["broker_cpu_seconds"].as_f64().is_some_and(|s| s > 0.0), "sluice serve's CPU: {r}");
+    } else {
+        assert!(broker.contains("parent process"), "{r}");
+    }
     assert_eq!((r["processes"].as_u64(), r["results_sum"].as_u64()), (Some(3), Some(12_345)), "{r}");
     assert_eq!((r["guarantee"].as_str(), r["checkpoint_interval_ms"].as_u64()), (Some("at_least_once"), None));
     assert_eq!(r["repartition_partitions"].as_u64(), Some(6));
