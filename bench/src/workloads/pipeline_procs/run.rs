@@ -252,6 +252,8 @@ struct Instance {
     child: Child,
     stdin: ChildStdin,
     reaped: bool,
+    /// Its stdout has ended (it exited, or is about to).
+    closed: bool,
 }
 
 impl Instance {
@@ -294,31 +296,28 @@ impl Drop for Instances {
 
 impl Instances {
     /// Waits until every instance has printed `WORD rest`: each one's (arrival, rest), in
-    /// instance order. Fails if one exits first or the deadline passes.
+    /// instance order. Fails if one closes its stdout (exits) first or the deadline passes.
     fn wait_for(
         &mut self,
-        rx: &mpsc::Receiver<(usize, Instant, String)>,
+        rx: &mpsc::Receiver<Line>,
         word: &str,
         deadline: Instant,
     ) -> anyhow::Result<Vec<(Instant, String)>> {
         let mut got: Vec<Option<(Instant, String)>> = vec![None; self.0.len()];
         while got.iter().any(Option::is_none) {
             match rx.recv_timeout(Duration::from_millis(100)) {
-                Ok((i, at, line)) => {
+                Ok((i, at, Some(line))) => {
                     if let Some(rest) = line.strip_prefix(word) {
                         got[i] = Some((at, rest.trim().to_string()));
                     }
                 }
+                // Its stdout ended: every line it printed came before this.
+                Ok((i, _, None)) => self.0[i].closed = true,
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => bail!("every instance closed its stdout before {word}"),
             }
-            for (i, c) in self.0.iter_mut().enumerate() {
-                if got[i].is_none()
-                    && let Some(status) = c.child.try_wait().context("checking an instance")?
-                {
-                    c.reaped = true;
-                    bail!("instance {i} exited ({status}) before {word} (its stderr is above)");
-                }
+            if let Some(i) = (0..self.0.len()).find(|&i| self.0[i].closed && got[i].is_none()) {
+                bail!("instance {i} exited before it said {word} (its stderr is above)");
             }
             ensure!(Instant::now() < deadline, "the instances did not all say {word} in time");
         }
@@ -326,8 +325,11 @@ impl Instances {
     }
 }
 
+/// A line an instance printed, with its arrival; `None` once its stdout has ended.
+type Line = (usize, Instant, Option<String>);
+
 /// Starts instance `index` in the child mode; its stdout lines go to `tx`.
-fn spawn(index: usize, spec: &ChildSpec, tx: &mpsc::Sender<(usize, Instant, String)>) -> anyhow::Result<Instance> {
+fn spawn(index: usize, spec: &ChildSpec, tx: &mpsc::Sender<Line>) -> anyhow::Result<Instance> {
     let exe = std::env::current_exe().context("finding this binary")?;
     let mut child = Command::new(exe)
         .args(["pipeline-child", "--spec", &serde_json::to_string(spec)?])
@@ -341,10 +343,11 @@ fn spawn(index: usize, spec: &ChildSpec, tx: &mpsc::Sender<(usize, Instant, Stri
     let tx = tx.clone();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send((index, Instant::now(), line)).is_err() {
-                break;
+            if tx.send((index, Instant::now(), Some(line))).is_err() {
+                return;
             }
         }
+        let _ = tx.send((index, Instant::now(), None));
     });
-    Ok(Instance { index, child, stdin, reaped: false })
+    Ok(Instance { index, child, stdin, reaped: false, closed: false })
 }
