@@ -51,6 +51,10 @@ enum Workload {
     /// Several runs' --json reports side by side (and their latency curves on one chart
     /// with --plot)
     Report(sluice_bench::report::ReportArgs),
+    /// One instance of `pipeline --processes N`, started by it (not for users).
+    #[cfg(feature = "kafka-client")]
+    #[command(hide = true)]
+    PipelineChild(sluice_bench::workloads::pipeline_procs::child::ChildArgs),
 }
 
 #[global_allocator]
@@ -96,6 +100,8 @@ fn main() -> Result<()> {
             let run = || sluice_bench::workloads::cdc::run(&args);
             Shown::none().run(args.json.as_deref(), run, |r| r.table())
         }
+        #[cfg(feature = "kafka-client")]
+        Workload::PipelineChild(args) => sluice_bench::workloads::pipeline_procs::child::run(&args),
         Workload::Kafka(args) => {
             let options = live::options(args.common.live, args.common.live_linger)?;
             let live = Shown::new(options, "kafka", "records appended", None);

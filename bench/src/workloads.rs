@@ -20,6 +20,7 @@ pub mod log;
 pub mod log_shard;
 pub mod nexmark;
 pub mod pipeline;
+pub mod pipeline_procs;
 pub mod pipeline_sluice;
 pub mod ring;
 

@@ -193,7 +193,10 @@ fn two_phase_counts_every_window_in_both_modes() {
 fn the_defaults_are_the_specified_job() {
     let a = args(&[]);
     let cores = core_affinity::get_core_ids().map_or(1, |ids| ids.len().max(1));
-    assert_eq!((a.events, a.shards(), a.run.rate, a.compare, a.scaling), (1_000_000_000, cores, None, vec![], false));
+    assert_eq!((a.events(), a.shards(), a.run.rate, a.compare, a.scaling), (1_000_000_000, cores, None, vec![], false));
+    // With --processes every event crosses a broker twice: fewer by default.
+    assert_eq!(args(&["--processes", "2"]).events(), 5_000_000);
+    assert_eq!(args(&["--processes", "2", "--events", "7"]).events(), 7);
     assert!(a.latency_seconds > 0.0, "the default run also reports latency");
     assert!(Cli::try_parse_from(["pipeline", "--compare", "flink"]).is_err());
     assert!(Cli::try_parse_from(["pipeline", "--shards", "0"]).is_err());

@@ -118,6 +118,39 @@ impl LatencyRecorder {
         }
     }
 
+    /// The values as text (the histogram, V2-serialized, in hex), for another process to
+    /// [`merge_hex`](Self::merge_hex) (`sluice-bench pipeline --processes`).
+    ///
+    /// # Errors
+    ///
+    /// A histogram the serializer refuses.
+    pub fn to_hex(&self) -> anyhow::Result<String> {
+        use hdrhistogram::serialization::Serializer as _;
+        let mut bytes = Vec::new();
+        hdrhistogram::serialization::V2Serializer::new()
+            .serialize(&self.histogram, &mut bytes)
+            .map_err(|e| anyhow::anyhow!("serializing a latency histogram: {e:?}"))?;
+        Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    }
+
+    /// Adds every value of a histogram [`to_hex`](Self::to_hex) wrote.
+    ///
+    /// # Errors
+    ///
+    /// Text that is not such a histogram.
+    pub fn merge_hex(&mut self, hex: &str) -> anyhow::Result<()> {
+        anyhow::ensure!(hex.len().is_multiple_of(2) && hex.is_ascii(), "a latency histogram's hex has an odd length");
+        let bytes = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16))
+            .collect::<Result<Vec<u8>, _>>()
+            .map_err(|e| anyhow::anyhow!("a latency histogram's hex: {e}"))?;
+        let theirs: Histogram<u64> = hdrhistogram::serialization::Deserializer::new()
+            .deserialize(&mut std::io::Cursor::new(bytes))
+            .map_err(|e| anyhow::anyhow!("deserializing a latency histogram: {e:?}"))?;
+        self.histogram.add(&theirs).map_err(|e| anyhow::anyhow!("adding a latency histogram: {e:?}"))
+    }
+
     /// Number of recorded values.
     pub fn len(&self) -> u64 {
         self.histogram.len()

@@ -27,6 +27,7 @@ use clap::{Args, ValueEnum, builder::RangedU64ValueParser};
 use serde::Serialize;
 use sluice_engine::dataflow::PipelineConfig;
 
+use super::pipeline_procs::{self, DEFAULT_PROCESSES_EVENTS, ProcessesArgs, ProcessesReport};
 use super::{pipeline_job::Job, pipeline_sluice, pipeline_timely};
 use crate::harness::{
     Curve, LatencyRecorder, LatencySummary, RateSearch, RunArgs, RunInfo, Scaling, Table, WAKE_ROWS, WakeProbe,
@@ -47,9 +48,9 @@ seconds, after --warmup seconds whose events are counted but not measured. --fin
 pub struct PipelineArgs {
     /// Events to generate (per round, and per --rate run unless --duration); the default
     /// makes each throughput round run for seconds (about 5 s at one shard here)
-    #[arg(long, default_value_t = DEFAULT_EVENTS, value_name = "N", conflicts_with = "duration",
-          value_parser = clap::value_parser!(u64).range(1..))]
-    pub events: u64,
+    /// [default: 1000000000; with --processes 5000000]
+    #[arg(long, value_name = "N", conflicts_with = "duration", value_parser = clap::value_parser!(u64).range(1..))]
+    pub events: Option<u64>,
     /// How far the watermark trails the largest event time seen, in milliseconds
     #[arg(long, default_value_t = 10, value_name = "MS")]
     pub out_of_orderness_ms: u64,
@@ -101,9 +102,18 @@ pub struct PipelineArgs {
     pub no_wake_probe: bool,
     #[command(flatten)]
     pub run: RunArgs,
+    /// `--processes N` and its options ([`pipeline_procs`](super::pipeline_procs)).
+    #[command(flatten)]
+    pub processes: ProcessesArgs,
 }
 
 impl PipelineArgs {
+    /// `--events`, or its default (smaller with `--processes`).
+    pub fn events(&self) -> u64 {
+        let default = if self.processes.processes.is_some() { DEFAULT_PROCESSES_EVENTS } else { DEFAULT_EVENTS };
+        self.events.unwrap_or(default)
+    }
+
     /// `--shards`, or one per CPU this process may run on.
     pub fn shards(&self) -> usize {
         self.run.shards.unwrap_or_else(default_shards)
@@ -215,6 +225,11 @@ pub struct PipelineReport {
     /// `--scaling`: the one-shard rates and `scaling_efficiency`.
     #[serde(flatten)]
     pub scaling: Scaling,
+    /// `--processes N`: `processes`, the single-process job's figures beside, the
+    /// repartition topic's cost and where the time went (the other fields are then the N
+    /// processes').
+    #[serde(flatten)]
+    pub processes: Option<ProcessesReport>,
 }
 
 /// Runs the workload as `args` say.
@@ -230,7 +245,7 @@ pub fn run(args: &PipelineArgs) -> anyhow::Result<PipelineReport> {
         workload: "pipeline",
         shards,
         run: opts.info(opts.duration),
-        events: args.events,
+        events: args.events(),
         batch_records: args.batch,
         pinned: !args.no_pin,
         two_phase: args.two_phase,
@@ -258,6 +273,7 @@ pub fn run(args: &PipelineArgs) -> anyhow::Result<PipelineReport> {
         round_timely_events_per_sec: Vec::new(),
         round_bare_events_per_sec: Vec::new(),
         scaling: Scaling::default(),
+        processes: None,
     };
     for baseline in &args.compare {
         if !report.compare.contains(baseline) {
@@ -268,6 +284,11 @@ pub fn run(args: &PipelineArgs) -> anyhow::Result<PipelineReport> {
         opts.rate.is_some() || opts.find_max_rate || (args.pause_ms == 0 && args.idle_timeout_ms.is_none()),
         "--pause-ms and --idle-timeout-ms apply to the open loop: add --rate"
     );
+    pipeline_procs::check(args)?;
+    #[cfg(feature = "kafka-client")]
+    if let Some(n) = args.processes.processes {
+        return pipeline_procs::run(args, report, n);
+    }
     if opts.find_max_rate {
         return find_max_rate(args, report);
     }
@@ -308,7 +329,7 @@ fn throughput_rounds(args: &PipelineArgs, report: &mut PipelineReport) -> anyhow
     if args.scaling {
         report.scaling = Scaling::to(shards)?;
     }
-    let job = Job::new(args.events, None, args.out_of_orderness_ms, args.batch)?
+    let job = Job::new(args.events(), None, args.out_of_orderness_ms, args.batch)?
         .with_pin(!args.no_pin)
         .with_two_phase(args.two_phase);
     let unbounded = Job::new(UNBOUNDED_EVENTS, None, args.out_of_orderness_ms, args.batch)?
@@ -375,7 +396,7 @@ fn rate_run(args: &PipelineArgs, mut report: PipelineReport, rate: u64) -> anyho
     ensure!(!args.scaling, "--scaling measures throughput: run it without --rate");
     let events = match opts.duration {
         Some(seconds) => ((rate as f64 * seconds) as u64).max(1),
-        None => args.events,
+        None => args.events(),
     };
     let job = paced_job(args, rate, events)?;
     let sluice;
@@ -393,7 +414,7 @@ fn rate_run(args: &PipelineArgs, mut report: PipelineReport, rate: u64) -> anyho
 }
 
 /// The open-loop job at `rate`: `events` measured events after `--warmup`'s.
-fn paced_job(args: &PipelineArgs, rate: u64, events: u64) -> anyhow::Result<Job> {
+pub(crate) fn paced_job(args: &PipelineArgs, rate: u64, events: u64) -> anyhow::Result<Job> {
     let warmup_events = (rate as f64 * args.run.warmup) as u64;
     Ok(Job::new(events.saturating_add(warmup_events), Some(rate), args.out_of_orderness_ms, args.batch)?
         .with_warmup(args.run.warmup())
@@ -435,7 +456,7 @@ fn find_max_rate(args: &PipelineArgs, mut report: PipelineReport) -> anyhow::Res
 }
 
 /// Puts the latencies measured at `rate` in the report, and writes `--plot` and `--hlog`.
-fn keep_latency(
+pub(crate) fn keep_latency(
     args: &PipelineArgs,
     report: &mut PipelineReport,
     l: &LatencyRecorder,
@@ -503,6 +524,9 @@ impl PipelineReport {
         table.row(name, format!("{:.0}", self.events_per_sec), "events/s");
         table.row("sluice per shard", format!("{:.0}", self.events_per_sec / *shards as f64), "events/s");
         self.baseline_rows(&mut table);
+        if let Some(p) = &self.processes {
+            p.rows(&mut table, self.events_per_sec);
+        }
         self.scaling.rows(&mut table);
         if self.search.slo_p99_ms.is_none() {
             // (Each step of --find-max-rate checks its own results.)
