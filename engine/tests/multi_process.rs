@@ -30,15 +30,15 @@ mod takeover;
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    io::{BufRead, BufReader, Write},
-    process::{Child, Command, Stdio},
+    io::Write,
+    process::Child,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
 use common::kafka::Served;
 use futures_lite::future::block_on;
-use job::{Children, Count, EVENTS, PARTITIONS, event, single_process, time};
+use job::{Children, Count, EVENTS, PARTITIONS, event, single_process, spawn_reading, this_test, time};
 use rdkafka::{mocking::MockCluster, producer::DefaultProducerContext};
 use sluice_engine::{
     connectors::kafka::{Repartition, RepartitionConfig},
@@ -189,36 +189,27 @@ fn spawn(
     results: &Arc<Mutex<Vec<(u32, Count)>>>,
     assigned: &Arc<Mutex<Assignment>>,
 ) -> Child {
-    let mut child = Command::new(std::env::current_exe().expect("the test binary"))
-        .env(CHILD, format!("{bootstrap},{instance}"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("the child starts");
-    let stdout = child.stdout.take().expect("piped");
     let (results, assigned) = (results.clone(), assigned.clone());
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            match f[..] {
-                ["RESULT", key, start, count] => {
-                    let c = (key.parse().unwrap(), start.parse().unwrap(), count.parse().unwrap());
-                    results.lock().unwrap().push((instance, c));
-                }
-                ["ASSIGNED", ref shards @ ..] => {
-                    let mut assigned = assigned.lock().unwrap();
-                    for shard in shards {
-                        let (s, ps) = shard.split_once(':').expect("shard:partitions");
-                        let ps = ps.split(',').filter(|p| !p.is_empty()).map(|p| p.parse().unwrap()).collect();
-                        assigned.insert((instance, s.parse().unwrap()), ps);
-                    }
-                }
-                _ => {}
+    spawn_reading(this_test(CHILD, format!("{bootstrap},{instance}")), move |line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        match f[..] {
+            ["RESULT", key, start, count] => {
+                let c = (key.parse().unwrap(), start.parse().unwrap(), count.parse().unwrap());
+                results.lock().unwrap().push((instance, c));
             }
+            ["ASSIGNED", ref shards @ ..] => note_assigned(&mut assigned.lock().unwrap(), instance, shards),
+            _ => {}
         }
-    });
-    child
+    })
+}
+
+/// Takes an `ASSIGNED shard:p,p shard:p ...` line's fields after the word, of `instance`.
+fn note_assigned(assigned: &mut Assignment, instance: u32, shards: &[&str]) {
+    for shard in shards {
+        let (s, ps) = shard.split_once(':').expect("shard:partitions");
+        let ps = ps.split(',').filter(|p| !p.is_empty()).map(|p| p.parse().unwrap()).collect();
+        assigned.insert((instance, s.parse().unwrap()), ps);
+    }
 }
 
 /// Waits until every reader (each shard of each process) holds a partition of the

@@ -27,9 +27,9 @@
 
 use std::{
     collections::BTreeMap,
-    io::{BufRead, BufReader, Write},
+    io::Write,
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::Child,
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, Ordering},
@@ -51,7 +51,9 @@ use sluice_engine::{
 
 use super::{Assignment, INSTANCES, JOB, SHARDS, TOPIC};
 use crate::common::kafka::Served;
-use crate::job::{Children, Count, EVENTS, Output, PARTITIONS, Paced, compare, event, single_process, time};
+use crate::job::{
+    Children, Count, EVENTS, Output, PARTITIONS, Paced, compare, event, single_process, spawn_reading, this_test, time,
+};
 
 pub(super) const CHILD: &str = "SLUICE_MP_EO_CHILD";
 const OUT: &str = "mp-out";
@@ -282,37 +284,22 @@ fn multi_process_exactly_once_broker_restart() {
 
 /// Starts instance `instance` on checkpoint directory `dir`, collecting what it prints.
 fn spawn(bootstrap: &str, instance: u32, dir: &Path, fixed: bool, seen: &Seen) -> Child {
-    let mut child = Command::new(std::env::current_exe().expect("the test binary"))
-        .env(CHILD, format!("{bootstrap},{instance},{fixed},{}", dir.display()))
-        .env("MP_DEBUG", std::env::var_os("MP_DEBUG").unwrap_or_default())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("the child starts");
-    let stdout = child.stdout.take().expect("piped");
+    let mut command = this_test(CHILD, format!("{bootstrap},{instance},{fixed},{}", dir.display()));
+    command.env("MP_DEBUG", std::env::var_os("MP_DEBUG").unwrap_or_default());
     let seen = seen.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            match f[..] {
-                ["RESTORED", id] => seen.restored.lock().unwrap().push((instance, id.parse().ok())),
-                ["ASSIGNED", ref shards @ ..] => {
-                    if std::env::var_os("MP_DEBUG").is_some() {
-                        eprintln!("instance {instance}: {line}");
-                    }
-                    let mut assigned = seen.assigned.lock().unwrap();
-                    for shard in shards {
-                        let (s, ps) = shard.split_once(':').expect("shard:partitions");
-                        let ps = ps.split(',').filter(|p| !p.is_empty()).map(|p| p.parse().unwrap()).collect();
-                        assigned.insert((instance, s.parse().unwrap()), ps);
-                    }
+    spawn_reading(command, move |line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        match f[..] {
+            ["RESTORED", id] => seen.restored.lock().unwrap().push((instance, id.parse().ok())),
+            ["ASSIGNED", ref shards @ ..] => {
+                if std::env::var_os("MP_DEBUG").is_some() {
+                    eprintln!("instance {instance}: {line}");
                 }
-                _ => {}
+                super::note_assigned(&mut seen.assigned.lock().unwrap(), instance, shards);
             }
+            _ => {}
         }
-    });
-    child
+    })
 }
 
 /// Prints the readers' assignment (`ASSIGNED shard:p,p shard:p ...`) whenever it changes,

@@ -4,7 +4,8 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    process::Child,
+    io::{BufRead, BufReader},
+    process::{Child, Command, Stdio},
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, Ordering},
@@ -192,4 +193,29 @@ impl<T: 'static, G: Source<T>> Source<T> for Paced<G> {
     ) -> Result<(), sluice_engine::dataflow::UserError> {
         self.inner.restore(positions)
     }
+}
+
+/// This test binary, to be started again as a child with `env` set to `spec`.
+pub fn this_test(env: &str, spec: String) -> Command {
+    let mut command = Command::new(std::env::current_exe().expect("the test binary"));
+    command.env(env, spec);
+    command
+}
+
+/// Starts `command` with its stdin and stdout piped, handing each line it prints to
+/// `on_line` on a thread of its own.
+pub fn spawn_reading(mut command: Command, mut on_line: impl FnMut(&str) + Send + 'static) -> Child {
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("the child starts");
+    let stdout = child.stdout.take().expect("piped");
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            on_line(&line);
+        }
+    });
+    child
 }

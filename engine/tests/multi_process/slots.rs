@@ -13,9 +13,8 @@
 
 use std::{
     collections::BTreeSet,
-    io::{BufRead, BufReader},
     path::Path,
-    process::{Child, Command, Stdio},
+    process::{Child, Command},
     sync::{Arc, Mutex, atomic::AtomicBool},
     time::{Duration, Instant},
 };
@@ -27,7 +26,7 @@ use sluice_engine::{
     dataflow::{Event, Generator, Pipeline, PipelineConfig, WatermarkStrategy, Windows},
 };
 
-use crate::job::{Children, Count, EVENTS, Output, PARTITIONS, Paced, compare, event, time};
+use crate::job::{Children, Count, EVENTS, Output, PARTITIONS, Paced, compare, event, spawn_reading, this_test, time};
 
 pub const CHILD: &str = "SLUICE_MP_SLOT_CHILD";
 pub const JOB: &str = "mp-slots";
@@ -261,51 +260,40 @@ pub fn covers(output: &Output, expected: &[Count]) -> Result<(), String> {
 
 /// Starts member process `member`, collecting what it prints into `seen`.
 fn spawn(bootstrap: &str, member: usize, root: &Path, seen: &Arc<Mutex<Seen>>, prefix: &[String]) -> Child {
-    let exe = std::env::current_exe().expect("the test binary");
-    let mut command = match prefix.split_first() {
+    let spec = format!("{bootstrap},{}", root.display());
+    let command = match prefix.split_first() {
         Some((program, args)) => {
             let mut c = Command::new(program);
-            c.args(args).arg(&exe);
+            c.args(args).arg(std::env::current_exe().expect("the test binary")).env(CHILD, spec);
             c
         }
-        None => Command::new(&exe),
+        None => this_test(CHILD, spec),
     };
-    let mut child = command
-        .env(CHILD, format!("{bootstrap},{}", root.display()))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("the child starts");
-    let stdout = child.stdout.take().expect("piped");
     let seen = seen.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            let mut seen = seen.lock().unwrap();
-            if f.first() == Some(&"slot") {
-                if seen.history.len() == 64 {
-                    seen.history.remove(0);
-                }
-                seen.history.push(line.clone());
+    spawn_reading(command, move |line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let mut seen = seen.lock().unwrap();
+        if f.first() == Some(&"slot") {
+            if seen.history.len() == 64 {
+                seen.history.remove(0);
             }
-            match f[..] {
-                ["SLOTS", ref slots @ ..] => seen.slots = slots.iter().map(|s| s.parse().unwrap()).collect(),
-                ["slot", s, "started", "from", "checkpoint", id] => {
-                    seen.started.push((s.parse().unwrap(), Some(id.parse().unwrap())));
-                }
-                ["slot", s, "started", "afresh"] => seen.started.push((s.parse().unwrap(), None)),
-                ["slot", s, "stopped"] => seen.stopped.push(s.parse().unwrap()),
-                ["slot", _, "waits:", ..] => seen.blocked += 1,
-                ["slot", _, "failed:", ..] => seen.failed.push(line.clone()),
-                _ => {}
-            }
-            if std::env::var_os("MP_DEBUG").is_some_and(|v| !v.is_empty()) {
-                eprintln!("member {member}: {line}");
-            }
+            seen.history.push(line.to_string());
         }
-    });
-    child
+        match f[..] {
+            ["SLOTS", ref slots @ ..] => seen.slots = slots.iter().map(|s| s.parse().unwrap()).collect(),
+            ["slot", s, "started", "from", "checkpoint", id] => {
+                seen.started.push((s.parse().unwrap(), Some(id.parse().unwrap())));
+            }
+            ["slot", s, "started", "afresh"] => seen.started.push((s.parse().unwrap(), None)),
+            ["slot", s, "stopped"] => seen.stopped.push(s.parse().unwrap()),
+            ["slot", _, "waits:", ..] => seen.blocked += 1,
+            ["slot", _, "failed:", ..] => seen.failed.push(line.to_string()),
+            _ => {}
+        }
+        if std::env::var_os("MP_DEBUG").is_some_and(|v| !v.is_empty()) {
+            eprintln!("member {member}: {line}");
+        }
+    })
 }
 
 /// A member process (`bootstrap,root`): runs the slots the group gives it, printing

@@ -154,7 +154,7 @@ fn multi_process_takeover_broker_restart() {
     let mut members = Members::start(&bootstrap, &root, 3);
     let mut output = Output::of(&bootstrap, OUT);
     members.wait_spread(&[0, 1, 2], "three members", &[], &mut output);
-    let deadline = Instant::now() + Duration::from_secs(150);
+    let deadline = Instant::now() + Duration::from_secs(240);
     members.wait_committed(&mut output, EVENTS / 5, deadline, &[]);
     println!("{} of {EVENTS} events committed: restarting the broker", output.total());
     served.restart_same_port();

@@ -378,15 +378,28 @@ impl Shared {
     }
 
     /// Stops `slot` (revoked, or the member leaves) and waits for it.
-    fn release(&self, slot: u32) {
-        if let Some(Held::Running(job, lock)) = self.take(slot) {
-            job.pipeline.stop(false);
-            match job.join() {
-                Ok(()) => self.note(SlotEvent::Stopped { slot }),
-                Err(error) => self.note(SlotEvent::Failed { slot, error }),
+    /// Stops `slots` (revoked, or the member leaves) and waits for them: all are told to
+    /// stop first and joined side by side, so that slots whose committers wait out a
+    /// request timeout (a broker that is down) do not wait one after another.
+    fn release(&self, slots: &[u32]) {
+        let mut running = Vec::new();
+        for &slot in slots {
+            if let Some(Held::Running(job, lock)) = self.take(slot) {
+                job.pipeline.stop(false);
+                running.push((slot, job, lock));
             }
-            drop(lock);
         }
+        std::thread::scope(|scope| {
+            for (slot, job, lock) in running {
+                scope.spawn(move || {
+                    match job.join() {
+                        Ok(()) => self.note(SlotEvent::Stopped { slot }),
+                        Err(error) => self.note(SlotEvent::Failed { slot, error }),
+                    }
+                    drop(lock);
+                });
+            }
+        });
     }
 
     /// Starts what is due, notes what ended.
@@ -461,9 +474,7 @@ impl ClientContext for Context {}
 impl ConsumerContext for Context {
     fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Revoke(tpl) = rebalance {
-            for slot in slots_of(tpl) {
-                self.shared.release(slot);
-            }
+            self.shared.release(&slots_of(tpl));
         }
     }
 
@@ -669,9 +680,7 @@ fn supervise(shared: &Shared, consumer: &BaseConsumer<Context>, leave: &AtomicBo
         let _ = consumer.poll(Duration::from_millis(100));
     }
     let slots: Vec<u32> = shared.held.lock().unwrap_or_else(PoisonError::into_inner).keys().copied().collect();
-    for slot in slots {
-        shared.release(slot);
-    }
+    shared.release(&slots);
 }
 
 /// Makes the slots topic if it is missing; refuses one with another partition count.
