@@ -7,7 +7,7 @@
 //! Linear probing in a power-of-two array of `Option<(K, V)>`, at most three quarters
 //! full: on the main job (10 000 keys, 16 384 slots of 24 bytes) that ran 5-6% faster than
 //! at most half full, whose table is twice the size for a few fewer probes. A hash's home
-//! slot is the top bits of its product with the golden ratio (Fibonacci hashing).
+//! slot is its low bits, as in `hashbrown` (see [`Partials::home`] for why).
 //! Entries leave only all at once ([`Partials::drain_into`]), so there are no tombstones.
 
 use std::hash::{BuildHasher, Hash};
@@ -18,15 +18,13 @@ use rustc_hash::FxBuildHasher;
 pub(super) struct Partials<K, V> {
     slots: Vec<Option<(K, V)>>,
     len: usize,
-    /// 64 minus log2 of the slot count: a hash's home slot is `hash >> shift`.
-    shift: u32,
 }
 
 impl<K: Hash + Eq, V> Default for Partials<K, V> {
     fn default() -> Self {
         // Never without slots, so that a probe need not check.
         let slots = std::iter::repeat_with(|| None).take(MIN_SLOTS).collect();
-        Partials { slots, len: 0, shift: 64 - MIN_SLOTS.trailing_zeros() }
+        Partials { slots, len: 0 }
     }
 }
 
@@ -42,17 +40,20 @@ impl<K: Hash + Eq, V> Partials<K, V> {
     }
 
     /// How many keys it holds.
-    #[cfg(test)]
     pub(super) fn len(&self) -> usize {
         self.len
     }
 
+    /// A hash's home slot: its low bits, as `hashbrown` places it. The order in which
+    /// [`Partials::drain_into`] hands the partials on is then the order of their buckets in
+    /// the global phase's `FxHashMap`, so the receiving shard inserts them walking its table
+    /// from one end to the other instead of at random: at two shards, q5 ran at 0.56 of
+    /// linear scaling with the home slot from the hash's top bits (Fibonacci hashing) and at
+    /// 0.8 with these (tuning.md, "Scaling with the cores"). Fx hashes end with a rotation
+    /// that brings their well-mixed high bits down to these.
     #[inline]
     fn home(&self, hash: u64) -> usize {
-        // Fibonacci hashing of the hash: its top bits depend on all of the hash's, so keys
-        // whose Fx hashes differ only in some bits (multiples of a large power of two)
-        // still spread over the slots.
-        (hash.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> self.shift) as usize
+        hash as usize & (self.slots.len() - 1)
     }
 
     /// Folds into `key`'s partial with `update`, after creating it with `create` if the
@@ -92,7 +93,6 @@ impl<K: Hash + Eq, V> Partials<K, V> {
     fn grow(&mut self) {
         let slots = self.slots.len() * 2;
         let old = std::mem::replace(&mut self.slots, std::iter::repeat_with(|| None).take(slots).collect());
-        self.shift = 64 - slots.trailing_zeros();
         for (key, value) in old.into_iter().flatten() {
             let i = self.vacant(Self::hash(&key));
             self.slots[i] = Some((key, value));
