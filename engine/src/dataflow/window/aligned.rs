@@ -97,6 +97,10 @@ const SLOTS_PER_PART: usize = 1 << 14;
 
 /// Entry kinds of a window snapshot: a key's accumulator in a window, and a window dropped
 /// since the base (a deletion, in deltas only).
+/// How many emptied maps an [`Aligned`] keeps for reuse (a tumbling window needs one at a
+/// time, a sliding one a few).
+const SPARE_MAPS: usize = 2;
+
 const KEY_ENTRY: u8 = 0;
 const DROPPED_WINDOW: u8 = 1;
 
@@ -107,6 +111,9 @@ pub(crate) struct Aligned<K, T, F: WindowFunction<K, T>, KS> {
     function: F,
     emit: Emit<K, T, F::Out>,
     buckets: Vec<Bucket<K, F::Acc>>,
+    /// Emptied maps of fired windows, kept with their capacity for the next windows, which
+    /// usually hold about as many keys: a fresh map grew by rehashing every window.
+    spare: Vec<FxHashMap<K, F::Acc>>,
     hint: usize,
     assigned: Vec<Window>,
     changes: Option<Changes<K>>,
@@ -133,6 +140,7 @@ pub(crate) fn attach<K, T, F, KS>(
         function,
         emit,
         buckets: Vec::new(),
+        spare: Vec::new(),
         hint: 0,
         assigned: Vec::new(),
         changes: state.as_ref().map(|_| Changes {
@@ -285,7 +293,8 @@ impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>, KS: Fn
     /// The index of `window`'s bucket, created if need be.
     #[inline]
     fn bucket(&mut self, window: Window) -> usize {
-        let make = || Bucket { window, keys: FxHashMap::default(), fired: false, fresh: true };
+        let spare = &mut self.spare;
+        let make = || Bucket { window, keys: spare.pop().unwrap_or_default(), fired: false, fresh: true };
         let (i, made) = find_or_insert(&mut self.buckets, &mut self.hint, window, make);
         if made && let Some(c) = &mut self.changes {
             c.windows.insert(window);
@@ -414,7 +423,10 @@ impl<K: Hash + Eq + Clone + 'static, T: 'static, F: WindowFunction<K, T>, KS: Fn
             if retain {
                 i += 1;
             } else {
-                self.buckets.remove(i);
+                let gone = self.buckets.remove(i);
+                if gone.keys.is_empty() && self.spare.len() < SPARE_MAPS {
+                    self.spare.push(gone.keys);
+                }
                 if let Some(c) = &mut self.changes {
                     c.windows.insert(window);
                 }
