@@ -15,7 +15,10 @@ use sluice_io::EventTime;
 
 /// Wraps a closed-loop source (one that is never `Pending` for long): emits what it emits
 /// until `limit` has passed since the first poll, then ends. Adds every record it let
-/// through to `emitted`, shared by every shard's instance, so the run knows its count.
+/// through to `emitted`, shared by every shard's instance, so the run knows its count:
+/// once, when its stream ends (or it is dropped), not per batch: an atomic add per batch
+/// from every shard on one shared counter would move its cache line between the cores a
+/// few hundred thousand times a second, a cost of the harness inside the figure.
 ///
 /// The clock is read once per batch, not per record. Checkpoint positions are the inner
 /// source's.
@@ -24,6 +27,8 @@ pub struct TimeBound<S> {
     limit: Duration,
     until: Option<Instant>,
     emitted: Arc<AtomicU64>,
+    /// Records let through and not yet added to `emitted`.
+    let_through: u64,
     ended: bool,
 }
 
@@ -36,7 +41,7 @@ impl<S> std::fmt::Debug for TimeBound<S> {
 impl<S> TimeBound<S> {
     /// `inner`, ended `limit` after its first poll; counts into `emitted`.
     pub fn new(inner: S, limit: Duration, emitted: Arc<AtomicU64>) -> Self {
-        TimeBound { inner, limit, until: None, emitted, ended: false }
+        TimeBound { inner, limit, until: None, emitted, let_through: 0, ended: false }
     }
 
     /// Whether the limit has passed (read once per batch), ending the stream if so.
@@ -44,16 +49,26 @@ impl<S> TimeBound<S> {
         let now = Instant::now();
         let until = *self.until.get_or_insert(now + self.limit);
         if now >= until {
-            self.ended = true;
+            self.end();
         }
         self.ended
     }
 
+    /// Ends the stream, adding its count to `emitted`.
+    fn end(&mut self) {
+        self.ended = true;
+        self.publish();
+    }
+
+    fn publish(&mut self) {
+        self.emitted.fetch_add(std::mem::take(&mut self.let_through), Ordering::Relaxed);
+    }
+
     /// Counts the `n` records a poll let through; notes the inner source's end.
     fn counted(&mut self, n: usize, polled: &Poll<Option<usize>>) {
-        self.emitted.fetch_add(n as u64, Ordering::Relaxed);
+        self.let_through += n as u64;
         if let Poll::Ready(None) = polled {
-            self.ended = true;
+            self.end();
         }
     }
 }
@@ -103,5 +118,12 @@ impl<T, S: Source<T>> Source<T> for TimeBound<S> {
 
     fn checkpoint_completed(&mut self, positions: &[(u64, i64)]) {
         self.inner.checkpoint_completed(positions);
+    }
+}
+
+impl<S> Drop for TimeBound<S> {
+    // A stream stopped from outside (a failed shard, a savepoint) never polls its end.
+    fn drop(&mut self) {
+        self.publish();
     }
 }
