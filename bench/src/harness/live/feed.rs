@@ -5,7 +5,7 @@
 //! when its 1 s interval closes (once a second per recorder), and a workload's cumulative
 //! count of records, read by the sampler (the same counter its progress line reads). The
 //! sampler thread turns them, every second, into an update: records and throughput in
-//! that second, the achieved rate since the start, the offered rate, and the percentiles
+//! that second, the achieved rate since the first record counted, the offered rate, and the percentiles
 //! of the latency intervals closed in that second. At the end the run's report comes in
 //! whole. Updates are kept (one per second of the run) so that a page opened late, or
 //! reconnecting, gets the whole run.
@@ -50,6 +50,9 @@ struct State {
     /// The total at the last update.
     last_total: u64,
     last_tick: Instant,
+    /// The last update that found nothing counted yet: the achieved rate is taken from
+    /// here, so the seconds a run spends starting do not dilute it.
+    counting_from: Instant,
     unit: String,
     offered: Option<u64>,
     finished: bool,
@@ -72,6 +75,7 @@ impl Feed {
             last_reading: 0,
             last_total: 0,
             last_tick: started,
+            counting_from: started,
             unit: unit.to_string(),
             offered,
             finished: false,
@@ -132,6 +136,10 @@ impl Feed {
         let records = total.saturating_sub(s.last_total);
         let secs = now.duration_since(s.last_tick).as_secs_f64().max(1e-3);
         let elapsed = now.duration_since(self.started).as_secs_f64().max(1e-3);
+        if total == 0 {
+            s.counting_from = now;
+        }
+        let counting = now.duration_since(s.counting_from).as_secs_f64().max(1e-3);
         let latency = s.pending.take().map(|h| {
             json!({ "p50": h.value_at_quantile(0.50), "p99": h.value_at_quantile(0.99),
                     "p999": h.value_at_quantile(0.999), "max": h.max(), "count": h.len() })
@@ -142,7 +150,7 @@ impl Feed {
             "total": total,
             "unit": s.unit,
             "throughput": round3(records as f64 / secs),
-            "achieved": round3(total as f64 / elapsed),
+            "achieved": round3(total as f64 / counting),
             "offered": s.offered,
             "latency": latency,
         });
@@ -262,5 +270,28 @@ mod tests {
         assert!(feed.is_finished());
         // Nothing new: an empty answer after the wait.
         assert!(feed.frames_from(frames.len(), Duration::from_millis(1)).is_empty());
+    }
+
+    #[test]
+    fn the_achieved_rate_leaves_out_the_seconds_before_the_first_record() {
+        let feed = Feed::new("pipeline", "events", Some(1000));
+        let counted = Arc::new(AtomicU64::new(0));
+        let c = counted.clone();
+        feed.watch("events", Some(1000), Box::new(move || c.load(Ordering::Relaxed)));
+        // The run starts: nothing counted for a while.
+        std::thread::sleep(Duration::from_millis(200));
+        feed.tick();
+        std::thread::sleep(Duration::from_millis(50));
+        counted.store(1000, Ordering::Relaxed);
+        feed.tick();
+        let since_feed = feed.started.elapsed().as_secs_f64();
+        let frames = feed.frames_from(0, Duration::ZERO);
+        let update = data(frames.last().unwrap());
+        assert_eq!(update["total"].as_u64(), Some(1000));
+        let achieved = update["achieved"].as_f64().unwrap();
+        // Counted over at least the 50 ms since the empty update, and over less than
+        // the whole time since the feed began.
+        assert!(achieved <= 1000.0 / 0.05, "{achieved}");
+        assert!(achieved > 1000.0 / since_feed, "{achieved} against {}", 1000.0 / since_feed);
     }
 }

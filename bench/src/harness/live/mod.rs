@@ -1,6 +1,6 @@
 //! `--live ADDR`: a page at `http://ADDR/` that shows the run while it goes on.
 //!
-//! Per second: the records counted and the throughput, the achieved rate since the start,
+//! Per second: the records counted and the throughput, the achieved rate since the first record counted,
 //! the offered rate, and the latency percentiles (p50, p99, p99.9, max) of that second's
 //! interval histograms; at the end the run's JSON report: its figures and its percentile
 //! curves (the points `--plot` draws). Updates reach the page as server-sent events
