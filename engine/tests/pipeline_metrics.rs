@@ -112,17 +112,24 @@ fn checkpoints_and_the_restore_are_reported() {
         matches!(f.get("sluice_pipeline_last_checkpoint_age_seconds", &p), Some(Value::Gauge(Num::Float(a))) if *a >= 0.0)
     );
     assert!(f.get("sluice_pipeline_restored_checkpoint_id", &p).is_none(), "nothing was restored");
+    assert!(f.get("sluice_pipeline_restore_seconds", &p).is_none(), "nothing was restored");
 
     // A second run on the directory restores the last checkpoint and says so.
     let again = checkpointed_count(&dir);
     let restored = again.restored_from().expect("restored");
     let families = again.metric_families();
+    // The whole restore (read, then every shard's build and decoding) holds the read.
+    let (read, whole) = (again.restore_read().expect("a read time"), again.restore_time().expect("a restore time"));
+    assert!(whole >= read, "restore {whole:?} shorter than its read {read:?}");
     again.join().unwrap();
     let p = [("pipeline", "pipeline")];
     assert_eq!(int(families.get("sluice_pipeline_restored_checkpoint_id", &p)), Some(restored.0 as i64));
-    assert!(
-        matches!(families.get("sluice_pipeline_restore_read_seconds", &p), Some(Value::Gauge(Num::Float(s))) if *s >= 0.0)
-    );
+    let gauge = |name| match families.get(name, &p) {
+        Some(Value::Gauge(Num::Float(s))) => *s,
+        other => panic!("{name}: {other:?}"),
+    };
+    assert!((gauge("sluice_pipeline_restore_read_seconds") - read.as_secs_f64()).abs() < 1e-9);
+    assert!((gauge("sluice_pipeline_restore_seconds") - whole.as_secs_f64()).abs() < 1e-9);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

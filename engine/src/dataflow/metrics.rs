@@ -254,6 +254,15 @@ impl PipelineMetrics {
                 read.as_secs_f64(),
             );
         }
+        let ready = *coordinator.restore_ready.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(ready) = ready {
+            out.gauge(
+                "sluice_pipeline_restore_seconds",
+                "How long the restore took: from reading the checkpoint until every shard had decoded its state",
+                l(),
+                ready.as_secs_f64(),
+            );
+        }
         if let Some(restored) = coordinator.restored.as_ref() {
             out.gauge(
                 "sluice_pipeline_restored_checkpoint_id",

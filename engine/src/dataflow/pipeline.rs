@@ -144,6 +144,10 @@ impl Pipeline {
                         let read = restored.is_some().then(|| reading.elapsed());
                         let coordinator = Arc::new(CheckpointCoordinator::new(shards, restored.map(Arc::new)));
                         *coordinator.restore_read.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = read;
+                        if read.is_some() {
+                            *coordinator.restore_began.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
+                                Some(reading);
+                        }
                         let _ = tx.send(Ok(coordinator.clone()));
                         run_coordinator(coordinator, config, store).await;
                     }
@@ -358,6 +362,10 @@ where
     };
     let scope = match built {
         Ok((scope, Ok(()))) => {
+            // Noted before `spawn` hears of it, so the restore time is whole when it returns.
+            if let Some(c) = scope.checkpoint() {
+                c.borrow().coordinator.note_shard_restored();
+            }
             let _ = ctx.outcomes.send(None);
             if !ctx.gate.arrive(true) {
                 return Err(failure("another shard's build failed".into()));
@@ -473,6 +481,16 @@ impl RunningPipeline {
         self.coordinator
             .as_ref()
             .and_then(|(c, _)| *c.restore_read.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
+
+    /// How long the restore took as a whole, if this run restored: from reading the
+    /// checkpoint until the last shard had built its graph and decoded its state, ready to
+    /// run ([`restore_read`](Self::restore_read) is the first part of it).
+    #[must_use]
+    pub fn restore_time(&self) -> Option<Duration> {
+        self.coordinator
+            .as_ref()
+            .and_then(|(c, _)| *c.restore_ready.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
     }
 
     /// The checkpoint this run restored from, if it did.

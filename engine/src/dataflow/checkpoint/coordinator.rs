@@ -93,6 +93,11 @@ pub(crate) struct CheckpointCoordinator {
     /// How long reading the restored checkpoint took (its parts read, checked and
     /// merged), when the pipeline restored.
     pub(crate) restore_read: Mutex<Option<std::time::Duration>>,
+    /// When reading the restored checkpoint began, and from then until the last shard had
+    /// taken its state (read, then every shard's build and decoding), when the pipeline
+    /// restored.
+    pub(crate) restore_began: Mutex<Option<std::time::Instant>>,
+    pub(crate) restore_ready: Mutex<Option<std::time::Duration>>,
     /// Signalled when a checkpoint completes and when the coordinator's loop ends.
     changed: Condvar,
     /// The coordinator's loop has returned: no checkpoint will complete any more.
@@ -101,6 +106,17 @@ pub(crate) struct CheckpointCoordinator {
 }
 
 impl CheckpointCoordinator {
+    /// A shard has built its graph and taken its restored state: the restore time is until
+    /// the last shard's. Once per shard, before `spawn` returns.
+    pub(crate) fn note_shard_restored(&self) {
+        let Some(began) = *self.restore_began.lock().unwrap_or_else(std::sync::PoisonError::into_inner) else {
+            return;
+        };
+        let mut ready = self.restore_ready.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = began.elapsed();
+        *ready = Some(ready.map_or(now, |r| r.max(now)));
+    }
+
     pub(crate) fn new(shards: usize, restored: Option<Arc<Restored>>) -> CheckpointCoordinator {
         CheckpointCoordinator {
             trigger: AtomicU64::new(0),
@@ -123,6 +139,8 @@ impl CheckpointCoordinator {
             failures: Mutex::new(Vec::new()),
             last_completed_at: Mutex::new(None),
             restore_read: Mutex::new(None),
+            restore_began: Mutex::new(None),
+            restore_ready: Mutex::new(None),
             changed: Condvar::new(),
             done: AtomicBool::new(false),
             stop: AtomicBool::new(false),
