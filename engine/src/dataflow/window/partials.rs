@@ -7,8 +7,11 @@
 //! Linear probing in a power-of-two array of `Option<(K, V)>`, at most three quarters
 //! full: on the main job (10 000 keys, 16 384 slots of 24 bytes) that ran 5-6% faster than
 //! at most half full, whose table is twice the size for a few fewer probes. A hash's home
-//! slot is its low bits, as in `hashbrown` (see [`Partials::home`] for why).
-//! Entries leave only all at once ([`Partials::drain_into`]), so there are no tombstones.
+//! slot is the top bits of its product with the golden ratio (Fibonacci hashing: see
+//! [`Partials::home`]). Entries leave only all at once ([`Partials::drain_into`]), so there
+//! are no tombstones, and they leave in the order of the hash's low bits, the order of
+//! their buckets in the global phase's `FxHashMap`, which then fills its table front to
+//! back instead of at random.
 
 use std::hash::{BuildHasher, Hash};
 
@@ -18,13 +21,17 @@ use rustc_hash::FxBuildHasher;
 pub(super) struct Partials<K, V> {
     slots: Vec<Option<(K, V)>>,
     len: usize,
+    /// 64 minus log2 of the slot count: a hash's home slot is `(hash * golden) >> shift`.
+    shift: u32,
+    /// [`Partials::drain_into`]'s sorting room, kept with its capacity.
+    leaving: Vec<(u64, K, V)>,
 }
 
 impl<K: Hash + Eq, V> Default for Partials<K, V> {
     fn default() -> Self {
         // Never without slots, so that a probe need not check.
         let slots = std::iter::repeat_with(|| None).take(MIN_SLOTS).collect();
-        Partials { slots, len: 0 }
+        Partials { slots, len: 0, shift: 64 - MIN_SLOTS.trailing_zeros(), leaving: Vec::new() }
     }
 }
 
@@ -44,16 +51,15 @@ impl<K: Hash + Eq, V> Partials<K, V> {
         self.len
     }
 
-    /// A hash's home slot: its low bits, as `hashbrown` places it. The order in which
-    /// [`Partials::drain_into`] hands the partials on is then the order of their buckets in
-    /// the global phase's `FxHashMap`, so the receiving shard inserts them walking its table
-    /// from one end to the other instead of at random: at two shards, q5 ran at 0.56 of
-    /// linear scaling with the home slot from the hash's top bits (Fibonacci hashing) and at
-    /// 0.8 with these (tuning.md, "Scaling with the cores"). Fx hashes end with a rotation
-    /// that brings their well-mixed high bits down to these.
+    /// A hash's home slot: the top bits of its product with the golden ratio (Fibonacci
+    /// hashing). They depend on every bit of the hash, so keys whose Fx hashes differ in
+    /// a few bits only still spread. Consecutive integer keys, which the Fx hash's low bits
+    /// lay out perfectly for one shard (every key in its home slot) but unevenly for every
+    /// other one (what a shard of two sees), probe alike both ways here (tuning.md,
+    /// "Scaling with the cores", session 26).
     #[inline]
     fn home(&self, hash: u64) -> usize {
-        hash as usize & (self.slots.len() - 1)
+        (hash.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> self.shift) as usize
     }
 
     /// Folds into `key`'s partial with `update`, after creating it with `create` if the
@@ -93,23 +99,35 @@ impl<K: Hash + Eq, V> Partials<K, V> {
     fn grow(&mut self) {
         let slots = self.slots.len() * 2;
         let old = std::mem::replace(&mut self.slots, std::iter::repeat_with(|| None).take(slots).collect());
+        self.shift = 64 - slots.trailing_zeros();
         for (key, value) in old.into_iter().flatten() {
             let i = self.vacant(Self::hash(&key));
             self.slots[i] = Some((key, value));
         }
     }
 
-    /// Hands every entry to `each` and leaves the table empty, keeping its slots for the
-    /// next keys.
+    /// Hands every entry to `each` in the order of their hashes' low bits (as many as the
+    /// table has slots), and leaves the table empty, keeping its slots for the next keys.
+    ///
+    /// That order is the order of their buckets in an `FxHashMap` (`hashbrown` takes a
+    /// hash's low bits), the global phase's table: at two shards q5 ran at 0.56 of linear
+    /// scaling when the partials went on in slot order, each insert there a cache miss
+    /// in a table of many auctions, and at 0.82-0.84 in this order (tuning.md).
     pub(super) fn drain_into(&mut self, mut each: impl FnMut(K, V)) {
         if self.len == 0 {
             return;
         }
         self.len = 0;
+        let low = self.slots.len() as u64 - 1;
+        let leaving = &mut self.leaving;
         for slot in &mut self.slots {
             if let Some((key, value)) = slot.take() {
-                each(key, value);
+                leaving.push((Self::hash(&key) & low, key, value));
             }
+        }
+        leaving.sort_unstable_by_key(|(bucket, _, _)| *bucket);
+        for (_, key, value) in leaving.drain(..) {
+            each(key, value);
         }
     }
 }
@@ -162,6 +180,19 @@ mod tests {
             add(&mut table, key + 7, 2);
         }
         assert_eq!(table.slots.len(), slots);
+    }
+
+    #[test]
+    fn drains_in_the_order_of_the_hashes_low_bits() {
+        let mut table = Partials::default();
+        for key in 0..5000u64 {
+            add(&mut table, key * 2, 1);
+        }
+        let low = table.slots.len() as u64 - 1;
+        let mut buckets = Vec::new();
+        table.drain_into(|k, _| buckets.push(Partials::<u64, u64>::hash(&k) & low));
+        assert_eq!(buckets.len(), 5000);
+        assert!(buckets.is_sorted(), "not in the order of the low bits");
     }
 
     #[test]
