@@ -5,8 +5,8 @@
 //! when its 1 s interval closes (once a second per recorder), and a workload's cumulative
 //! count of records, read by the sampler (the same counter its progress line reads). The
 //! sampler thread turns them, every second, into an update: records and throughput in
-//! that second, the achieved rate since the first record counted, the offered rate, and the percentiles
-//! of the latency intervals closed in that second. At the end the run's report comes in
+//! that second, the achieved rate since the first record counted, the offered rate, and
+//! the percentiles of the latency intervals closed in that second. At the end the run's report comes in
 //! whole. Updates are kept (one per second of the run) so that a page opened late, or
 //! reconnecting, gets the whole run.
 

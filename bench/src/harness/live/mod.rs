@@ -1,9 +1,9 @@
 //! `--live ADDR`: a page at `http://ADDR/` that shows the run while it goes on.
 //!
-//! Per second: the records counted and the throughput, the achieved rate since the first record counted,
-//! the offered rate, and the latency percentiles (p50, p99, p99.9, max) of that second's
-//! interval histograms; at the end the run's JSON report: its figures and its percentile
-//! curves (the points `--plot` draws). Updates reach the page as server-sent events
+//! Per second: the records counted and the throughput, the achieved rate since the first
+//! record counted, the offered rate, and the latency percentiles (p50, p99, p99.9, max)
+//! of that second's interval histograms; at the end the run's JSON report: its figures
+//! and its percentile curves (the points `--plot` draws). Updates reach the page as server-sent events
 //! (`/events`); the page, its script and its style are compiled into the binary
 //! (`page.html`, `live.js`), with no library and nothing fetched from elsewhere.
 //!

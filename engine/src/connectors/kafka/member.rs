@@ -377,7 +377,6 @@ impl Shared {
         }
     }
 
-    /// Stops `slot` (revoked, or the member leaves) and waits for it.
     /// Stops `slots` (revoked, or the member leaves) and waits for them: all are told to
     /// stop first and joined side by side, so that slots whose committers wait out a
     /// request timeout (a broker that is down) do not wait one after another.

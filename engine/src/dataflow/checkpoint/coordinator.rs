@@ -93,10 +93,10 @@ pub(crate) struct CheckpointCoordinator {
     /// How long reading the restored checkpoint took (its parts read, checked and
     /// merged), when the pipeline restored.
     pub(crate) restore_read: Mutex<Option<std::time::Duration>>,
-    /// When reading the restored checkpoint began, and from then until the last shard had
-    /// taken its state (read, then every shard's build and decoding), when the pipeline
-    /// restored.
+    /// When reading the restored checkpoint began, when the pipeline restored.
     pub(crate) restore_began: Mutex<Option<std::time::Instant>>,
+    /// From `restore_began` until the last shard had taken its state (the read, then
+    /// every shard's build and decoding).
     pub(crate) restore_ready: Mutex<Option<std::time::Duration>>,
     /// Signalled when a checkpoint completes and when the coordinator's loop ends.
     changed: Condvar,

@@ -16,7 +16,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use sluice_io::{CheckpointId, EventTime};
 
 use super::{
-    Firing, Window, Windows,
+    Firing, SPARE_MAPS, Window, Windows,
     buckets::{Bucketed, find_or_insert},
     emit::Emit,
     function::WindowFunction,
@@ -97,10 +97,6 @@ const SLOTS_PER_PART: usize = 1 << 14;
 
 /// Entry kinds of a window snapshot: a key's accumulator in a window, and a window dropped
 /// since the base (a deletion, in deltas only).
-/// How many emptied maps an [`Aligned`] keeps for reuse (a tumbling window needs one at a
-/// time, a sliding one a few).
-const SPARE_MAPS: usize = 2;
-
 const KEY_ENTRY: u8 = 0;
 const DROPPED_WINDOW: u8 = 1;
 
@@ -111,8 +107,7 @@ pub(crate) struct Aligned<K, T, F: WindowFunction<K, T>, KS> {
     function: F,
     emit: Emit<K, T, F::Out>,
     buckets: Vec<Bucket<K, F::Acc>>,
-    /// Emptied maps of fired windows, kept with their capacity for the next windows, which
-    /// usually hold about as many keys: a fresh map grew by rehashing every window.
+    /// Emptied maps of fired windows, kept for the next windows (at most [`SPARE_MAPS`]).
     spare: Vec<FxHashMap<K, F::Acc>>,
     hint: usize,
     assigned: Vec<Window>,

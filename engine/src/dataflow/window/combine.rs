@@ -21,7 +21,7 @@ use std::{hash::Hash, marker::PhantomData, rc::Rc, time::Duration};
 
 use sluice_io::EventTime;
 
-use super::{Aggregate, WindowResult, Windows, ms, partials::Partials};
+use super::{Aggregate, SPARE_MAPS, WindowResult, Windows, ms, partials::Partials};
 use crate::dataflow::{Event, Operator, Output, Port, Stream, checkpoint::Barrier, checkpoint::Data};
 
 /// A stream whose records will be aggregated per key in two phases;
@@ -178,9 +178,6 @@ where
     }
 }
 
-/// How many emptied maps a [`Combiner`] keeps for reuse.
-const SPARE_MAPS: usize = 2;
-
 /// The local phase on one shard: the open windows' partials, per key.
 struct Combiner<K, T, KS, A: Aggregate<T>> {
     key: KS,
@@ -225,9 +222,7 @@ where
             }
             let (start, mut partials) = self.open.remove(i);
             let time = EventTime::from_millis(start.saturating_add(self.size).saturating_sub(1));
-            // Room for the whole pane at once, as `extend` with an exact size makes: pushes
-            // growing it step by step copied the partials into fresh pages again and again
-            // (q5 at two shards lost a third of its rate to that, tuning.md).
+            // Room for the whole pane at once, as `extend` with an exact size hint made.
             let buf = &mut self.buf;
             buf.reserve(partials.len());
             partials.drain_into(|key, acc| buf.push(Event { time, value: (key, acc) }));

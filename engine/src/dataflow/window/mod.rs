@@ -37,6 +37,11 @@ pub use global::{CountTrigger, Trigger, TriggerAction};
 
 use super::{BoxedKey, Event, KeyedStream, Output, Port, Stream, checkpoint::Data};
 
+/// How many emptied per-key maps a window operator keeps, with their capacity, for the
+/// windows after (the local phase's panes, the aligned windows): the next window usually
+/// holds about as many keys, and a fresh map would grow to them by rehashing.
+const SPARE_MAPS: usize = 2;
+
 /// How a window operator's snapshot names one key's window: start and end (ms), whether
 /// it has fired, and the key.
 pub(crate) type WindowEntry<K> = (i64, i64, bool, K);
