@@ -257,15 +257,15 @@ fn very_late_events_keep_each_policys_promise() {
 /// The count through `combine_by` (partials per shard, merged by the key's owner) over
 /// tumbling or sliding `windows`. With `checkpoints`, a checkpoint every 5 ms while the source takes about a
 /// millisecond per 100 events (each barrier sends the open partials on before it passes);
-/// the checkpoints completed come back with the run.
-fn run_combined(events: &Arc<Vec<Ev>>, windows: Windows, shards: usize, checkpoints: bool) -> (Run, usize) {
+/// the checkpoints completed come back with the run. `test` names the checkpoint directory:
+/// the tests of this binary run at once, and two pipelines must not share one.
+fn run_combined(test: &str, events: &Arc<Vec<Ev>>, windows: Windows, shards: usize, checkpoints: bool) -> (Run, usize) {
     let results = Arc::new(Mutex::new(Vec::new()));
     let (sink, input) = (results.clone(), events.clone());
     let mut config = PipelineConfig::with_shards(shards);
     config.batch_records = 16;
     let mut pipeline = Pipeline::new(config);
-    // Only the checkpointed run has a directory (tests run at once in this binary).
-    let dir = checkpoints.then(|| common::data_dir("dataflow_random", &format!("combine-checkpoints-{shards}")));
+    let dir = checkpoints.then(|| common::data_dir("dataflow_random", &format!("{test}-{shards}")));
     if let Some(dir) = &dir {
         pipeline = pipeline.checkpointing(
             CheckpointConfig::new(AsRef::<std::path::Path>::as_ref(dir)).interval(Duration::from_millis(5)),
@@ -322,7 +322,7 @@ fn combine_by_equals_the_one_phase_tumbling_count() {
     for (windows, shards) in cases.iter().flat_map(|w| [1, 2, 4].map(|s| (*w, s))) {
         let expected = reference(&on_time, windows);
         let ctx = format!("SEED={seed} combine_by {windows:?} {shards} shards");
-        let (run, _) = run_combined(&on_time, windows, shards, false);
+        let (run, _) = run_combined("combine-on-time", &on_time, windows, shards, false);
         assert!(run.results.iter().all(|r| r.firing == Firing::OnTime), "{ctx}: nothing is late");
         assert_eq!(run.results.len(), expected.len(), "{ctx}: one result per window");
         assert_eq!(last_results(&run.results), expected, "{ctx}");
@@ -335,7 +335,7 @@ fn combine_by_equals_the_one_phase_tumbling_count() {
     let expected = reference(&late_events, windows);
     for shards in [1, 2] {
         let ctx = format!("SEED={seed} combine_by very late, {shards} shards");
-        let (run, _) = run_combined(&late_events, windows, shards, false);
+        let (run, _) = run_combined("combine-late", &late_events, windows, shards, false);
         let last = last_results(&run.results);
         for (kw, count) in &last {
             assert!(count <= expected.get(kw).unwrap_or(&0), "{ctx}: {kw:?}");
@@ -355,11 +355,35 @@ fn combine_by_sends_its_partials_at_each_checkpoint_barrier_and_stays_exact() {
     let windows = Windows::Tumbling { size: 50, offset: 0 };
     let events = Arc::new(events(&mut rng, 20_000, false));
     let expected = reference(&events, windows);
-    let (run, completed) = run_combined(&events, windows, 2, true);
+    let (run, completed) = run_combined("combine-checkpoints", &events, windows, 2, true);
     let ctx = format!("SEED={seed} combine_by with checkpoints, 2 shards");
     // The last checkpoint is the one bounded inputs take at their end; the others were
     // taken while the partials were open.
     assert!(completed >= 2, "{ctx}: {completed} checkpoints completed, none during the run");
     assert_eq!(run.results.len(), expected.len(), "{ctx}: one result per window");
     assert_eq!(last_results(&run.results), expected, "{ctx}");
+}
+
+#[test]
+fn combine_by_over_many_keys_crosses_in_pieces_and_stays_exact() {
+    // Hundreds of keys per pane and shard against batches of 16: each pane's partials
+    // leave as one long batch, which the exchange sends on in pieces of a batch per shard
+    // (the other shards' parts first), with and without checkpoint barriers among them.
+    let seed = seed();
+    let mut rng = Rng::seeded(seed ^ 0xC0B3);
+    let mut many = events(&mut rng, 6000, false);
+    for e in &mut many {
+        e.key = rng.below(3000);
+    }
+    let many = Arc::new(many);
+    for windows in [Windows::Tumbling { size: 1000, offset: 0 }, Windows::Sliding { size: 1000, slide: 500 }] {
+        let expected = reference(&many, windows);
+        for (shards, checkpoints) in [(2, false), (4, false), (2, true)] {
+            let ctx =
+                format!("SEED={seed} combine_by, many keys, {windows:?}, {shards} shards, checkpoints {checkpoints}");
+            let (run, _) = run_combined("combine-many-keys", &many, windows, shards, checkpoints);
+            assert_eq!(run.results.len(), expected.len(), "{ctx}: one result per window");
+            assert_eq!(last_results(&run.results), expected, "{ctx}");
+        }
+    }
 }

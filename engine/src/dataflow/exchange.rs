@@ -405,6 +405,8 @@ struct Sending<T, KF> {
     building: Vec<Vec<Event<T>>>,
     /// Each input record's destination, reused from batch to batch.
     dest: Vec<u16>,
+    /// A piece of a long input batch ([`Operator::on_batch`]), kept with its capacity.
+    piece: Vec<Event<T>>,
     senders: Vec<Option<Sender<Event<T>>>>,
     pending: Vec<VecDeque<Message<Event<T>>>>,
     local: Rc<RefCell<Receiving<T>>>,
@@ -415,11 +417,14 @@ struct Sending<T, KF> {
 impl<T: 'static, K: Hash, KF: Fn(&T) -> K> Sending<T, KF> {
     fn send(&mut self, to: usize, message: Message<Event<T>>) {
         let sender = self.senders[to].as_mut().expect("a ring to every other shard");
-        if !self.pending[to].is_empty() {
+        let cells = self.rings[to].as_ref();
+        // What waits goes first, in order, as far as the ring has room now (the receiving
+        // shard reads it meanwhile): a long batch's pieces flow while this shard works
+        // through its own part, rather than when it is back in the driver.
+        if !send_queued(sender, &mut self.pending[to], cells) {
             self.pending[to].push_back(message);
             return;
         }
-        let cells = self.rings[to].as_ref();
         match sender.try_send(message) {
             Ok(()) => {
                 if let Some(c) = cells {
@@ -435,6 +440,32 @@ impl<T: 'static, K: Hash, KF: Fn(&T) -> K> Sending<T, KF> {
             // The receiving shard is gone: it failed, and the pipeline with it.
             Err(TrySendError::Closed(_)) => {}
         }
+    }
+
+    /// Sorts `batch` to its records' shards: the other shards' parts are shipped first,
+    /// then this shard's goes on here.
+    fn exchange(&mut self, batch: &mut Vec<Event<T>>) {
+        // Destinations first (the key selector is user code), then the records move
+        // without a branch on where each goes (`scatter`: that branch is a coin toss per
+        // record at two shards).
+        let (key, groups, owners) = (&*self.key, self.groups, &self.owners);
+        self.dest.clear();
+        self.dest.extend(batch.iter().map(|event| owners[key_group(&key(&event.value), groups) as usize]));
+        scatter(batch, &self.dest, &mut self.building);
+        // What did not fill a batch goes now rather than waiting for more: a record must
+        // not sit here while its input is quiet. Batching still follows the input's, cut
+        // at `batch_records` when the input's batches are larger.
+        for to in 0..self.shards {
+            if to != self.shard {
+                if self.building[to].len() > self.batch_records {
+                    self.ship_in_batches(to);
+                }
+                self.ship(to);
+            }
+        }
+        let mut local = std::mem::take(&mut self.building[self.shard]);
+        self.local.borrow_mut().push_local(&mut local);
+        self.building[self.shard] = local;
     }
 
     fn fresh_batch(&mut self, to: usize) -> Vec<Event<T>> {
@@ -481,27 +512,24 @@ impl<T: 'static, K: Hash, KF: Fn(&T) -> K> Operator<T> for Sending<T, KF> {
             self.local.borrow_mut().push_local(batch);
             return;
         }
-        // Destinations first (the key selector is user code), then the records move
-        // without a branch on where each goes (`scatter`: that branch is a coin toss per
-        // record at two shards).
-        let (key, groups, owners) = (&*self.key, self.groups, &self.owners);
-        self.dest.clear();
-        self.dest.extend(batch.iter().map(|event| owners[key_group(&key(&event.value), groups) as usize]));
-        scatter(batch, &self.dest, &mut self.building);
-        let mut local = std::mem::take(&mut self.building[self.shard]);
-        self.local.borrow_mut().push_local(&mut local);
-        self.building[self.shard] = local;
-        // What did not fill a batch goes now rather than waiting for more: a record must
-        // not sit here while its input is quiet. Batching still follows the input's, cut
-        // at `batch_records` when the input's batches are larger.
-        for to in 0..self.shards {
-            if to != self.shard {
-                if self.building[to].len() > self.batch_records {
-                    self.ship_in_batches(to);
-                }
-                self.ship(to);
-            }
+        let piece = self.batch_records.saturating_mul(self.shards);
+        if batch.len() <= piece {
+            return self.exchange(batch);
         }
+        // A long batch (a pane's partials, a window's results) goes on in pieces of about
+        // a batch per shard, each shipped before this shard works through its own part of
+        // it: the other shards work on theirs meanwhile instead of after (q5's panes at
+        // two shards, tuning.md).
+        let mut all = std::mem::take(batch);
+        let mut pieces = all.drain(..);
+        let mut part = std::mem::take(&mut self.piece);
+        while pieces.len() > 0 {
+            part.extend(pieces.by_ref().take(piece));
+            self.exchange(&mut part);
+        }
+        drop(pieces);
+        self.piece = part;
+        *batch = all;
     }
 
     fn on_watermark(&mut self, watermark: EventTime) {
@@ -531,28 +559,41 @@ impl<T: 'static, K: Hash, KF: Fn(&T) -> K> Pending for Sending<T, KF> {
         let mut all = true;
         for (to, queue) in self.pending.iter_mut().enumerate() {
             let Some(sender) = self.senders[to].as_mut() else { continue };
-            while let Some(message) = queue.pop_front() {
-                match sender.try_send(message) {
-                    Ok(()) => {
-                        if let Some(c) = self.rings[to].as_ref() {
-                            c.occupied.set(sender.occupied() as i64);
-                        }
-                    }
-                    Err(TrySendError::Full(m)) => {
-                        queue.push_front(m);
-                        if sender.park_for_room(cx) {
-                            // Room appeared between the attempt and the park: try again.
-                            continue;
-                        }
-                        all = false;
-                        break;
-                    }
-                    Err(TrySendError::Closed(_)) => queue.clear(),
+            let cells = self.rings[to].as_ref();
+            // Room that appears between the attempt and the park: try again.
+            while !send_queued(sender, queue, cells) {
+                if !sender.park_for_room(cx) {
+                    all = false;
+                    break;
                 }
             }
         }
         if all { Poll::Ready(()) } else { Poll::Pending }
     }
+}
+
+/// Moves `queue`'s messages into the ring in order while it has room; whether the queue
+/// is empty now (a closed ring empties it: its shard failed, and the pipeline with it).
+fn send_queued<T>(
+    sender: &mut Sender<Event<T>>,
+    queue: &mut VecDeque<Message<Event<T>>>,
+    cells: Option<&Arc<RingCells>>,
+) -> bool {
+    while let Some(message) = queue.pop_front() {
+        match sender.try_send(message) {
+            Ok(()) => {
+                if let Some(c) = cells {
+                    c.occupied.set(sender.occupied() as i64);
+                }
+            }
+            Err(TrySendError::Full(m)) => {
+                queue.push_front(m);
+                return false;
+            }
+            Err(TrySendError::Closed(_)) => queue.clear(),
+        }
+    }
+    true
 }
 
 /// The ring side of the receiving end, which the driver drains.
@@ -694,6 +735,7 @@ where
         batch_records,
         building: (0..shards).map(|_| Vec::with_capacity(batch_records)).collect(),
         dest: Vec::with_capacity(batch_records),
+        piece: Vec::new(),
         senders,
         pending: (0..shards).map(|_| VecDeque::new()).collect(),
         local: receiving.clone(),

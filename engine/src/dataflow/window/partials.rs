@@ -23,15 +23,25 @@ pub(super) struct Partials<K, V> {
     len: usize,
     /// 64 minus log2 of the slot count: a hash's home slot is `(hash * golden) >> shift`.
     shift: u32,
-    /// [`Partials::drain_into`]'s sorting room, kept with its capacity.
-    leaving: Vec<(u64, K, V)>,
+    /// [`Partials::drain_into`]'s room, kept with its capacity: the (bucket, slot) pairs
+    /// of the entries leaving, and [`radix_sort`]'s.
+    leaving: Vec<(usize, usize)>,
+    spare: Vec<(usize, usize)>,
+    counts: Vec<usize>,
 }
 
 impl<K: Hash + Eq, V> Default for Partials<K, V> {
     fn default() -> Self {
         // Never without slots, so that a probe need not check.
         let slots = std::iter::repeat_with(|| None).take(MIN_SLOTS).collect();
-        Partials { slots, len: 0, shift: 64 - MIN_SLOTS.trailing_zeros(), leaving: Vec::new() }
+        Partials {
+            slots,
+            len: 0,
+            shift: 64 - MIN_SLOTS.trailing_zeros(),
+            leaving: Vec::new(),
+            spare: Vec::new(),
+            counts: Vec::new(),
+        }
     }
 }
 
@@ -112,7 +122,9 @@ impl<K: Hash + Eq, V> Partials<K, V> {
     /// That order is the order of their buckets in an `FxHashMap` (`hashbrown` takes a
     /// hash's low bits), the global phase's table: at two shards q5 ran at 0.56 of linear
     /// scaling when the partials went on in slot order, each insert there a cache miss
-    /// in a table of many auctions, and at 0.82-0.84 in this order (tuning.md).
+    /// in a table of many auctions, and at 0.82-0.84 in this order (tuning.md). The order
+    /// is made by a radix sort of (bucket, slot) pairs, not by sorting the entries: the
+    /// comparison sort was 5% of the main job's time at one shard.
     pub(super) fn drain_into(&mut self, mut each: impl FnMut(K, V)) {
         if self.len == 0 {
             return;
@@ -120,15 +132,50 @@ impl<K: Hash + Eq, V> Partials<K, V> {
         self.len = 0;
         let low = self.slots.len() as u64 - 1;
         let leaving = &mut self.leaving;
-        for slot in &mut self.slots {
-            if let Some((key, value)) = slot.take() {
-                leaving.push((Self::hash(&key) & low, key, value));
+        for (i, slot) in self.slots.iter().enumerate() {
+            if let Some((key, _)) = slot {
+                leaving.push(((Self::hash(key) & low) as usize, i));
             }
         }
-        leaving.sort_unstable_by_key(|(bucket, _, _)| *bucket);
-        for (_, key, value) in leaving.drain(..) {
-            each(key, value);
+        radix_sort(leaving, &mut self.spare, &mut self.counts, self.slots.len().trailing_zeros());
+        for (_, i) in leaving.drain(..) {
+            if let Some((key, value)) = self.slots[i].take() {
+                each(key, value);
+            }
         }
+    }
+}
+
+/// The most bits [`radix_sort`] sorts by in one pass (2048 counters).
+const RADIX_BITS: u32 = 11;
+
+/// Sorts `pairs` by their first halves, which are below `2^bits`: a least significant digit
+/// radix sort, in as few passes of at most [`RADIX_BITS`] as cover `bits`, through `spare`
+/// and with `counts` (both kept by the caller with their capacity).
+fn radix_sort(pairs: &mut Vec<(usize, usize)>, spare: &mut Vec<(usize, usize)>, counts: &mut Vec<usize>, bits: u32) {
+    let passes = bits.div_ceil(RADIX_BITS).max(1);
+    let digit = bits.div_ceil(passes);
+    let mask = (1usize << digit) - 1;
+    for pass in 0..passes {
+        let shift = pass * digit;
+        // `counts[d + 1]` counts digit `d`, then becomes where digit `d + 1` starts; placing
+        // a pair moves its digit's start on.
+        counts.clear();
+        counts.resize(mask + 2, 0);
+        for &(bucket, _) in pairs.iter() {
+            counts[((bucket >> shift) & mask) + 1] += 1;
+        }
+        for d in 1..counts.len() {
+            counts[d] += counts[d - 1];
+        }
+        spare.clear();
+        spare.resize(pairs.len(), (0, 0));
+        for &pair in pairs.iter() {
+            let start = &mut counts[(pair.0 >> shift) & mask];
+            spare[*start] = pair;
+            *start += 1;
+        }
+        std::mem::swap(pairs, spare);
     }
 }
 
@@ -184,15 +231,34 @@ mod tests {
 
     #[test]
     fn drains_in_the_order_of_the_hashes_low_bits() {
-        let mut table = Partials::default();
-        for key in 0..5000u64 {
-            add(&mut table, key * 2, 1);
+        // 5000 keys take 8192 slots (13 bits: two radix passes), 50 000 take 65 536 (16:
+        // two), 500 000 take 2^20 (20: two), 2000 take 4096 (12: two) and 10 take 16 (one).
+        for keys in [10u64, 2000, 5000, 50_000, 500_000] {
+            let mut table = Partials::default();
+            for key in 0..keys {
+                add(&mut table, key * 2, 1);
+            }
+            let low = table.slots.len() as u64 - 1;
+            let mut buckets = Vec::new();
+            table.drain_into(|k, _| buckets.push(Partials::<u64, u64>::hash(&k) & low));
+            assert_eq!(buckets.len() as u64, keys);
+            assert!(buckets.is_sorted(), "{keys} keys: not in the order of the low bits");
         }
-        let low = table.slots.len() as u64 - 1;
-        let mut buckets = Vec::new();
-        table.drain_into(|k, _| buckets.push(Partials::<u64, u64>::hash(&k) & low));
-        assert_eq!(buckets.len(), 5000);
-        assert!(buckets.is_sorted(), "not in the order of the low bits");
+    }
+
+    #[test]
+    fn the_radix_sort_sorts_by_the_first_half_and_keeps_each_pair() {
+        let (mut spare, mut counts) = (Vec::new(), Vec::new());
+        for bits in [0, 1, 7, 11, 12, 23, 33] {
+            let mut pairs: Vec<(usize, usize)> =
+                (0..3000usize).map(|i| ((i.wrapping_mul(0x9e37_79b9) >> 3) & ((1 << bits) - 1), i)).collect();
+            let mut expected = pairs.clone();
+            expected.sort_unstable();
+            radix_sort(&mut pairs, &mut spare, &mut counts, bits);
+            assert!(pairs.iter().map(|p| p.0).is_sorted(), "{bits} bits");
+            // Stable: equal buckets keep their slot order, so the whole pair is sorted.
+            assert_eq!(pairs, expected, "{bits} bits");
+        }
     }
 
     #[test]
