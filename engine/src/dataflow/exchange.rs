@@ -6,11 +6,13 @@
 //! checkpoint and move when a pipeline is restored on a different number of shards.
 //!
 //! The sending side sorts each input batch into one batch per destination and sends them
-//! at the end of the input batch (or sooner, once full); watermarks, idleness changes and
-//! the end go to every destination after the data they follow. A message a full ring refuses waits in the destination's
-//! pending queue; the driver flushes it and pulls no source records meanwhile. The
-//! receiving side merges the progress of all shards (the minimum watermark over those
-//! not idle) before passing it on.
+//! at the end of the input batch (or sooner, once full), before its own share goes on here;
+//! an input batch longer than a batch per shard goes in pieces of that length. Watermarks,
+//! idleness changes and the end go to every destination after the data they follow. A
+//! message a full ring refuses waits in the destination's pending queue; the next send to
+//! that destination, or the driver, moves it on, and the driver pulls no source records
+//! meanwhile. The receiving side merges the progress of all shards (the minimum watermark
+//! over those not idle) before passing it on.
 
 use std::{
     cell::RefCell,
