@@ -66,28 +66,17 @@ impl<T: 'static, K: Hash, KF: Fn(&T) -> K> Sending<T, KF> {
 
     fn send(&mut self, to: usize, message: Message<Event<T>>) {
         let sender = self.senders[to].as_mut().expect("a ring to every other shard");
-        let cells = self.rings[to].as_ref();
+        let (queue, cells) = (&mut self.pending[to], self.rings[to].as_ref());
         // What waits goes first, in order, as far as the ring has room now (the receiving
         // shard reads it meanwhile): a long batch's pieces flow while this shard works
         // through its own part, rather than when it is back in the driver.
-        if !send_queued(sender, &mut self.pending[to], cells) {
-            self.pending[to].push_back(message);
-            return;
-        }
-        match sender.try_send(message) {
-            Ok(()) => {
-                if let Some(c) = cells {
-                    c.occupied.set(sender.occupied() as i64);
-                }
-            }
-            Err(TrySendError::Full(m)) => {
-                if let Some(c) = cells {
-                    c.full.add(1);
-                }
-                self.pending[to].push_back(m);
-            }
-            // The receiving shard is gone: it failed, and the pipeline with it.
-            Err(TrySendError::Closed(_)) => {}
+        queue.push_back(message);
+        // Left alone in the queue, this message was tried and found the ring full.
+        if !send_queued(sender, queue, cells)
+            && queue.len() == 1
+            && let Some(c) = cells
+        {
+            c.full.add(1);
         }
     }
 

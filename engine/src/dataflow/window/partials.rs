@@ -231,7 +231,7 @@ mod tests {
 
     #[test]
     fn drains_in_the_order_of_the_hashes_low_bits() {
-        // 5000 keys take 8192 slots (13 bits: two radix passes), 50 000 take 65 536 (16:
+        // 5000 keys take 8192 slots (13 bits: two radix passes), 50 000 take 131 072 (17:
         // two), 500 000 take 2^20 (20: two), 2000 take 4096 (12: two) and 10 take 16 (one).
         for keys in [10u64, 2000, 5000, 50_000, 500_000] {
             let mut table = Partials::default();
