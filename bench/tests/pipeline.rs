@@ -155,14 +155,25 @@ fn the_bare_loop_and_the_scaling_rounds_run_beside_sluice() {
         assert_eq!(report.single_shard_ratio_to_bare, Some(one / bare));
         assert_eq!(scaling.scaling_efficiency, Some(report.events_per_sec / (2.0 * one)));
         assert_eq!((scaling.scaling_shards, scaling.round_scaling_efficiency.len()), (Some(2), 2));
+        // The bare loop ran on the second shard's CPU too.
+        let by_cpu = &report.bare_events_per_sec_by_cpu;
+        assert!(by_cpu.len() == 2 && by_cpu[0] == bare && by_cpu[1] > 0.0, "{by_cpu:?}");
+        assert_eq!(report.bare_slowest_cpu_ratio, Some(by_cpu[0].min(by_cpu[1]) / bare));
         let json = serde_json::to_value(&report).unwrap();
-        for field in ["bare_events_per_sec", "scaling_efficiency", "round_scaling_efficiency", "timely_events_per_sec"]
-        {
+        for field in [
+            "bare_events_per_sec",
+            "scaling_efficiency",
+            "round_scaling_efficiency",
+            "timely_events_per_sec",
+            "bare_events_per_sec_by_cpu",
+            "bare_slowest_cpu_ratio",
+        ] {
             assert!(json[field].is_number() || json[field].is_array(), "{field}: {json}");
         }
         let table = report.table().to_string();
         assert!(table.contains("bare loop") && table.contains("scaling efficiency, 1 -> 2 shards"), "{table}");
         assert!(table.contains("rounds (sluice/timely/bare/1 shard)"), "{table}");
+        assert!(table.contains("bare loop on each shard's CPU"), "{table}");
     }
 }
 
@@ -179,7 +190,16 @@ fn two_phase_counts_every_window_in_both_modes() {
         assert!(report.timely_events_per_sec.is_some_and(|r| r > 0.0), "{report:?}");
         assert_eq!((report.results, report.results_sum), (2 * KEYS, 1_050_000), "{shards} shards");
     }
+    // The exchanges holding watermarks back (`PipelineConfig::watermark_interval`) count
+    // the same, in both modes.
+    let line = ["--events", "1050000", "--shards", "2", "--rounds", "1", "--latency-seconds", "0", "--two-phase"];
+    let report = pipeline::run(&args(&[&line[..], &["--watermark-interval-us", "200"]].concat())).expect("held");
+    assert_eq!((report.results, report.results_sum), (2 * KEYS, 1_050_000));
     let line = ["--events", "55000", "--rate", "25000", "--shards", "2", "--two-phase", "--no-wake-probe"];
+    for interval in ["0", "200"] {
+        let report = pipeline::run(&args(&[&line[..], &["--watermark-interval-us", interval]].concat())).expect("held");
+        assert_eq!((report.results, report.results_sum), (2 * KEYS + 5000, 55_000), "interval {interval} us");
+    }
     let report = pipeline::run(&args(&line)).expect("two-phase latency run");
     assert_eq!((report.results, report.results_sum), (2 * KEYS + 5000, 55_000));
     let latency = report.latency_us.expect("latencies in the latency mode");

@@ -14,7 +14,7 @@ use std::{
 use sluice_engine::dataflow::checkpoint::StateError;
 use sluice_engine::dataflow::{
     ChannelSource, CountTrigger, Data, Firing, Generator, LatePolicy, Pipeline, PipelineConfig, WatermarkStrategy,
-    WindowResult, Windows,
+    WindowResult, Windows, key_group, shard_of_group,
 };
 use sluice_io::EventTime;
 
@@ -282,4 +282,48 @@ fn a_silent_partition_stops_holding_results_back_after_its_idle_timeout() {
     let (waited, results) = one_silent_split(None, 1);
     assert!(waited >= Duration::from_millis(1500), "fired with a silent partition and no idle timeout");
     assert_eq!(results.iter().map(|r| (r.window, r.value)).collect::<Vec<_>>(), vec![(minute(0), 3), (minute(1), 1)]);
+}
+
+/// Two shards whose sources never run dry, each making records only for a key it owns:
+/// no record crosses, so shard 1 learns shard 0's watermark only as the exchange sends
+/// it, which a busy shard does at least every `watermark_interval`. Shard 1's first
+/// window fires while both sources are still running.
+#[test]
+fn a_busy_shard_sends_its_watermark_at_least_every_interval() {
+    let groups = PipelineConfig::DEFAULT_KEY_GROUPS;
+    let owned_by =
+        |shard: usize| (0..).find(|k: &u64| shard_of_group(key_group(k, groups), groups, 2) == shard).unwrap();
+    let keys = [owned_by(0), owned_by(1)];
+    for interval in [Duration::ZERO, Duration::from_millis(1), Duration::from_millis(200)] {
+        let (out_tx, out_rx) = mpsc::channel();
+        let out_tx = Arc::new(Mutex::new(out_tx));
+        let config = PipelineConfig { watermark_interval: interval, ..PipelineConfig::with_shards(2) };
+        let running = Pipeline::new(config)
+            .spawn(move |scope| {
+                let sink = out_tx.clone();
+                // Shard s makes the i with i % 2 == s, each for key `keys[s]`; 10 000 per
+                // second of event time.
+                let strategy = WatermarkStrategy::bounded_out_of_orderness(Duration::ZERO, |&(_, i): &(u64, u64)| {
+                    EventTime::from_millis((i / 10) as i64)
+                });
+                scope
+                    .source(
+                        Generator::new(scope.shard(), scope.shards(), u64::MAX, move |i| (keys[(i % 2) as usize], i)),
+                        strategy,
+                    )
+                    .key_by(|&(key, _)| key)
+                    .window(Windows::tumbling(Duration::from_secs(1)))
+                    .count()
+                    .for_each(move |e| sink.lock().unwrap().send(e.value).unwrap());
+            })
+            .unwrap();
+        let fired = std::iter::from_fn(|| out_rx.recv_timeout(Duration::from_secs(60)).ok())
+            .find(|result: &WindowResult<u64, u64>| result.key == keys[1]);
+        let running_still = !running.is_finished();
+        running.stop(false);
+        running.join().unwrap();
+        let fired = fired.unwrap_or_else(|| panic!("interval {interval:?}: shard 1's window never fired"));
+        assert!(running_still, "interval {interval:?}");
+        assert_eq!((fired.window.start, fired.value), (EventTime::from_millis(0), 5_000), "interval {interval:?}");
+    }
 }

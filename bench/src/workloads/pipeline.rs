@@ -69,6 +69,11 @@ pub struct PipelineArgs {
     /// timely's job in two phases too; the bare loop has no exchange to save
     #[arg(long)]
     pub two_phase: bool,
+    /// How long a busy shard holds its latest watermark back from the other shards
+    /// (`PipelineConfig::watermark_interval`), in microseconds; 0 sends every advance
+    /// [default: the pipeline's, 0]
+    #[arg(long, value_name = "US")]
+    pub watermark_interval_us: Option<u64>,
     /// Rounds in the throughput mode, each running sluice and then the baseline; each
     /// side's best round is its figure
     #[arg(long, default_value_t = 3, value_name = "N",
@@ -117,6 +122,11 @@ impl PipelineArgs {
     /// `--shards`, or one per CPU this process may run on.
     pub fn shards(&self) -> usize {
         self.run.shards.unwrap_or_else(default_shards)
+    }
+
+    /// `--watermark-interval-us`, if given.
+    fn watermark_interval(&self) -> Option<std::time::Duration> {
+        self.watermark_interval_us.map(std::time::Duration::from_micros)
     }
 }
 
@@ -216,6 +226,15 @@ pub struct PipelineReport {
     pub ratio_to_bare: Option<f64>,
     /// With `--scaling --compare bare`: `single_shard_events_per_sec / bare_events_per_sec`.
     pub single_shard_ratio_to_bare: Option<f64>,
+    /// With `--scaling --compare bare`: the bare loop's best round on each CPU the N shards
+    /// are pinned to, in shard order (the first is `bare_events_per_sec`, where the one-shard
+    /// run runs too). The job is split evenly, so N shards end when the slowest ends: on a
+    /// machine whose CPUs run at different speeds (another guest on a sibling hyperthread),
+    /// N x the slowest CPU's rate, not N x the first's, is what N shards can reach.
+    pub bare_events_per_sec_by_cpu: Vec<f64>,
+    /// The slowest of `bare_events_per_sec_by_cpu` over the first: the `scaling_efficiency`
+    /// the machine itself allows in this run (1.0 when the CPUs run alike).
+    pub bare_slowest_cpu_ratio: Option<f64>,
     /// Sluice's events per second in every round, in order.
     pub round_events_per_sec: Vec<f64>,
     /// Timely's events per second in every round, in order.
@@ -269,6 +288,8 @@ pub fn run(args: &PipelineArgs) -> anyhow::Result<PipelineReport> {
         bare_events_per_sec: None,
         ratio_to_bare: None,
         single_shard_ratio_to_bare: None,
+        bare_events_per_sec_by_cpu: Vec::new(),
+        bare_slowest_cpu_ratio: None,
         round_events_per_sec: Vec::new(),
         round_timely_events_per_sec: Vec::new(),
         round_bare_events_per_sec: Vec::new(),
@@ -331,10 +352,12 @@ fn throughput_rounds(args: &PipelineArgs, report: &mut PipelineReport) -> anyhow
     }
     let job = Job::new(args.events(), None, args.out_of_orderness_ms, args.batch)?
         .with_pin(!args.no_pin)
-        .with_two_phase(args.two_phase);
+        .with_two_phase(args.two_phase)
+        .with_watermark_interval(args.watermark_interval());
     let unbounded = Job::new(UNBOUNDED_EVENTS, None, args.out_of_orderness_ms, args.batch)?
         .with_pin(!args.no_pin)
-        .with_two_phase(args.two_phase);
+        .with_two_phase(args.two_phase)
+        .with_watermark_interval(args.watermark_interval());
     let sluice_round = |shards: usize| match opts.duration() {
         Some(limit) => pipeline_sluice::run_bounded(&unbounded, shards, limit),
         None => pipeline_sluice::run(&job, shards, false),
@@ -344,6 +367,7 @@ fn throughput_rounds(args: &PipelineArgs, report: &mut PipelineReport) -> anyhow
         // A discarded round of --warmup seconds.
         pipeline_sluice::run_bounded(&unbounded, shards, opts.warmup()).context("the warm-up round")?;
     }
+    let mut other_cpus: Vec<Vec<f64>> = vec![Vec::new(); shards.saturating_sub(1)];
     for _ in 0..args.rounds {
         let sluice = sluice_round(shards)?;
         report.events = sluice.events;
@@ -357,7 +381,8 @@ fn throughput_rounds(args: &PipelineArgs, report: &mut PipelineReport) -> anyhow
         // what --duration let through).
         let job = Job::new(sluice.events, None, args.out_of_orderness_ms, args.batch)?
             .with_pin(!args.no_pin)
-            .with_two_phase(args.two_phase);
+            .with_two_phase(args.two_phase)
+            .with_watermark_interval(args.watermark_interval());
         for baseline in &report.compare {
             match baseline {
                 Baseline::Timely => {
@@ -367,6 +392,13 @@ fn throughput_rounds(args: &PipelineArgs, report: &mut PipelineReport) -> anyhow
                 Baseline::Bare => {
                     let bare = sluice_bench_bare::run(&job, (!args.no_pin).then_some(cpus[0]))?;
                     report.round_bare_events_per_sec.push(rate(job.events, bare.elapsed));
+                    if report.scaling.is_on() && !args.no_pin {
+                        // The other shards' CPUs, each alone (shard i runs on CPU i mod CPUs).
+                        for i in 1..shards {
+                            let bare = sluice_bench_bare::run(&job, Some(cpus[i % cpus.len()]))?;
+                            other_cpus[i - 1].push(rate(job.events, bare.elapsed));
+                        }
+                    }
                 }
             }
         }
@@ -384,6 +416,12 @@ fn throughput_rounds(args: &PipelineArgs, report: &mut PipelineReport) -> anyhow
         report.bare_events_per_sec = Some(bare);
         report.ratio_to_bare = Some(report.events_per_sec / (shards as f64 * bare));
         report.single_shard_ratio_to_bare = report.scaling.single_shard_events_per_sec.map(|one| one / bare);
+        if other_cpus.iter().all(|rates| !rates.is_empty()) && !other_cpus.is_empty() {
+            report.bare_events_per_sec_by_cpu =
+                std::iter::once(bare).chain(other_cpus.iter().map(|r| best(r))).collect();
+            report.bare_slowest_cpu_ratio =
+                Some(report.bare_events_per_sec_by_cpu.iter().copied().fold(f64::MAX, f64::min) / bare);
+        }
     }
     Ok(())
 }
@@ -420,6 +458,7 @@ pub(crate) fn paced_job(args: &PipelineArgs, rate: u64, events: u64) -> anyhow::
         .with_warmup(args.run.warmup())
         .with_pin(!args.no_pin)
         .with_two_phase(args.two_phase)
+        .with_watermark_interval(args.watermark_interval())
         .with_pause(
             std::time::Duration::from_millis(args.pause_ms),
             args.idle_timeout_ms.map(std::time::Duration::from_millis),
@@ -481,6 +520,12 @@ impl PipelineReport {
             table.row("sluice per shard / bare", format!("{ratio:.2}"), "x");
             if let Some(one) = self.single_shard_ratio_to_bare {
                 table.row("sluice 1 shard / bare", format!("{one:.2}"), "x");
+            }
+            if let Some(slowest) = self.bare_slowest_cpu_ratio {
+                let by_cpu: Vec<String> =
+                    self.bare_events_per_sec_by_cpu.iter().map(|r| format!("{:.1}", r / 1e6)).collect();
+                table.row("bare loop on each shard's CPU", by_cpu.join(" / "), "M events/s");
+                table.row("slowest CPU / first (the scaling the CPUs allow)", format!("{slowest:.2}"), "x");
             }
         }
         let mut sides = vec![("sluice", &self.round_events_per_sec)];

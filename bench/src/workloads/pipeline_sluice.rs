@@ -129,7 +129,10 @@ fn run_with(
     // Every shard has built its graph before the clock starts.
     let ready = Arc::new(Barrier::new(shards));
     let epoch = Instant::now() + PACED_START_DELAY;
-    let config = PipelineConfig { batch_records: job.batch, pin: job.pin, ..PipelineConfig::with_shards(shards) };
+    let mut config = PipelineConfig { batch_records: job.batch, pin: job.pin, ..PipelineConfig::with_shards(shards) };
+    if let Some(interval) = job.watermark_interval {
+        config.watermark_interval = interval;
+    }
     let (sink_ends, shard_starts) = (ends.clone(), starts.clone());
     // Held by the build closure, which every shard's thread keeps until it exits: once this
     // is the last reference, every shard has finished (and every checkpoint is counted).

@@ -58,6 +58,8 @@ pub struct Job {
     /// false unless [`Job::with_two_phase`]. The timely baseline then counts in two phases
     /// too; the bare loop does not read it.
     pub two_phase: bool,
+    /// sluice's `PipelineConfig::watermark_interval`, if not its default.
+    pub watermark_interval: Option<Duration>,
 }
 
 /// When, after the warm-up, a paused job's shard 0 stops sending: half a window in, so a
@@ -95,12 +97,19 @@ impl Job {
             pause: Duration::ZERO,
             idle_timeout: None,
             two_phase: false,
+            watermark_interval: None,
         })
     }
 
     /// The same job, counted by sluice in two phases or not ([`Job::two_phase`]).
     pub fn with_two_phase(self, two_phase: bool) -> Self {
         Job { two_phase, ..self }
+    }
+
+    /// The same job with sluice's exchanges holding watermarks for `interval` (`None`: the
+    /// pipeline's default).
+    pub fn with_watermark_interval(self, watermark_interval: Option<Duration>) -> Self {
+        Job { watermark_interval, ..self }
     }
 
     /// The same job, its shards pinned to CPUs or not.

@@ -89,6 +89,10 @@ struct Driver {
     spin_deadline: Option<Instant>,
     next_tick: Option<Instant>,
     timer: Option<(Instant, glommio::timer::Timer)>,
+    /// [`PipelineConfig::watermark_interval`](super::PipelineConfig::watermark_interval),
+    /// and when the pending outputs last released what they hold ([`Pending::release`]).
+    release_every: Duration,
+    released: Instant,
     /// With checkpoints: the coordinator, and the last checkpoint injected here.
     coordinator: Option<Arc<CheckpointCoordinator>>,
     injected: CheckpointId,
@@ -125,6 +129,8 @@ pub(crate) async fn run(scope: Scope, stop: Arc<StopFlag>) {
         spin_deadline: None,
         next_tick: Some(Instant::now()),
         timer: None,
+        release_every: scope.config().watermark_interval,
+        released: Instant::now(),
         coordinator,
         injected: CheckpointId(0),
         completed: CheckpointId(0),
@@ -171,6 +177,9 @@ impl Driver {
                 Round::Done => return Poll::Ready(true),
                 Round::Progress => {
                     self.spin_deadline = None;
+                    if now.saturating_duration_since(self.released) >= self.release_every {
+                        self.release(now);
+                    }
                     rounds += 1;
                     if rounds >= ROUNDS_PER_YIELD {
                         cx.waker().wake_by_ref();
@@ -178,7 +187,7 @@ impl Driver {
                     }
                     continue;
                 }
-                Round::Idle => {}
+                Round::Idle => self.release(now),
             }
             // Nothing moved: spin a little, then park.
             let deadline = *self.spin_deadline.get_or_insert(now + self.spin);
@@ -247,6 +256,15 @@ impl Driver {
         }
         let at = coordinator.stop_at.load(std::sync::atomic::Ordering::Acquire);
         at != 0 && at == self.injected.get()
+    }
+
+    /// Hands on what the pending outputs hold back: the shard is idle, or the interval
+    /// has passed. What a full ring refuses waits for the next round's flush.
+    fn release(&mut self, now: Instant) {
+        self.released = now;
+        for p in &self.pending {
+            p.borrow_mut().release();
+        }
     }
 
     /// One pass over the pending outputs and the inputs, polled with `cx`.

@@ -527,7 +527,7 @@ where
         (shard, shards),
         scope.config().key_groups,
         key,
-        batch_records,
+        (batch_records, !scope.config().watermark_interval.is_zero()),
         senders,
         receiving.clone(),
         rings,

@@ -40,6 +40,15 @@ pub struct PipelineConfig {
     pub key_groups: u32,
     /// How often processing-time watermarks advance while no records arrive. Default 10 ms.
     pub processing_tick: Duration,
+    /// How long a busy shard may hold its latest watermark back from the other shards'
+    /// rings (every `key_by` and `combine_by` exchange): within that time only the last
+    /// advance crosses, as one ring message, instead of one per source batch (with many
+    /// shards, one per other shard and batch). A shard that runs out of work, or sends
+    /// records, a barrier or the end across a ring, sends the watermark it holds first, so
+    /// records never overtake it and an idle shard holds nothing. Default
+    /// `Duration::ZERO`: every advance crosses at once (tuning.md has what holding cost
+    /// and saved here).
+    pub watermark_interval: Duration,
 }
 
 impl PipelineConfig {
@@ -64,6 +73,7 @@ impl Default for PipelineConfig {
             batch_records: Self::DEFAULT_BATCH_RECORDS,
             key_groups: Self::DEFAULT_KEY_GROUPS,
             processing_tick: Duration::from_millis(10),
+            watermark_interval: Duration::ZERO,
         }
     }
 }

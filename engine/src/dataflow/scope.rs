@@ -36,6 +36,11 @@ pub(crate) trait Pending {
     fn flush_before_halt(&self) -> bool {
         false
     }
+    /// Hands on what is held back to be sent less often (an exchange's latest watermark,
+    /// [`PipelineConfig::watermark_interval`](super::PipelineConfig::watermark_interval)).
+    /// The driver calls it when a round finds nothing to do and at least once per interval
+    /// while it is busy. The default holds nothing.
+    fn release(&mut self) {}
 }
 
 /// A processing-time participant: early window firings, processing-time timers, idle

@@ -49,6 +49,13 @@ impl Bell {
     /// Leaves `waker` here and announces the park. The caller must check the ring again
     /// afterwards and return `Pending` only if that check still finds nothing to do.
     pub(crate) fn arm(&self, waker: &Waker) {
+        if waker.will_wake(Waker::noop()) {
+            // A poll that will not park (the dataflow driver's busy rounds): a wake-up
+            // would do nothing, and announcing the park would make the ringer's next ring
+            // miss the flag's cache line and take the lock. A park left by an earlier
+            // real waker stays: at worst one spurious wake-up.
+            return;
+        }
         {
             let mut slot = self.waker.lock().unwrap_or_else(PoisonError::into_inner);
             if !slot.as_ref().is_some_and(|w| w.will_wake(waker)) {
@@ -187,6 +194,22 @@ mod tests {
         bell.disarm();
         bell.ring();
         assert_eq!(count.0.load(Ordering::SeqCst), 1, "a withdrawn park is not woken");
+    }
+
+    #[test]
+    fn a_poll_with_the_noop_waker_does_not_park_nor_replace_a_real_park() {
+        let count = Arc::new(CountingWaker(AtomicUsize::new(0)));
+        let waker = Waker::from(count.clone());
+        let bell = Bell::default();
+
+        bell.arm(Waker::noop());
+        assert!(!bell.is_parked(), "nothing to wake: no park announced");
+
+        bell.arm(&waker);
+        bell.arm(Waker::noop());
+        assert!(bell.is_parked());
+        bell.ring();
+        assert_eq!(count.0.load(Ordering::SeqCst), 1, "the real waiter is still woken");
     }
 
     #[test]

@@ -31,6 +31,11 @@ pub(super) struct Sending<T, KF> {
     local: Rc<RefCell<Receiving<T>>>,
     /// Each ring's metrics (full-ring waits, occupancy), written by this shard.
     rings: Vec<Option<Arc<RingCells>>>,
+    /// Whether watermarks wait for [`Pending::release`] (`watermark_interval` above zero).
+    hold: bool,
+    /// The latest watermark not yet sent to the other shards: it goes before anything
+    /// else sent to them, and on [`Pending::release`].
+    held: Option<EventTime>,
 }
 
 impl<T: 'static, K: Hash, KF: Fn(&T) -> K> Sending<T, KF> {
@@ -40,7 +45,7 @@ impl<T: 'static, K: Hash, KF: Fn(&T) -> K> Sending<T, KF> {
         (shard, shards): (usize, usize),
         groups: u32,
         key: Rc<KF>,
-        batch_records: usize,
+        (batch_records, hold): (usize, bool),
         senders: Vec<Option<Sender<Event<T>>>>,
         local: Rc<RefCell<Receiving<T>>>,
         rings: Vec<Option<Arc<RingCells>>>,
@@ -61,6 +66,18 @@ impl<T: 'static, K: Hash, KF: Fn(&T) -> K> Sending<T, KF> {
             pending: (0..shards).map(|_| VecDeque::new()).collect(),
             local,
             rings,
+            hold,
+            held: None,
+        }
+    }
+
+    /// Sends the held watermark to every other shard.
+    fn send_held(&mut self) {
+        if let Some(watermark) = self.held.take() {
+            let shard = self.shard;
+            for to in (0..self.shards).filter(|&to| to != shard) {
+                self.send(to, Message::Watermark(watermark));
+            }
         }
     }
 
@@ -90,6 +107,11 @@ impl<T: 'static, K: Hash, KF: Fn(&T) -> K> Sending<T, KF> {
         self.dest.clear();
         self.dest.extend(batch.iter().map(|event| owners[key_group(&key(&event.value), groups) as usize]));
         scatter(batch, &self.dest, &mut self.building);
+        // Records never overtake a watermark that came before them (lateness is judged by
+        // it): the held one crosses first if any record does.
+        if self.held.is_some() && self.building.iter().enumerate().any(|(to, b)| to != self.shard && !b.is_empty()) {
+            self.send_held();
+        }
         // What did not fill a batch goes now rather than waiting for more: a record must
         // not sit here while its input is quiet. Batching still follows the input's, cut
         // at `batch_records` when the input's batches are larger.
@@ -135,6 +157,7 @@ impl<T: 'static, K: Hash, KF: Fn(&T) -> K> Sending<T, KF> {
     }
 
     fn ship_all_then(&mut self, message: impl Fn() -> Message<Event<T>>) {
+        self.send_held();
         for to in 0..self.shards {
             if to != self.shard {
                 self.ship(to);
@@ -171,7 +194,11 @@ impl<T: 'static, K: Hash, KF: Fn(&T) -> K> Operator<T> for Sending<T, KF> {
     }
 
     fn on_watermark(&mut self, watermark: EventTime) {
-        self.ship_all_then(|| Message::Watermark(watermark));
+        if self.hold && self.shards > 1 {
+            self.held = Some(watermark);
+        } else {
+            self.ship_all_then(|| Message::Watermark(watermark));
+        }
         self.local.borrow_mut().on_message(self.shard, Message::Watermark(watermark));
     }
 
@@ -207,6 +234,10 @@ impl<T: 'static, K: Hash, KF: Fn(&T) -> K> Pending for Sending<T, KF> {
             }
         }
         if all { Poll::Ready(()) } else { Poll::Pending }
+    }
+
+    fn release(&mut self) {
+        self.send_held();
     }
 }
 
