@@ -81,6 +81,15 @@ struct SinkEnd {
     at: Instant,
 }
 
+/// The pipeline's settings for `job` on `shards` shards.
+fn pipeline_config(job: &Job, shards: usize) -> PipelineConfig {
+    let config = PipelineConfig { batch_records: job.batch, pin: job.pin, ..PipelineConfig::with_shards(shards) };
+    match job.watermark_interval {
+        Some(watermark_interval) => PipelineConfig { watermark_interval, ..config },
+        None => config,
+    }
+}
+
 /// Runs the job on `shards` shards; `paced` selects the latency mode (events sent at their
 /// scheduled times) over the throughput mode (as fast as the pipeline takes them).
 ///
@@ -129,10 +138,7 @@ fn run_with(
     // Every shard has built its graph before the clock starts.
     let ready = Arc::new(Barrier::new(shards));
     let epoch = Instant::now() + PACED_START_DELAY;
-    let mut config = PipelineConfig { batch_records: job.batch, pin: job.pin, ..PipelineConfig::with_shards(shards) };
-    if let Some(interval) = job.watermark_interval {
-        config.watermark_interval = interval;
-    }
+    let config = pipeline_config(job, shards);
     let (sink_ends, shard_starts) = (ends.clone(), starts.clone());
     // Held by the build closure, which every shard's thread keeps until it exits: once this
     // is the last reference, every shard has finished (and every checkpoint is counted).
