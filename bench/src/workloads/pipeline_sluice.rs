@@ -138,7 +138,7 @@ fn run_with(
     // Every shard has built its graph before the clock starts.
     let ready = Arc::new(Barrier::new(shards));
     let epoch = Instant::now() + PACED_START_DELAY;
-    let config = pipeline_config(job, shards);
+    let config = pipeline_config(&job, shards);
     let (sink_ends, shard_starts) = (ends.clone(), starts.clone());
     // Held by the build closure, which every shard's thread keeps until it exits: once this
     // is the last reference, every shard has finished (and every checkpoint is counted).
