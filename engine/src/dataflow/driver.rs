@@ -89,9 +89,10 @@ struct Driver {
     spin_deadline: Option<Instant>,
     next_tick: Option<Instant>,
     timer: Option<(Instant, glommio::timer::Timer)>,
-    /// [`PipelineConfig::watermark_interval`](super::PipelineConfig::watermark_interval),
-    /// and when the pending outputs last released what they hold ([`Pending::release`]).
-    release_every: Duration,
+    /// [`PipelineConfig::watermark_interval`](super::PipelineConfig::watermark_interval)
+    /// (`None` when zero: nothing is held), and when the pending outputs last released
+    /// what they hold ([`Pending::release`]).
+    release_every: Option<Duration>,
     released: Instant,
     /// With checkpoints: the coordinator, and the last checkpoint injected here.
     coordinator: Option<Arc<CheckpointCoordinator>>,
@@ -129,7 +130,7 @@ pub(crate) async fn run(scope: Scope, stop: Arc<StopFlag>) {
         spin_deadline: None,
         next_tick: Some(Instant::now()),
         timer: None,
-        release_every: scope.config().watermark_interval,
+        release_every: Some(scope.config().watermark_interval).filter(|i| !i.is_zero()),
         released: Instant::now(),
         coordinator,
         injected: CheckpointId(0),
@@ -177,7 +178,7 @@ impl Driver {
                 Round::Done => return Poll::Ready(true),
                 Round::Progress => {
                     self.spin_deadline = None;
-                    if now.saturating_duration_since(self.released) >= self.release_every {
+                    if self.release_every.is_some_and(|every| now.saturating_duration_since(self.released) >= every) {
                         self.release(now);
                     }
                     rounds += 1;
@@ -187,7 +188,8 @@ impl Driver {
                     }
                     continue;
                 }
-                Round::Idle => self.release(now),
+                Round::Idle if self.release_every.is_some() => self.release(now),
+                Round::Idle => {}
             }
             // Nothing moved: spin a little, then park.
             let deadline = *self.spin_deadline.get_or_insert(now + self.spin);
