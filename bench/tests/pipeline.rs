@@ -155,9 +155,9 @@ fn the_bare_loop_and_the_scaling_rounds_run_beside_sluice() {
         assert_eq!(report.single_shard_ratio_to_bare, Some(one / bare));
         assert_eq!(scaling.scaling_efficiency, Some(report.events_per_sec / (2.0 * one)));
         assert_eq!((scaling.scaling_shards, scaling.round_scaling_efficiency.len()), (Some(2), 2));
-        // The bare loop ran on the second shard's CPU too.
+        // Two copies of the bare loop ran at once, one on each shard's CPU.
         let by_cpu = &report.bare_events_per_sec_by_cpu;
-        assert!(by_cpu.len() == 2 && by_cpu[0] == bare && by_cpu[1] > 0.0, "{by_cpu:?}");
+        assert!(by_cpu.len() == 2 && by_cpu.iter().all(|r| *r > 0.0), "{by_cpu:?}");
         assert_eq!(report.bare_slowest_cpu_ratio, Some(by_cpu[0].min(by_cpu[1]) / bare));
         let json = serde_json::to_value(&report).unwrap();
         for field in [
@@ -173,7 +173,7 @@ fn the_bare_loop_and_the_scaling_rounds_run_beside_sluice() {
         let table = report.table().to_string();
         assert!(table.contains("bare loop") && table.contains("scaling efficiency, 1 -> 2 shards"), "{table}");
         assert!(table.contains("rounds (sluice/timely/bare/1 shard)"), "{table}");
-        assert!(table.contains("bare loop on each shard's CPU"), "{table}");
+        assert!(table.contains("bare loop on every shard's CPU at once"), "{table}");
     }
 }
 

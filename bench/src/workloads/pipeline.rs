@@ -226,14 +226,14 @@ pub struct PipelineReport {
     pub ratio_to_bare: Option<f64>,
     /// With `--scaling --compare bare`: `single_shard_events_per_sec / bare_events_per_sec`.
     pub single_shard_ratio_to_bare: Option<f64>,
-    /// With `--scaling --compare bare`: the bare loop's best round on each CPU the N shards
-    /// are pinned to, in shard order (the first is `bare_events_per_sec`, where the one-shard
-    /// run runs too). The job is split evenly, so N shards end when the slowest ends: on a
-    /// machine whose CPUs run at different speeds (another guest on a sibling hyperthread),
-    /// N x the slowest CPU's rate, not N x the first's, is what N shards can reach.
+    /// With `--scaling --compare bare`: N copies of the bare loop run at once, one on each
+    /// CPU the N shards are pinned to (shard order), each over all the events; each CPU's
+    /// best round. This is what the machine gives N independent single-threaded loops: the
+    /// CPUs' own speeds (another guest on a sibling hyperthread) and what they share.
     pub bare_events_per_sec_by_cpu: Vec<f64>,
-    /// The slowest of `bare_events_per_sec_by_cpu` over the first: the `scaling_efficiency`
-    /// the machine itself allows in this run (1.0 when the CPUs run alike).
+    /// The slowest of `bare_events_per_sec_by_cpu` over `bare_events_per_sec` (the loop
+    /// alone on the first CPU): an evenly split job's N shards end when the slowest does,
+    /// so this is the `scaling_efficiency` the machine itself allows in this run.
     pub bare_slowest_cpu_ratio: Option<f64>,
     /// Sluice's events per second in every round, in order.
     pub round_events_per_sec: Vec<f64>,
@@ -367,7 +367,7 @@ fn throughput_rounds(args: &PipelineArgs, report: &mut PipelineReport) -> anyhow
         // A discarded round of --warmup seconds.
         pipeline_sluice::run_bounded(&unbounded, shards, opts.warmup()).context("the warm-up round")?;
     }
-    let mut other_cpus: Vec<Vec<f64>> = vec![Vec::new(); shards.saturating_sub(1)];
+    let mut at_once: Vec<Vec<f64>> = vec![Vec::new(); shards];
     for _ in 0..args.rounds {
         let sluice = sluice_round(shards)?;
         report.events = sluice.events;
@@ -393,10 +393,18 @@ fn throughput_rounds(args: &PipelineArgs, report: &mut PipelineReport) -> anyhow
                     let bare = sluice_bench_bare::run(&job, (!args.no_pin).then_some(cpus[0]))?;
                     report.round_bare_events_per_sec.push(rate(job.events, bare.elapsed));
                     if report.scaling.is_on() && !args.no_pin {
-                        // The other shards' CPUs, each alone (shard i runs on CPU i mod CPUs).
-                        for i in 1..shards {
-                            let bare = sluice_bench_bare::run(&job, Some(cpus[i % cpus.len()]))?;
-                            other_cpus[i - 1].push(rate(job.events, bare.elapsed));
+                        // A copy on every shard's CPU at once (shard i runs on CPU i mod CPUs).
+                        let runs = std::thread::scope(|scope| {
+                            let copies: Vec<_> = (0..shards)
+                                .map(|i| {
+                                    let (job, cpu) = (&job, cpus[i % cpus.len()]);
+                                    scope.spawn(move || sluice_bench_bare::run(job, Some(cpu)))
+                                })
+                                .collect();
+                            copies.into_iter().map(|c| c.join().expect("a bare loop's thread")).collect::<Vec<_>>()
+                        });
+                        for (rates, run) in at_once.iter_mut().zip(runs) {
+                            rates.push(rate(job.events, run?.elapsed));
                         }
                     }
                 }
@@ -416,9 +424,8 @@ fn throughput_rounds(args: &PipelineArgs, report: &mut PipelineReport) -> anyhow
         report.bare_events_per_sec = Some(bare);
         report.ratio_to_bare = Some(report.events_per_sec / (shards as f64 * bare));
         report.single_shard_ratio_to_bare = report.scaling.single_shard_events_per_sec.map(|one| one / bare);
-        if other_cpus.iter().all(|rates| !rates.is_empty()) && !other_cpus.is_empty() {
-            report.bare_events_per_sec_by_cpu =
-                std::iter::once(bare).chain(other_cpus.iter().map(|r| best(r))).collect();
+        if at_once.iter().all(|rates| !rates.is_empty()) {
+            report.bare_events_per_sec_by_cpu = at_once.iter().map(|r| best(r)).collect();
             report.bare_slowest_cpu_ratio =
                 Some(report.bare_events_per_sec_by_cpu.iter().copied().fold(f64::MAX, f64::min) / bare);
         }
@@ -524,8 +531,12 @@ impl PipelineReport {
             if let Some(slowest) = self.bare_slowest_cpu_ratio {
                 let by_cpu: Vec<String> =
                     self.bare_events_per_sec_by_cpu.iter().map(|r| format!("{:.1}", r / 1e6)).collect();
-                table.row("bare loop on each shard's CPU", by_cpu.join(" / "), "M events/s");
-                table.row("slowest CPU / first (the scaling the CPUs allow)", format!("{slowest:.2}"), "x");
+                table.row("bare loop on every shard's CPU at once", by_cpu.join(" / "), "M events/s");
+                table.row(
+                    "slowest of those / bare alone (the scaling the machine allows)",
+                    format!("{slowest:.2}"),
+                    "x",
+                );
             }
         }
         let mut sides = vec![("sluice", &self.round_events_per_sec)];
