@@ -31,7 +31,8 @@ pub(super) struct Sending<T, KF> {
     local: Rc<RefCell<Receiving<T>>>,
     /// Each ring's metrics (full-ring waits, occupancy), written by this shard.
     rings: Vec<Option<Arc<RingCells>>>,
-    /// Whether watermarks wait for [`Pending::release`] (`watermark_interval` above zero).
+    /// Whether watermarks wait for [`Pending::release`]: `watermark_interval` above zero
+    /// and other shards to send them to (with one shard nothing calls `release`).
     hold: bool,
     /// The latest watermark not yet sent to the other shards: it goes before anything
     /// else sent to them, and on [`Pending::release`].
@@ -66,7 +67,7 @@ impl<T: 'static, K: Hash, KF: Fn(&T) -> K> Sending<T, KF> {
             pending: (0..shards).map(|_| VecDeque::new()).collect(),
             local,
             rings,
-            hold,
+            hold: hold && shards > 1,
             held: None,
         }
     }
@@ -194,7 +195,7 @@ impl<T: 'static, K: Hash, KF: Fn(&T) -> K> Operator<T> for Sending<T, KF> {
     }
 
     fn on_watermark(&mut self, watermark: EventTime) {
-        if self.hold && self.shards > 1 {
+        if self.hold {
             self.held = Some(watermark);
         } else {
             self.ship_all_then(|| Message::Watermark(watermark));
