@@ -23,7 +23,8 @@ fn args(line: &[&str]) -> PipelineArgs {
 #[test]
 fn both_sides_count_every_window_on_one_and_two_shards() {
     // A full window (100 events per key) and a partial one (5 per key).
-    for shards in ["1", "2"] {
+    // The events split on demand (the default) and by residue, on both sides.
+    for (shards, split) in [("1", None), ("2", None), ("2", Some("by-residue"))] {
         let line = [
             "--events",
             "1050000",
@@ -36,7 +37,10 @@ fn both_sides_count_every_window_on_one_and_two_shards() {
             "--latency-seconds",
             "0",
         ];
-        let report = pipeline::run(&args(&line)).expect("pipeline workload");
+        let split_flag: Vec<&str> = split.map(|s| vec!["--split", s]).unwrap_or_default();
+        let report = pipeline::run(&args(&[&line[..], &split_flag].concat())).expect("pipeline workload");
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["split"], split.unwrap_or("on-demand"), "{json}");
         assert_eq!(report.workload, "pipeline");
         assert_eq!(report.shards.to_string(), shards);
         assert_eq!((report.events, report.results, report.results_sum), (1_050_000, 2 * KEYS, 1_050_000));
@@ -130,6 +134,12 @@ fn the_baseline_is_a_throughput_comparison_only() {
     let err = pipeline::run(&args(&["--events", "10", "--rate", "1000", "--scaling", "--shards", "2"]))
         .expect_err("--scaling with --rate");
     assert!(err.to_string().contains("without --rate"), "{err}");
+    // The split is the throughput rounds': the open loop splits by residue, and says so.
+    for open_loop in [&["--events", "10", "--rate", "1000"][..], &["--find-max-rate", "--duration", "0.1"]] {
+        let line = [&["--split", "on-demand"][..], open_loop].concat();
+        let err = pipeline::run(&args(&line)).expect_err("--split in the open loop");
+        assert!(err.to_string().contains("the open loop") && err.to_string().contains("by residue"), "{err}");
+    }
     let err = pipeline::run(&args(&["--events", "10", "--latency-seconds", "0", "--scaling", "--shards", "1"]))
         .expect_err("--scaling to one shard");
     assert!(err.to_string().contains("--shards 2 or more"), "{err}");
@@ -159,6 +169,7 @@ fn the_bare_loop_and_the_scaling_rounds_run_beside_sluice() {
         let by_cpu = &report.bare_events_per_sec_by_cpu;
         assert!(by_cpu.len() == 2 && by_cpu.iter().all(|r| *r > 0.0), "{by_cpu:?}");
         assert_eq!(report.bare_slowest_cpu_ratio, Some(by_cpu[0].min(by_cpu[1]) / bare));
+        assert_eq!(report.bare_mean_cpu_ratio, Some((by_cpu[0] + by_cpu[1]) / 2.0 / bare));
         let json = serde_json::to_value(&report).unwrap();
         for field in [
             "bare_events_per_sec",
@@ -167,6 +178,7 @@ fn the_bare_loop_and_the_scaling_rounds_run_beside_sluice() {
             "timely_events_per_sec",
             "bare_events_per_sec_by_cpu",
             "bare_slowest_cpu_ratio",
+            "bare_mean_cpu_ratio",
         ] {
             assert!(json[field].is_number() || json[field].is_array(), "{field}: {json}");
         }
@@ -174,6 +186,7 @@ fn the_bare_loop_and_the_scaling_rounds_run_beside_sluice() {
         assert!(table.contains("bare loop") && table.contains("scaling efficiency, 1 -> 2 shards"), "{table}");
         assert!(table.contains("rounds (sluice/timely/bare/1 shard)"), "{table}");
         assert!(table.contains("bare loop on every shard's CPU at once"), "{table}");
+        assert!(table.contains("(the scaling the machine allows --split on-demand)"), "{table}");
     }
 }
 
@@ -232,6 +245,10 @@ fn the_json_report_has_the_documented_fields() {
     }
     assert_eq!(json["workload"], "pipeline");
     assert_eq!(json["compare"], serde_json::json!(["timely"]));
+    assert_eq!(
+        (&json["split"], &json["watermark_interval_us"]),
+        (&serde_json::json!("on-demand"), &serde_json::Value::Null)
+    );
     assert!(json["latency_us"].is_null(), "{json}");
 }
 

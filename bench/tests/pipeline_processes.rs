@@ -120,6 +120,7 @@ fn processes_refuse_what_makes_no_sense_there() {
     refused(&["--processes", "2", "--scaling"], "does not take --scaling");
     refused(&["--processes", "2", "--rate", "1000"], "does not take --rate");
     refused(&["--processes", "2", "--watermark-interval-us", "100"], "does not take --watermark-interval-us");
+    refused(&["--processes", "2", "--split", "on-demand"], "does not take --split");
     refused(&["--processes", "2", "--at-least-once", "--checkpoint-interval-ms", "5"], "--checkpoint-interval-ms");
     refused(&["--bootstrap", "127.0.0.1:9092"], "apply to --processes");
 }

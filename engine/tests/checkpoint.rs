@@ -18,7 +18,8 @@ use std::sync::{Arc, Mutex};
 use sluice_engine::dataflow::checkpoint::CheckpointError;
 use sluice_engine::dataflow::topic::{StartFrom, TopicRecord, TopicSource};
 use sluice_engine::dataflow::{
-    ChannelSource, CheckpointConfig, CheckpointStats, Generator, Pipeline, PipelineConfig, WatermarkStrategy, Windows,
+    ChannelSource, CheckpointConfig, CheckpointStats, Generator, Pipeline, PipelineConfig, SharedGenerator,
+    SharedSequence, WatermarkStrategy, Windows,
 };
 use sluice_engine::{Consumer, EngineError, Isolation, OffsetReset, OwnedRecord, SeekTo};
 use sluice_io::{CheckpointId, EventTime, PartitionId, ProducerId, Timestamp, txn::Marker};
@@ -225,6 +226,23 @@ fn pipelines_that_cannot_checkpoint_are_refused_with_the_reason() {
         .unwrap_err();
     assert!(
         matches!(&err, EngineError::Checkpoint(CheckpointError::NotCheckpointable { what }) if what.contains("cannot resume")),
+        "{err}"
+    );
+    // Nor can a generator whose records go to whichever shard asks.
+    let sequence = SharedSequence::new(10, 1);
+    let err = Pipeline::new(PipelineConfig::with_shards(1))
+        .checkpointing(CheckpointConfig::new(dir.join("c")))
+        .run(move |scope| {
+            scope
+                .source(
+                    SharedGenerator::new(sequence.clone(), |i| i),
+                    WatermarkStrategy::monotonous(|i: &u64| EventTime::from_millis(*i as i64)),
+                )
+                .for_each(|_| {});
+        })
+        .unwrap_err();
+    assert!(
+        matches!(&err, EngineError::Checkpoint(CheckpointError::NotCheckpointable { what }) if what.contains("SharedGenerator")),
         "{err}"
     );
     // A zero interval is a bad config.

@@ -9,8 +9,8 @@ use std::{
 use sluice_engine::{
     EngineError,
     dataflow::{
-        ChannelSource, Event, Generator, Pipeline, PipelineConfig, Stream, WatermarkStrategy, Windows, key_group,
-        shard_of_group,
+        ChannelSource, Event, Generator, Pipeline, PipelineConfig, SharedGenerator, SharedSequence, Stream,
+        WatermarkStrategy, Windows, key_group, shard_of_group,
     },
 };
 use sluice_io::EventTime;
@@ -54,6 +54,39 @@ fn map_filter_flat_map_and_key_by_move_every_record_once() {
         expected.sort_unstable();
         assert_eq!(got, expected, "{shards} shards");
     }
+}
+
+#[test]
+fn a_shared_generator_makes_each_record_once_and_the_slower_shard_makes_fewer() {
+    // Every record once, at 1, 2 and 4 shards (4 oversubscribes the machine).
+    for shards in [1, 2, 4] {
+        let sequence = SharedSequence::new(100_003, 1000);
+        let mut got = collect(shards, move |scope| {
+            scope
+                .source(SharedGenerator::new(sequence.clone(), |i| i), WatermarkStrategy::monotonous(time_is_value))
+                .key_by(|i| i % 17)
+                .into_stream()
+        });
+        got.sort_unstable();
+        assert_eq!(got, (0..100_003).collect::<Vec<u64>>(), "{shards} shards");
+    }
+    // Shard 1 spends 50 us on each record, shard 0 nothing: shard 0 claims most runs, where
+    // a `Generator` would give each shard half and the run would wait for shard 1.
+    let sequence = SharedSequence::new(20_000, 100);
+    let made = collect(2, move |scope| {
+        let shard = scope.shard();
+        scope.source(SharedGenerator::new(sequence.clone(), |i| i), WatermarkStrategy::monotonous(time_is_value)).map(
+            move |i| {
+                if shard == 1 {
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+                (shard, i)
+            },
+        )
+    });
+    assert_eq!(made.len(), 20_000);
+    let slow = made.iter().filter(|(shard, _)| *shard == 1).count();
+    assert!((1..=5_000).contains(&slow), "the slow shard made {slow} of 20 000 records");
 }
 
 #[test]

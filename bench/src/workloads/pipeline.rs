@@ -28,7 +28,10 @@ use serde::Serialize;
 use sluice_engine::dataflow::PipelineConfig;
 
 use super::pipeline_procs::{self, DEFAULT_PROCESSES_EVENTS, ProcessesArgs, ProcessesReport};
-use super::{pipeline_job::Job, pipeline_sluice, pipeline_timely};
+use super::{
+    pipeline_job::{Job, Split},
+    pipeline_sluice, pipeline_timely,
+};
 use crate::harness::{
     Curve, LatencyRecorder, LatencySummary, RateSearch, RunArgs, RunInfo, Scaling, Table, WAKE_ROWS, WakeProbe,
 };
@@ -74,6 +77,12 @@ pub struct PipelineArgs {
     /// [default: the pipeline's, 0]
     #[arg(long, value_name = "US")]
     pub watermark_interval_us: Option<u64>,
+    /// Throughput mode: how the events are divided between the shards (and timely's
+    /// workers): `on-demand`, runs of 65 536 events claimed from one shared counter by
+    /// whichever shard asks next (the engine's `SharedGenerator`), or `by-residue`, shard `s`
+    /// of `n` making the events `i % n == s` (the engine's `Generator`)
+    #[arg(long, value_enum, value_name = "SPLIT")]
+    pub split: Option<SplitArg>,
     /// Rounds in the throughput mode, each running sluice and then the baseline; each
     /// side's best round is its figure
     #[arg(long, default_value_t = 3, value_name = "N",
@@ -124,6 +133,11 @@ impl PipelineArgs {
         self.run.shards.unwrap_or_else(default_shards)
     }
 
+    /// `--split`, or its default, on demand.
+    fn split(&self) -> Split {
+        self.split.unwrap_or(SplitArg::OnDemand).split()
+    }
+
     /// `--watermark-interval-us`, if given.
     fn watermark_interval(&self) -> Option<std::time::Duration> {
         self.watermark_interval_us.map(std::time::Duration::from_micros)
@@ -146,6 +160,26 @@ const UNBOUNDED_EVENTS: u64 = 10_000_000_000_000;
 /// several hundred million events per second (one shard runs it in about 5 s on the
 /// project's machines), and its rate does not hang on a tenth of a second's noise.
 pub const DEFAULT_EVENTS: u64 = 1_000_000_000;
+
+/// `--split`: how the throughput mode divides the events between shards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SplitArg {
+    /// Shard `s` of `n` makes the events `i % n == s`.
+    ByResidue,
+    /// The shards claim runs of events from a shared counter as they need them.
+    OnDemand,
+}
+
+impl SplitArg {
+    /// The job's split.
+    pub fn split(self) -> Split {
+        match self {
+            SplitArg::ByResidue => Split::ByResidue,
+            SplitArg::OnDemand => Split::OnDemand,
+        }
+    }
+}
 
 /// A baseline to compare against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
@@ -177,6 +211,12 @@ pub struct PipelineReport {
     pub pinned: bool,
     /// Whether sluice counted in two phases (`--two-phase`).
     pub two_phase: bool,
+    /// How the throughput rounds divided the events between shards (`--split`):
+    /// `"on-demand"` or `"by-residue"`; null without throughput rounds (the open loop
+    /// splits by residue).
+    pub split: Option<SplitArg>,
+    /// `--watermark-interval-us`; null: the pipeline's default (0, every advance sent).
+    pub watermark_interval_us: Option<u64>,
     /// `--out-of-orderness-ms`.
     pub out_of_orderness_ms: u64,
     /// `--rate`, in the latency mode.
@@ -233,8 +273,13 @@ pub struct PipelineReport {
     pub bare_events_per_sec_by_cpu: Vec<f64>,
     /// The slowest of `bare_events_per_sec_by_cpu` over `bare_events_per_sec` (the loop
     /// alone on the first CPU): an evenly split job's N shards end when the slowest does,
-    /// so this is the `scaling_efficiency` the machine itself allows in this run.
+    /// so this is the `scaling_efficiency` the machine itself allows a `--split by-residue`
+    /// run.
     pub bare_slowest_cpu_ratio: Option<f64>,
+    /// The mean of `bare_events_per_sec_by_cpu` over `bare_events_per_sec`: a `--split
+    /// on-demand` run's shards each make as many events as their CPU allows and end
+    /// together, so this is the `scaling_efficiency` the machine allows that run.
+    pub bare_mean_cpu_ratio: Option<f64>,
     /// Sluice's events per second in every round, in order.
     pub round_events_per_sec: Vec<f64>,
     /// Timely's events per second in every round, in order.
@@ -268,6 +313,8 @@ pub fn run(args: &PipelineArgs) -> anyhow::Result<PipelineReport> {
         batch_records: args.batch,
         pinned: !args.no_pin,
         two_phase: args.two_phase,
+        split: None,
+        watermark_interval_us: args.watermark_interval_us,
         out_of_orderness_ms: args.out_of_orderness_ms,
         rate: opts.rate,
         pause_ms: args.pause_ms,
@@ -290,6 +337,7 @@ pub fn run(args: &PipelineArgs) -> anyhow::Result<PipelineReport> {
         single_shard_ratio_to_bare: None,
         bare_events_per_sec_by_cpu: Vec::new(),
         bare_slowest_cpu_ratio: None,
+        bare_mean_cpu_ratio: None,
         round_events_per_sec: Vec::new(),
         round_timely_events_per_sec: Vec::new(),
         round_bare_events_per_sec: Vec::new(),
@@ -353,11 +401,13 @@ fn throughput_rounds(args: &PipelineArgs, report: &mut PipelineReport) -> anyhow
     let job = Job::new(args.events(), None, args.out_of_orderness_ms, args.batch)?
         .with_pin(!args.no_pin)
         .with_two_phase(args.two_phase)
-        .with_watermark_interval(args.watermark_interval());
+        .with_watermark_interval(args.watermark_interval())
+        .with_split(args.split());
     let unbounded = Job::new(UNBOUNDED_EVENTS, None, args.out_of_orderness_ms, args.batch)?
         .with_pin(!args.no_pin)
         .with_two_phase(args.two_phase)
-        .with_watermark_interval(args.watermark_interval());
+        .with_watermark_interval(args.watermark_interval())
+        .with_split(args.split());
     let sluice_round = |shards: usize| match opts.duration() {
         Some(limit) => pipeline_sluice::run_bounded(&unbounded, shards, limit),
         None => pipeline_sluice::run(&job, shards, false),
@@ -367,6 +417,7 @@ fn throughput_rounds(args: &PipelineArgs, report: &mut PipelineReport) -> anyhow
         // A discarded round of --warmup seconds.
         pipeline_sluice::run_bounded(&unbounded, shards, opts.warmup()).context("the warm-up round")?;
     }
+    report.split = Some(args.split.unwrap_or(SplitArg::OnDemand));
     let mut at_once: Vec<Vec<f64>> = vec![Vec::new(); shards];
     for _ in 0..args.rounds {
         let sluice = sluice_round(shards)?;
@@ -426,8 +477,9 @@ fn throughput_rounds(args: &PipelineArgs, report: &mut PipelineReport) -> anyhow
         report.single_shard_ratio_to_bare = report.scaling.single_shard_events_per_sec.map(|one| one / bare);
         if at_once.iter().all(|rates| !rates.is_empty()) {
             report.bare_events_per_sec_by_cpu = at_once.iter().map(|r| best(r)).collect();
-            report.bare_slowest_cpu_ratio =
-                Some(report.bare_events_per_sec_by_cpu.iter().copied().fold(f64::MAX, f64::min) / bare);
+            let by_cpu = &report.bare_events_per_sec_by_cpu;
+            report.bare_slowest_cpu_ratio = Some(by_cpu.iter().copied().fold(f64::MAX, f64::min) / bare);
+            report.bare_mean_cpu_ratio = Some(by_cpu.iter().sum::<f64>() / by_cpu.len() as f64 / bare);
         }
     }
     Ok(())
@@ -438,6 +490,10 @@ fn throughput_rounds(args: &PipelineArgs, report: &mut PipelineReport) -> anyhow
 fn rate_run(args: &PipelineArgs, mut report: PipelineReport, rate: u64) -> anyhow::Result<PipelineReport> {
     let (opts, shards) = (&args.run, report.shards);
     ensure!(args.compare.is_empty(), "--compare measures throughput: run it without --rate");
+    ensure!(
+        args.split.is_none(),
+        "--split divides the throughput mode's events: the open loop (--rate) splits by residue"
+    );
     ensure!(!args.scaling, "--scaling measures throughput: run it without --rate");
     let events = match opts.duration {
         Some(seconds) => ((rate as f64 * seconds) as u64).max(1),
@@ -482,6 +538,10 @@ fn achieved(job: &Job, elapsed: std::time::Duration) -> f64 {
 /// highest whose p99 stays within the bound (and which the pipeline keeps up with).
 fn find_max_rate(args: &PipelineArgs, mut report: PipelineReport) -> anyhow::Result<PipelineReport> {
     ensure!(args.compare.is_empty(), "--compare measures throughput: run it without --find-max-rate");
+    ensure!(
+        args.split.is_none(),
+        "--split divides the throughput mode's events: the open loop (--find-max-rate) splits by residue"
+    );
     ensure!(!args.scaling, "--scaling measures throughput: run it without --find-max-rate");
     let opts = &args.run;
     let seconds = opts.duration.unwrap_or(args.latency_seconds);
@@ -528,15 +588,22 @@ impl PipelineReport {
             if let Some(one) = self.single_shard_ratio_to_bare {
                 table.row("sluice 1 shard / bare", format!("{one:.2}"), "x");
             }
-            if let Some(slowest) = self.bare_slowest_cpu_ratio {
+            if let (Some(slowest), Some(mean)) = (self.bare_slowest_cpu_ratio, self.bare_mean_cpu_ratio) {
                 let by_cpu: Vec<String> =
                     self.bare_events_per_sec_by_cpu.iter().map(|r| format!("{:.1}", r / 1e6)).collect();
                 table.row("bare loop on every shard's CPU at once", by_cpu.join(" / "), "M events/s");
-                table.row(
-                    "slowest of those / bare alone (the scaling the machine allows)",
-                    format!("{slowest:.2}"),
-                    "x",
+                // The bound that applies to this run's split first.
+                let (mean_row, slowest_row) = (
+                    ("mean of those / bare alone (the scaling the machine allows --split on-demand)", mean),
+                    ("slowest of those / bare alone (the scaling the machine allows --split by-residue)", slowest),
                 );
+                let rows = match self.split {
+                    Some(SplitArg::ByResidue) => [slowest_row, mean_row],
+                    _ => [mean_row, slowest_row],
+                };
+                for (what, ratio) in rows {
+                    table.row(what, format!("{ratio:.2}"), "x");
+                }
             }
         }
         let mut sides = vec![("sluice", &self.round_events_per_sec)];

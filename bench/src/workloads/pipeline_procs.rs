@@ -123,6 +123,7 @@ pub fn check(args: &PipelineArgs) -> anyhow::Result<()> {
         (opts.duration.is_some(), "--duration (the instances end at --events)"),
         (opts.warmup > 0.0, "--warmup (every round is measured: use --rounds)"),
         (args.two_phase, "--two-phase"),
+        (args.split.is_some(), "--split (each instance makes its events by residue)"),
         (args.watermark_interval_us.is_some(), "--watermark-interval-us (the instances' exchanges are not configured)"),
         (opts.hlog.is_some(), "--hlog (the instances keep no interval log)"),
         (opts.live.is_some(), "--live (the events are counted in other processes)"),

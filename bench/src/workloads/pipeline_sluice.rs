@@ -38,11 +38,11 @@ use std::{
 use anyhow::Context as _;
 use sluice_engine::dataflow::{
     Aggregate, CheckpointConfig, CheckpointStats, Event, Generator, Operator, Pipeline, PipelineConfig, ResidueSplit,
-    Source, Stream, UserError, WatermarkStrategy, WindowResult, Windows,
+    SharedGenerator, SharedSequence, Source, Stream, UserError, WatermarkStrategy, WindowResult, Windows,
 };
 use sluice_io::EventTime;
 
-use super::pipeline_job::{Job, KEYS, Tally, WINDOW_MS};
+use super::pipeline_job::{CLAIM_RUN, Job, KEYS, Split, Tally, WINDOW_MS};
 use crate::harness::{LatencyRecorder, TimeBound};
 
 /// The interval of the latency mode's `--hlog` log.
@@ -144,6 +144,8 @@ fn run_with(
     // is the last reference, every shard has finished (and every checkpoint is counted).
     let running_token = Arc::new(());
     let token = running_token.clone();
+    // `Split::OnDemand`: the runs of events every shard's source claims from.
+    let sequence = SharedSequence::new(job.events, CLAIM_RUN);
     // What the progress line shows: events counted into results, and each shard's p99.
     let live = Arc::new(Live { events: AtomicU64::new(0), p99_us: (0..shards).map(|_| AtomicU64::new(0)).collect() });
     let sink_live = live.clone();
@@ -167,10 +169,23 @@ fn run_with(
             let events = if paced {
                 scope.source(PacedGenerator::new(scope.shard(), scope.shards(), job, epoch), strategy)
             } else if let Some(limit) = limit {
-                let generator = Generator::new(scope.shard(), scope.shards(), job.events, |i| i);
-                scope.source(TimeBound::new(generator, limit, source_emitted.clone()), strategy)
+                match job.split {
+                    Split::ByResidue => {
+                        let generator = Generator::new(scope.shard(), scope.shards(), job.events, |i| i);
+                        scope.source(TimeBound::new(generator, limit, source_emitted.clone()), strategy)
+                    }
+                    Split::OnDemand => {
+                        let generator = SharedGenerator::new(sequence.clone(), |i| i);
+                        scope.source(TimeBound::new(generator, limit, source_emitted.clone()), strategy)
+                    }
+                }
             } else {
-                scope.source(Generator::new(scope.shard(), scope.shards(), job.events, |i| i), strategy)
+                match job.split {
+                    Split::ByResidue => {
+                        scope.source(Generator::new(scope.shard(), scope.shards(), job.events, |i| i), strategy)
+                    }
+                    Split::OnDemand => scope.source(SharedGenerator::new(sequence.clone(), |i| i), strategy),
+                }
             };
             let arrivals = arrivals.then(|| Rc::new(RefCell::new(LatencyRecorder::new())));
             let sink = CountingSink {

@@ -12,7 +12,13 @@
 //! latencies mean the same at any rate, while the throughput mode's windows are exactly
 //! those of the spec.
 
-use std::time::Duration;
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
+};
 
 use anyhow::ensure;
 
@@ -26,6 +32,23 @@ pub const WINDOW_MS: i64 = 1000;
 pub const THROUGHPUT_PS_PER_EVENT: u64 = 1_000_000;
 
 const PS_PER_MS: u64 = 1_000_000_000;
+
+/// How a job's events are divided between the shards (or timely's workers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Split {
+    /// Shard `s` of `n` makes the events `i % n == s`: every shard the same number, and the
+    /// run ends when the slowest shard ends.
+    #[default]
+    ByResidue,
+    /// The shards claim runs of [`CLAIM_RUN`] consecutive events from one shared counter
+    /// as they need them, so a shard on a core that runs slower for a while makes fewer.
+    OnDemand,
+}
+
+/// Events per claim of [`Split::OnDemand`]: a quarter of a millisecond of one shard's work
+/// at 250 M events/s, so that one shard ends at most that long after the others and the
+/// shared counter's cache line moves a few thousand times a second.
+pub const CLAIM_RUN: u64 = 1 << 16;
 
 /// What one run computes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,6 +81,10 @@ pub struct Job {
     /// false unless [`Job::with_two_phase`]. The timely baseline then counts in two phases
     /// too; the bare loop does not read it.
     pub two_phase: bool,
+    /// How the throughput mode splits the events between shards (and timely's workers);
+    /// [`Split::ByResidue`] unless [`Job::with_split`]. The open loop always splits by
+    /// residue.
+    pub split: Split,
     /// sluice's `PipelineConfig::watermark_interval`, if not its default.
     pub watermark_interval: Option<Duration>,
 }
@@ -98,12 +125,18 @@ impl Job {
             idle_timeout: None,
             two_phase: false,
             watermark_interval: None,
+            split: Split::ByResidue,
         })
     }
 
     /// The same job, counted by sluice in two phases or not ([`Job::two_phase`]).
     pub fn with_two_phase(self, two_phase: bool) -> Self {
         Job { two_phase, ..self }
+    }
+
+    /// The same job with its events split between shards by `split` ([`Job::split`]).
+    pub fn with_split(self, split: Split) -> Self {
+        Job { split, ..self }
     }
 
     /// The same job with sluice's exchanges holding watermarks for `interval` (`None`: the
@@ -266,6 +299,47 @@ impl Tally {
     }
 }
 
+/// One worker's share of a job's events in the throughput mode, batch by batch, as
+/// [`Job::split`] divides them. The sluice side reads the engine's own sources
+/// (`Generator`, `SharedGenerator`) instead; this is for the timely baseline.
+#[derive(Debug)]
+pub struct Share {
+    next: u64,
+    step: u64,
+    end: u64,
+    /// [`Split::OnDemand`]: the counter every worker claims runs from, and the job's end.
+    claims: Option<(Arc<AtomicU64>, u64)>,
+}
+
+impl Share {
+    /// Worker `index` of `peers`'s share of `job`; with [`Split::OnDemand`], `claims` is
+    /// the counter (starting at 0) that every worker of the run shares.
+    pub fn new(job: &Job, index: u64, peers: u64, claims: &Arc<AtomicU64>) -> Share {
+        match job.split {
+            Split::ByResidue => Share { next: index, step: peers.max(1), end: job.events, claims: None },
+            Split::OnDemand => Share { next: 0, step: 1, end: 0, claims: Some((claims.clone(), job.events)) },
+        }
+    }
+
+    /// Appends the next at most `max` (at least one) events to `out`: false once the share
+    /// is done.
+    pub fn fill(&mut self, out: &mut Vec<u64>, max: usize) -> bool {
+        if self.next >= self.end {
+            let Some((counter, events)) = &self.claims else { return false };
+            let events = *events;
+            let claimed = counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |next| {
+                (next < events).then(|| next.saturating_add(CLAIM_RUN).min(events))
+            });
+            let Ok(start) = claimed else { return false };
+            (self.next, self.end) = (start, start.saturating_add(CLAIM_RUN).min(events));
+        }
+        let before = out.len();
+        out.extend((self.next..self.end).step_by(self.step as usize).take(max.max(1)));
+        self.next += self.step * (out.len() - before) as u64;
+        true
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -282,6 +356,28 @@ mod tests {
         assert_eq!(job.last_event_of_window(1000), Some(1_999_999));
         assert_eq!(job.last_event_of_window(3000), None);
         assert_eq!(job.scheduled(1500), Duration::from_micros(1500));
+    }
+
+    #[test]
+    fn both_splits_give_every_event_to_one_worker_in_batches_of_at_most_max() {
+        let events = 3 * CLAIM_RUN + 17;
+        for split in [Split::ByResidue, Split::OnDemand] {
+            let job = Job::new(events, None, 0, 1024).unwrap().with_split(split);
+            let claims = Arc::new(AtomicU64::new(0));
+            let mut shares: Vec<Share> = (0..3).map(|w| Share::new(&job, w, 3, &claims)).collect();
+            let mut seen = Vec::new();
+            let mut batch = Vec::new();
+            // The workers take turns, one batch each, until all are done.
+            while shares.iter_mut().fold(false, |any, share| {
+                batch.clear();
+                let more = share.fill(&mut batch, 1000);
+                assert!(batch.len() <= 1000 && (!more || !batch.is_empty()), "{split:?}");
+                seen.extend_from_slice(&batch);
+                any | more
+            }) {}
+            seen.sort_unstable();
+            assert_eq!(seen, (0..events).collect::<Vec<_>>(), "{split:?}");
+        }
     }
 
     #[test]

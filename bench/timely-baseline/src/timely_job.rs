@@ -22,7 +22,7 @@ use std::{
     cell::RefCell,
     hash::BuildHasher,
     rc::Rc,
-    sync::{Arc, Barrier},
+    sync::{Arc, Barrier, atomic::AtomicU64},
     time::Instant,
 };
 
@@ -37,7 +37,7 @@ use timely::{
     },
 };
 
-use crate::job::{Job, KEYS, Tally, WINDOW_MS};
+use crate::job::{Job, KEYS, Share, Tally, WINDOW_MS};
 
 /// How far (in event-time milliseconds) a worker's input may run ahead of its window
 /// operator's frontier before the worker only steps the dataflow.
@@ -124,6 +124,8 @@ pub fn run(job: &Job, workers: usize, cpus: &[usize]) -> anyhow::Result<TimelyRu
     let cpus = cpus.to_vec();
     // Every worker has built its dataflow before the clock starts.
     let ready = Arc::new(Barrier::new(workers));
+    // With `Split::OnDemand`, the counter the workers claim their events from.
+    let claims = Arc::new(AtomicU64::new(0));
     let guards = timely::execute(timely::Config::process(workers), move |worker| {
         if let Some(&cpu) = cpus.get(worker.index() % cpus.len().max(1)) {
             // Best effort, like glommio's placement: an unpinned baseline is still correct.
@@ -167,12 +169,9 @@ pub fn run(job: &Job, workers: usize, cpus: &[usize]) -> anyhow::Result<TimelyRu
 
         ready.wait();
         let started = Instant::now();
-        let (index, peers) = (worker.index() as u64, worker.peers() as u64);
+        let mut share = Share::new(&job, worker.index() as u64, worker.peers() as u64, &claims);
         let mut batch: Vec<u64> = Vec::with_capacity(job.batch);
-        let mut i = index;
-        while i < job.events {
-            batch.extend((i..job.events).step_by(peers as usize).take(job.batch));
-            i += peers * batch.len() as u64;
+        while share.fill(&mut batch, job.batch) {
             let max_ms = job.time_ms(*batch.last().expect("at least one event left")) as u64;
             input.send_batch(&mut batch);
             batch.clear();

@@ -48,6 +48,7 @@ mod pipeline;
 mod process;
 mod scatter;
 mod scope;
+mod shared_generator;
 mod sink;
 mod source;
 mod stream;
@@ -70,6 +71,7 @@ pub use process::{
     KeyedProcessFunction, KeyedState, ListState, MapState, ProcessContext, TimeDomain, Timer, ValueState,
 };
 pub use scope::Scope;
+pub use shared_generator::{SharedGenerator, SharedSequence};
 pub use source::{ChannelSource, EmittedBefore, Generator, ResidueSplit, RestoreError, Source};
 pub use stream::{BoxedKey, KeyedStream, Stream};
 pub use twophase::{TwoPhaseCommitSink, Upsert};

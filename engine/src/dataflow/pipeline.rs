@@ -596,7 +596,9 @@ impl Scope {
         let out = Output::port();
         let config = self.config();
         if self.checkpointing() && source.positions().is_none() {
-            self.not_checkpointable("a source that cannot resume from a position (such as a ChannelSource)");
+            self.not_checkpointable(
+                "a source that cannot resume from a position (such as a ChannelSource or a SharedGenerator)",
+            );
         }
         let input = SourceInput::new(source, strategy, config.batch_records, config.processing_tick, out.clone());
         let mut origin = None;
