@@ -17,6 +17,8 @@
 //!   highest offered rate within a p99 bound, for any open-loop workload.
 //! - [`TimeBound`] (`time_bound`): a source wrapper that ends its stream when a duration
 //!   has elapsed, for closed-loop runs bounded by `--duration`.
+//! - [`RunDry`] (`run_dry`): a source wrapper that notes when its source ran dry, for
+//!   how long a run's first shard to finish waited for its last ([`end_spread`]).
 //! - [`live`]: `--live ADDR`, the page that shows a run per second while it goes on.
 //! - [`WakeProbe`] (`wake`): how late a sleeping thread wakes beside a run, the machine's
 //!   floor under any latency the run reports.
@@ -31,6 +33,7 @@ mod plot;
 mod progress;
 mod rate_search;
 mod run_args;
+mod run_dry;
 mod scaling;
 mod shards;
 mod table;
@@ -45,6 +48,7 @@ pub use plot::{Curve, axis_percentile, curve_of, percentile_axis, write_percenti
 pub use progress::{Progress, progress_text};
 pub use rate_search::{KEEP_UP_SHARE, RateSearch, RateStep, SearchOutputs, find_max_rate};
 pub use run_args::{RunArgs, RunInfo, fill_seeded};
+pub use run_dry::{RunDry, end_spread};
 pub use scaling::Scaling;
 pub use shards::{ShardConfig, run_on_shards, run_on_shards_with};
 pub use table::Table;

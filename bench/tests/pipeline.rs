@@ -23,8 +23,8 @@ fn args(line: &[&str]) -> PipelineArgs {
 #[test]
 fn both_sides_count_every_window_on_one_and_two_shards() {
     // A full window (100 events per key) and a partial one (5 per key).
-    // The events split on demand (the default) and by residue, on both sides.
-    for (shards, split) in [("1", None), ("2", None), ("2", Some("by-residue"))] {
+    // The events split by residue (the default) and on demand, on both sides.
+    for (shards, split) in [("1", None), ("2", None), ("2", Some("on-demand"))] {
         let line = [
             "--events",
             "1050000",
@@ -40,7 +40,11 @@ fn both_sides_count_every_window_on_one_and_two_shards() {
         let split_flag: Vec<&str> = split.map(|s| vec!["--split", s]).unwrap_or_default();
         let report = pipeline::run(&args(&[&line[..], &split_flag].concat())).expect("pipeline workload");
         let json = serde_json::to_value(&report).unwrap();
-        assert_eq!(json["split"], split.unwrap_or("on-demand"), "{json}");
+        assert_eq!(json["split"], split.unwrap_or("by-residue"), "{json}");
+        // How long the first shard to run dry waited for the last: every round at 2 shards.
+        let spreads = &report.round_source_end_spread_ms;
+        assert_eq!(spreads.len(), if shards == "2" { 2 } else { 0 }, "{spreads:?}");
+        assert!(spreads.iter().all(|ms| ms.is_finite() && *ms >= 0.0), "{spreads:?}");
         assert_eq!(report.workload, "pipeline");
         assert_eq!(report.shards.to_string(), shards);
         assert_eq!((report.events, report.results, report.results_sum), (1_050_000, 2 * KEYS, 1_050_000));
@@ -186,7 +190,8 @@ fn the_bare_loop_and_the_scaling_rounds_run_beside_sluice() {
         assert!(table.contains("bare loop") && table.contains("scaling efficiency, 1 -> 2 shards"), "{table}");
         assert!(table.contains("rounds (sluice/timely/bare/1 shard)"), "{table}");
         assert!(table.contains("bare loop on every shard's CPU at once"), "{table}");
-        assert!(table.contains("(the scaling the machine allows --split on-demand)"), "{table}");
+        assert!(table.contains("(the scaling the machine allows --split by-residue)"), "{table}");
+        assert!(table.contains("rounds: first shard dry to last (2 shards)"), "{table}");
     }
 }
 
@@ -247,7 +252,7 @@ fn the_json_report_has_the_documented_fields() {
     assert_eq!(json["compare"], serde_json::json!(["timely"]));
     assert_eq!(
         (&json["split"], &json["watermark_interval_us"]),
-        (&serde_json::json!("on-demand"), &serde_json::Value::Null)
+        (&serde_json::json!("by-residue"), &serde_json::Value::Null)
     );
     assert!(json["latency_us"].is_null(), "{json}");
 }

@@ -78,9 +78,11 @@ pub struct PipelineArgs {
     #[arg(long, value_name = "US")]
     pub watermark_interval_us: Option<u64>,
     /// Throughput mode: how the events are divided between the shards (and timely's
-    /// workers): `on-demand`, runs of 65 536 events claimed from one shared counter by
-    /// whichever shard asks next (the engine's `SharedGenerator`), or `by-residue`, shard `s`
-    /// of `n` making the events `i % n == s` (the engine's `Generator`)
+    /// workers): `by-residue`, shard `s` of `n` making the events `i % n == s` (the engine's
+    /// `Generator`; with 10 000 keys, each shard's events then carry 10 000 / n of them), or
+    /// `on-demand`, runs of 65 536 events claimed from one shared counter by whichever shard
+    /// asks next (the engine's `SharedGenerator`: a shard on a slower CPU makes fewer, and
+    /// every shard's events carry every key) [default: by-residue]
     #[arg(long, value_enum, value_name = "SPLIT")]
     pub split: Option<SplitArg>,
     /// Rounds in the throughput mode, each running sluice and then the baseline; each
@@ -133,9 +135,9 @@ impl PipelineArgs {
         self.run.shards.unwrap_or_else(default_shards)
     }
 
-    /// `--split`, or its default, on demand.
+    /// `--split`, or its default, by residue.
     fn split(&self) -> Split {
-        self.split.unwrap_or(SplitArg::OnDemand).split()
+        self.split.unwrap_or(SplitArg::ByResidue).split()
     }
 
     /// `--watermark-interval-us`, if given.
@@ -282,6 +284,12 @@ pub struct PipelineReport {
     pub bare_mean_cpu_ratio: Option<f64>,
     /// Sluice's events per second in every round, in order.
     pub round_events_per_sec: Vec<f64>,
+    /// Throughput rounds bounded by --events at 2 shards or more: in each round, in
+    /// milliseconds, how long the first shard whose source ran dry waited for the last
+    /// one's. Split by residue, every shard makes as many events, so this is how much
+    /// slower one CPU ran than another in that round (the time a shard sat idle at the
+    /// end); split on demand it stays within one claim's time.
+    pub round_source_end_spread_ms: Vec<f64>,
     /// Timely's events per second in every round, in order.
     pub round_timely_events_per_sec: Vec<f64>,
     /// The bare loop's events per second in every round, in order.
@@ -339,6 +347,7 @@ pub fn run(args: &PipelineArgs) -> anyhow::Result<PipelineReport> {
         bare_slowest_cpu_ratio: None,
         bare_mean_cpu_ratio: None,
         round_events_per_sec: Vec::new(),
+        round_source_end_spread_ms: Vec::new(),
         round_timely_events_per_sec: Vec::new(),
         round_bare_events_per_sec: Vec::new(),
         scaling: Scaling::default(),
@@ -417,12 +426,15 @@ fn throughput_rounds(args: &PipelineArgs, report: &mut PipelineReport) -> anyhow
         // A discarded round of --warmup seconds.
         pipeline_sluice::run_bounded(&unbounded, shards, opts.warmup()).context("the warm-up round")?;
     }
-    report.split = Some(args.split.unwrap_or(SplitArg::OnDemand));
+    report.split = Some(args.split.unwrap_or(SplitArg::ByResidue));
     let mut at_once: Vec<Vec<f64>> = vec![Vec::new(); shards];
     for _ in 0..args.rounds {
         let sluice = sluice_round(shards)?;
         report.events = sluice.events;
         report.round_events_per_sec.push(rate(sluice.events, sluice.elapsed));
+        if let Some(spread) = sluice.source_end_spread {
+            report.round_source_end_spread_ms.push(spread.as_secs_f64() * 1e3);
+        }
         (report.results, report.results_sum) = (sluice.tally.results, sluice.tally.sum);
         if report.scaling.is_on() {
             let one = sluice_round(1).context("the one-shard run of --scaling")?;
@@ -598,8 +610,8 @@ impl PipelineReport {
                     ("slowest of those / bare alone (the scaling the machine allows --split by-residue)", slowest),
                 );
                 let rows = match self.split {
-                    Some(SplitArg::ByResidue) => [slowest_row, mean_row],
-                    _ => [mean_row, slowest_row],
+                    Some(SplitArg::OnDemand) => [mean_row, slowest_row],
+                    _ => [slowest_row, mean_row],
                 };
                 for (what, ratio) in rows {
                     table.row(what, format!("{ratio:.2}"), "x");
@@ -622,6 +634,11 @@ impl PipelineReport {
                 })
                 .collect();
             table.row(format!("rounds ({})", names.join("/")), rounds.join(" "), "M events/s");
+        }
+        if !self.round_source_end_spread_ms.is_empty() {
+            let spreads: Vec<String> = self.round_source_end_spread_ms.iter().map(|ms| format!("{ms:.1}")).collect();
+            let what = format!("rounds: first shard dry to last ({} shards)", self.shards);
+            table.row(what, spreads.join(" "), "ms");
         }
     }
 

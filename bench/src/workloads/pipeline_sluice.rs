@@ -38,12 +38,12 @@ use std::{
 use anyhow::Context as _;
 use sluice_engine::dataflow::{
     Aggregate, CheckpointConfig, CheckpointStats, Event, Generator, Operator, Pipeline, PipelineConfig, ResidueSplit,
-    SharedGenerator, SharedSequence, Source, Stream, UserError, WatermarkStrategy, WindowResult, Windows,
+    Scope, SharedGenerator, SharedSequence, Source, Stream, UserError, WatermarkStrategy, WindowResult, Windows,
 };
 use sluice_io::EventTime;
 
 use super::pipeline_job::{CLAIM_RUN, Job, KEYS, Split, Tally, WINDOW_MS};
-use crate::harness::{LatencyRecorder, TimeBound};
+use crate::harness::{LatencyRecorder, RunDry, TimeBound, end_spread};
 
 /// The interval of the latency mode's `--hlog` log.
 const HLOG_INTERVAL: Duration = Duration::from_secs(1);
@@ -70,6 +70,10 @@ pub struct SluiceRun {
     /// being counted into its window (after the source, the exchange and any barrier
     /// alignment), sampling every moment of the run rather than only window ends.
     pub arrivals: Option<LatencyRecorder>,
+    /// Throughput mode without a limit: from the first shard's source running dry to the
+    /// last one's ([`end_spread`]): how long the first shard to finish waited, at the end,
+    /// for the slowest. `None` at one shard.
+    pub source_end_spread: Option<Duration>,
 }
 
 /// What each shard's sink hands back when its stream ends.
@@ -131,8 +135,8 @@ fn run_with(
     limit: Option<Duration>,
 ) -> anyhow::Result<SluiceRun> {
     let job = *job;
-    let emitted = Arc::new(AtomicU64::new(0));
-    let source_emitted = emitted.clone();
+    let closed = ClosedLoop::new(&job);
+    let source_closed = closed.clone();
     let ends: Arc<Mutex<Vec<SinkEnd>>> = Arc::new(Mutex::new(Vec::new()));
     let starts: Arc<Mutex<Vec<Instant>>> = Arc::new(Mutex::new(Vec::new()));
     // Every shard has built its graph before the clock starts.
@@ -144,8 +148,6 @@ fn run_with(
     // is the last reference, every shard has finished (and every checkpoint is counted).
     let running_token = Arc::new(());
     let token = running_token.clone();
-    // `Split::OnDemand`: the runs of events every shard's source claims from.
-    let sequence = SharedSequence::new(job.events, CLAIM_RUN);
     // What the progress line shows: events counted into results, and each shard's p99.
     let live = Arc::new(Live { events: AtomicU64::new(0), p99_us: (0..shards).map(|_| AtomicU64::new(0)).collect() });
     let sink_live = live.clone();
@@ -168,24 +170,8 @@ fn run_with(
             }
             let events = if paced {
                 scope.source(PacedGenerator::new(scope.shard(), scope.shards(), job, epoch), strategy)
-            } else if let Some(limit) = limit {
-                match job.split {
-                    Split::ByResidue => {
-                        let generator = Generator::new(scope.shard(), scope.shards(), job.events, |i| i);
-                        scope.source(TimeBound::new(generator, limit, source_emitted.clone()), strategy)
-                    }
-                    Split::OnDemand => {
-                        let generator = SharedGenerator::new(sequence.clone(), |i| i);
-                        scope.source(TimeBound::new(generator, limit, source_emitted.clone()), strategy)
-                    }
-                }
             } else {
-                match job.split {
-                    Split::ByResidue => {
-                        scope.source(Generator::new(scope.shard(), scope.shards(), job.events, |i| i), strategy)
-                    }
-                    Split::OnDemand => scope.source(SharedGenerator::new(sequence.clone(), |i| i), strategy),
-                }
+                source_closed.source(scope, &job, strategy, limit)
             };
             let arrivals = arrivals.then(|| Rc::new(RefCell::new(LatencyRecorder::new())));
             let sink = CountingSink {
@@ -220,7 +206,7 @@ fn run_with(
     let ends = std::mem::take(&mut *ends.lock().unwrap_or_else(PoisonError::into_inner));
     anyhow::ensure!(ends.len() == shards, "{} of {shards} shards' sinks ended", ends.len());
     let (tally, latency, all_arrivals) = merge_ends(&ends, paced.then_some(epoch), arrivals);
-    let events = checked_events(&job, limit, &tally, &emitted)?;
+    let events = checked_events(&job, limit, &tally, &closed.emitted)?;
     let started = if paced {
         epoch
     } else {
@@ -235,7 +221,57 @@ fn run_with(
         latency,
         checkpoints,
         arrivals: all_arrivals,
+        source_end_spread: end_spread(&closed.dry.lock().unwrap_or_else(PoisonError::into_inner)),
     })
+}
+
+/// What every shard's throughput-mode source shares with the run.
+#[derive(Clone)]
+struct ClosedLoop {
+    /// `Split::OnDemand`: the runs of events every shard's source claims from.
+    sequence: SharedSequence,
+    /// With a limit: the events the sources let through ([`TimeBound`]).
+    emitted: Arc<AtomicU64>,
+    /// Without one: when each shard's source ran dry ([`RunDry`]).
+    dry: Arc<Mutex<Vec<Instant>>>,
+}
+
+impl ClosedLoop {
+    fn new(job: &Job) -> ClosedLoop {
+        ClosedLoop {
+            sequence: SharedSequence::new(job.events, CLAIM_RUN),
+            emitted: Arc::new(AtomicU64::new(0)),
+            dry: Arc::new(Mutex::new(Vec::new())),
+        }
+    }
+
+    /// The source on `scope`'s shard: the job's events split as [`Job::split`] says,
+    /// ended after `limit` if given, else noting when it ran dry.
+    fn source<E: Fn(&u64) -> EventTime + 'static>(
+        &self,
+        scope: &Scope,
+        job: &Job,
+        strategy: WatermarkStrategy<u64, E>,
+        limit: Option<Duration>,
+    ) -> Stream<u64> {
+        let (shard, shards, emitted, dry) = (scope.shard(), scope.shards(), &self.emitted, &self.dry);
+        match (limit, job.split) {
+            (Some(limit), Split::ByResidue) => {
+                let generator = Generator::new(shard, shards, job.events, |i| i);
+                scope.source(TimeBound::new(generator, limit, emitted.clone()), strategy)
+            }
+            (Some(limit), Split::OnDemand) => {
+                let generator = SharedGenerator::new(self.sequence.clone(), |i| i);
+                scope.source(TimeBound::new(generator, limit, emitted.clone()), strategy)
+            }
+            (None, Split::ByResidue) => {
+                scope.source(RunDry::new(Generator::new(shard, shards, job.events, |i| i), dry.clone()), strategy)
+            }
+            (None, Split::OnDemand) => {
+                scope.source(RunDry::new(SharedGenerator::new(self.sequence.clone(), |i| i), dry.clone()), strategy)
+            }
+        }
+    }
 }
 
 /// Waits until every shard has finished (the build closure's copy of `running_token` is

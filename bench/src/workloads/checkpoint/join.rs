@@ -165,6 +165,7 @@ pub(super) fn run(job: &Job, shards: usize, checkpoints: Option<CheckpointConfig
         latency: Some(latency),
         checkpoints,
         arrivals: Some(arrivals),
+        source_end_spread: None,
     })
 }
 
