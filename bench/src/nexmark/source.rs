@@ -66,6 +66,16 @@ impl NexmarkSource {
         Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
     }
 
+    /// The first position not yet due at `now` in a schedule started at `epoch`: position
+    /// `k` is due once `epoch + schedule(k) <= now`, and `schedule(k)` is `k x 10^9 / rate`
+    /// whole nanoseconds, so `k` is due exactly when `k x 10^9 < (ns + 1) x rate`.
+    #[must_use]
+    pub fn due_end(generator: &NexmarkGenerator, epoch: Instant, now: Instant) -> u64 {
+        let Some(since) = now.checked_duration_since(epoch) else { return 0 };
+        let limit = (since.as_nanos() + 1) * u128::from(generator.config().events_per_sec.max(1));
+        u64::try_from((limit - 1) / 1_000_000_000 + 1).unwrap_or(u64::MAX)
+    }
+
     /// When event time `time` was due on the wall clock of a paced run started at `epoch`:
     /// the schedule of the first event at that millisecond. Latencies are measured from it.
     #[must_use]
@@ -115,10 +125,9 @@ impl Source<Event> for NexmarkSource {
             };
             let now = Instant::now();
             let before = out.len();
-            while self.next < self.end
-                && out.len() - before < max
-                && pacing.epoch + Self::schedule(&self.generator, self.next) <= now
-            {
+            // One division for the batch, not a schedule comparison per event.
+            let due_end = Self::due_end(&self.generator, pacing.epoch, now).min(self.end);
+            while self.next < due_end && out.len() - before < max {
                 out.push(self.generator.event_at(self.next));
                 self.next += self.step;
             }
@@ -133,6 +142,29 @@ impl Source<Event> for NexmarkSource {
                 return Poll::Pending;
             }
             pacing.timer = None;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nexmark::generator::NexmarkConfig;
+
+    #[test]
+    fn due_end_agrees_with_the_schedule_position_by_position() {
+        for events_per_sec in [1_000u64, 3_000_000, 7_777_777, 100_000_000] {
+            let generator =
+                NexmarkGenerator::new(NexmarkConfig { events_per_sec, ..NexmarkConfig::default() }).unwrap();
+            let epoch = Instant::now();
+            for k in (0..2000u64).chain([10_000_019]) {
+                let at = epoch + NexmarkSource::schedule(&generator, k);
+                assert!(NexmarkSource::due_end(&generator, epoch, at) > k, "rate {events_per_sec}, position {k}");
+                if let Some(before) = at.checked_sub(Duration::from_nanos(1)).filter(|b| *b >= epoch) {
+                    let end = NexmarkSource::due_end(&generator, epoch, before);
+                    assert!(end <= k, "rate {events_per_sec}, position {k}");
+                }
+            }
         }
     }
 }
