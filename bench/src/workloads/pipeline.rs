@@ -136,8 +136,8 @@ impl PipelineArgs {
     }
 
     /// `--split`, or its default, by residue.
-    fn split(&self) -> Split {
-        self.split.unwrap_or(SplitArg::ByResidue).split()
+    fn split(&self) -> SplitArg {
+        self.split.unwrap_or(SplitArg::ByResidue)
     }
 
     /// `--watermark-interval-us`, if given.
@@ -411,12 +411,12 @@ fn throughput_rounds(args: &PipelineArgs, report: &mut PipelineReport) -> anyhow
         .with_pin(!args.no_pin)
         .with_two_phase(args.two_phase)
         .with_watermark_interval(args.watermark_interval())
-        .with_split(args.split());
+        .with_split(args.split().split());
     let unbounded = Job::new(UNBOUNDED_EVENTS, None, args.out_of_orderness_ms, args.batch)?
         .with_pin(!args.no_pin)
         .with_two_phase(args.two_phase)
         .with_watermark_interval(args.watermark_interval())
-        .with_split(args.split());
+        .with_split(args.split().split());
     let sluice_round = |shards: usize| match opts.duration() {
         Some(limit) => pipeline_sluice::run_bounded(&unbounded, shards, limit),
         None => pipeline_sluice::run(&job, shards, false),
@@ -426,7 +426,7 @@ fn throughput_rounds(args: &PipelineArgs, report: &mut PipelineReport) -> anyhow
         // A discarded round of --warmup seconds.
         pipeline_sluice::run_bounded(&unbounded, shards, opts.warmup()).context("the warm-up round")?;
     }
-    report.split = Some(args.split.unwrap_or(SplitArg::ByResidue));
+    report.split = Some(args.split());
     let mut at_once: Vec<Vec<f64>> = vec![Vec::new(); shards];
     for _ in 0..args.rounds {
         let sluice = sluice_round(shards)?;

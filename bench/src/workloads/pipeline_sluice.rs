@@ -494,11 +494,7 @@ impl Source<u64> for PacedGenerator {
     }
 
     fn poll_next(&mut self, cx: &mut Context<'_>, out: &mut Vec<u64>, max: usize) -> Poll<Option<usize>> {
-        let (start, step, n) = match self.take_due(cx, max) {
-            Poll::Ready(Some(due)) => due,
-            Poll::Ready(None) => return Poll::Ready(None),
-            Poll::Pending => return Poll::Pending,
-        };
+        let Some((start, step, n)) = std::task::ready!(self.take_due(cx, max)) else { return Poll::Ready(None) };
         out.extend((0..n).map(|j| start + j * step));
         Poll::Ready(Some(0))
     }
@@ -513,11 +509,7 @@ impl Source<u64> for PacedGenerator {
         max: usize,
         time: &E,
     ) -> Poll<Option<usize>> {
-        let (start, step, n) = match self.take_due(cx, max) {
-            Poll::Ready(Some(due)) => due,
-            Poll::Ready(None) => return Poll::Ready(None),
-            Poll::Pending => return Poll::Pending,
-        };
+        let Some((start, step, n)) = std::task::ready!(self.take_due(cx, max)) else { return Poll::Ready(None) };
         out.extend((0..n).map(|j| {
             let value = start + j * step;
             Event { time: time(&value), value }

@@ -53,12 +53,6 @@ impl SharedSequence {
             .ok()
             .map(|start| start..start.saturating_add(run).min(count))
     }
-
-    /// How many indexes in all.
-    #[must_use]
-    pub fn count(&self) -> u64 {
-        self.count
-    }
 }
 
 /// Makes `make(i)` for every `i` of a [`SharedSequence`], one run at a time, on every shard
